@@ -1,0 +1,34 @@
+"""Typed errors: each kind carries the exit code the CLI returns for it.
+
+The CLI prints `error: <message>` on one line and exits with `exit_code`; no traceback.
+"""
+
+
+class FuelError(Exception):
+    exit_code = 1
+
+
+class InputError(FuelError):
+    """Bad input: a broken or unsupported file, a wrong config, a bad argument, a prompt too long."""
+
+    exit_code = 2
+
+
+class ConfigError(InputError):
+    """config.json (or GGUF metadata) that fuel cannot turn into a ModelConfig."""
+
+
+class ModelNotFound(InputError):
+    """MODEL names no local path, cached hub repo or pulled demo model."""
+
+
+class Mismatch(FuelError):
+    """An oracle comparison failed its tolerance."""
+
+    exit_code = 3
+
+
+class MissingDependency(FuelError):
+    """An optional package (transformers, llama-cpp-python, ...) is needed but not installed."""
+
+    exit_code = 4

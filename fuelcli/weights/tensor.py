@@ -1,0 +1,28 @@
+"""The one in-memory weight type: raw bytes in the checkpoint's own format."""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A weight kept in its stored format.
+
+    `shape` is the logical numpy shape, last axis = a row (e.g. (out, in), (experts, out, in)).
+    `data` is uint8 with shape shape[:-1] + (row_bytes,), C-contiguous, usually a view of an mmap,
+    so a bf16 or Q4_K checkpoint stays bf16 or Q4_K in memory; kernels decode rows on the fly.
+    """
+
+    name: str
+    fmt: str
+    shape: tuple
+    data: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.data.nbytes)
+
+    @property
+    def numel(self) -> int:
+        return int(np.prod(self.shape))
