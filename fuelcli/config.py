@@ -1,0 +1,252 @@
+"""ModelConfig: the one description of a decoder that the reference and the engine both read.
+
+Read from an HF config.json in either shape (hub files: rope_theta + rope_scaling; transformers-5
+files: rope_parameters + layer_types) or from GGUF metadata turned into the same dict.
+Every resolved value remembers where it came from, for `fuel inspect config`.
+"""
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import ConfigError
+from .families import BY_ARCHITECTURE, FAMILIES, Family
+from .rope import SUPPORTED_ROPE_TYPES, RopeConfig
+
+REQUIRED = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    family: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope: RopeConfig
+    max_position: int
+    tie_embeddings: bool
+    qkv_bias: bool
+    o_bias: bool
+    qk_norm: bool
+    windows: tuple  # per layer: 0 = full causal attention, w = query i sees keys i-w < j <= i
+    window_rule: str
+    moe_layers: tuple  # per layer: True = sparse MoE FFN
+    num_experts: int = 0
+    experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    norm_topk_prob: bool = False
+    bos_token_id: int | None = None
+    eos_token_ids: tuple = ()
+    origin: dict = field(default_factory=dict, compare=False)  # field -> "config.json" | "default" | "derived" | ...
+
+    @property
+    def q_dim(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+
+class _Reader:
+    """Looks keys up in the raw dict, falling back to the family defaults, noting the origin."""
+
+    def __init__(self, raw: dict, family: Family, source: str):
+        self.raw, self.family, self.source, self.origin = raw, family, source, {}
+
+    def get(self, key: str, name: str | None = None, default=None):
+        name = name or key
+        if key in self.raw and self.raw[key] is not None:
+            self.origin[name] = self.source
+            return self.raw[key]
+        if key in self.family.defaults:
+            self.origin[name] = "default"
+            return self.family.defaults[key]
+        if default is not None:
+            self.origin[name] = "default"
+        return default
+
+    def derived(self, name: str, value):
+        self.origin[name] = "derived"
+        return value
+
+    def integer(self, key: str, name: str | None = None, default=None) -> int:
+        value = self.get(key, name, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"{key} must be a non-negative integer, got {value!r}")
+        return value
+
+
+def family_of(raw: dict) -> Family:
+    model_type = raw.get("model_type")
+    if model_type is None:
+        for arch in raw.get("architectures") or []:
+            if arch in BY_ARCHITECTURE:
+                return BY_ARCHITECTURE[arch]
+    if model_type not in FAMILIES:
+        what = f"model_type {model_type!r}" if model_type else f"architectures {raw.get('architectures')!r}"
+        raise ConfigError(f"unsupported {what}; supported model_type: {', '.join(FAMILIES)}")
+    return FAMILIES[model_type]
+
+
+def _rope(r: _Reader) -> RopeConfig:
+    """Both shapes: `rope_parameters` (transformers 5) or `rope_theta` + `rope_scaling` (hub files)."""
+    params = r.raw.get("rope_parameters")
+    if isinstance(params, dict) and any(isinstance(v, dict) for v in params.values()):
+        raise ConfigError("per-layer-type rope_parameters are not supported")
+    scaling = params if params is not None else r.raw.get("rope_scaling")
+    theta = (params or {}).get("rope_theta")
+    if theta is not None:
+        r.origin["rope_theta"] = r.source
+    else:
+        theta = r.get("rope_theta")
+    if not scaling:
+        return RopeConfig(theta=float(theta))
+    rtype = scaling.get("rope_type", scaling.get("type", "default"))
+    if rtype not in SUPPORTED_ROPE_TYPES:
+        raise ConfigError(f"unsupported rope type {rtype!r}; supported: {', '.join(SUPPORTED_ROPE_TYPES)}")
+    r.origin["rope_scaling"] = r.source
+    if rtype == "default":
+        return RopeConfig(theta=float(theta))
+    factor = scaling.get("factor")
+    if not isinstance(factor, (int, float)) or factor <= 0:
+        raise ConfigError(f"rope scaling {rtype!r} needs a positive factor, got {factor!r}")
+    if rtype == "linear":
+        return RopeConfig(theta=float(theta), type="linear", factor=float(factor))
+    return RopeConfig(
+        theta=float(theta),
+        type="llama3",
+        factor=float(factor),
+        low_freq_factor=float(scaling.get("low_freq_factor", 1.0)),
+        high_freq_factor=float(scaling.get("high_freq_factor", 4.0)),
+        original_max_position=int(
+            scaling.get("original_max_position_embeddings", r.raw.get("max_position_embeddings", 8192))
+        ),
+    )
+
+
+def _eos_ids(*values) -> tuple:
+    ids = []
+    for v in values:
+        for i in v if isinstance(v, list) else [v]:
+            if isinstance(i, int) and i not in ids:
+                ids.append(i)
+    return tuple(ids)
+
+
+def from_hf_config(raw: dict, generation: dict | None = None, source: str = "config.json") -> ModelConfig:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source} is not a JSON object")
+    family = family_of(raw)
+    r = _Reader(raw, family, source)
+    for key in REQUIRED:
+        if raw.get(key) is None:
+            raise ConfigError(f"{source} is missing required key {key!r} (model_type {family.model_type})")
+
+    hidden = r.integer("hidden_size")
+    n_layers = r.integer("num_hidden_layers", "num_layers")
+    n_heads = r.integer("num_attention_heads", "num_heads")
+    if n_heads == 0 or hidden == 0 or n_layers == 0:
+        raise ConfigError(f"hidden_size, num_hidden_layers and num_attention_heads must be > 0 in {source}")
+    # Absent kv heads means multi-head attention (as Llama and the seeds read it).
+    n_kv = r.integer("num_key_value_heads", "num_kv_heads") if raw.get("num_key_value_heads") else r.derived(
+        "num_kv_heads", n_heads
+    )
+    if n_kv == 0 or n_heads % n_kv:
+        raise ConfigError(
+            f"num_attention_heads={n_heads} is not a multiple of num_key_value_heads={n_kv}"
+        )
+    if raw.get("head_dim") is not None or "head_dim" in family.defaults:
+        head_dim = r.integer("head_dim")
+    else:
+        if hidden % n_heads:
+            raise ConfigError(
+                f"hidden_size={hidden} is not divisible by num_attention_heads={n_heads} and head_dim is absent"
+            )
+        head_dim = r.derived("head_dim", hidden // n_heads)
+    if head_dim == 0 or head_dim % 2:
+        raise ConfigError(f"head_dim={head_dim} must be even and > 0 for rotary embeddings")
+
+    windows, rule = family.windows(raw, n_layers)
+    if len(windows) != n_layers:
+        raise ConfigError(f"layer_types has {len(windows)} entries but num_hidden_layers={n_layers}")
+    r.origin["windows"] = "derived"
+
+    moe_layers = (False,) * n_layers
+    experts = k = moe_inter = 0
+    norm_topk = False
+    if family.moe:
+        if raw.get("num_experts") is None and raw.get("num_local_experts") is not None:
+            raw = {**raw, "num_experts": raw["num_local_experts"]}  # transformers 5 writes this name
+            r.raw = raw
+        experts = r.integer("num_experts")
+        k = r.integer("num_experts_per_tok", "experts_per_tok")
+        moe_inter = r.integer("moe_intermediate_size")
+        norm_topk = bool(r.get("norm_topk_prob"))
+        step = r.integer("decoder_sparse_step")
+        mlp_only = set(r.get("mlp_only_layers") or [])
+        if k > experts:
+            raise ConfigError(f"num_experts_per_tok={k} > num_experts={experts}")
+        if experts and (k == 0 or step == 0):
+            raise ConfigError(f"num_experts_per_tok={k} and decoder_sparse_step={step} must be > 0")
+        moe_layers = tuple(
+            experts > 0 and i not in mlp_only and (i + 1) % step == 0 for i in range(n_layers)
+        )
+        r.origin["moe_layers"] = "derived"
+
+    gen = generation or {}
+    eos = _eos_ids(raw.get("eos_token_id"), gen.get("eos_token_id"))
+    if eos:
+        r.origin["eos_token_ids"] = source if raw.get("eos_token_id") is not None else "generation_config.json"
+    elif "eos_token_id" in family.defaults:
+        eos = _eos_ids(r.get("eos_token_id", "eos_token_ids"))
+
+    return ModelConfig(
+        family=family.model_type,
+        vocab_size=r.integer("vocab_size"),
+        hidden_size=hidden,
+        intermediate_size=r.integer("intermediate_size"),
+        num_layers=n_layers,
+        num_heads=n_heads,
+        num_kv_heads=n_kv,
+        head_dim=head_dim,
+        rms_norm_eps=float(r.get("rms_norm_eps")),
+        rope=_rope(r),
+        max_position=r.integer("max_position_embeddings", "max_position"),
+        tie_embeddings=bool(r.get("tie_word_embeddings", "tie_embeddings")),
+        qkv_bias=family.qkv_bias(raw),
+        o_bias=family.o_bias(raw),
+        qk_norm=family.qk_norm,
+        windows=tuple(int(w) for w in windows),
+        window_rule=rule,
+        moe_layers=moe_layers,
+        num_experts=experts,
+        experts_per_tok=k,
+        moe_intermediate_size=moe_inter,
+        norm_topk_prob=norm_topk,
+        bos_token_id=r.get("bos_token_id"),
+        eos_token_ids=eos,
+        origin=r.origin,
+    )
+
+
+def _read_json(path: Path, required: bool) -> dict | None:
+    if not path.exists():
+        if required:
+            raise ConfigError(f"{path} not found")
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path} is not valid JSON: {e}") from None
+
+
+def load_hf_config(model_dir: Path) -> ModelConfig:
+    raw = _read_json(model_dir / "config.json", required=True)
+    generation = _read_json(model_dir / "generation_config.json", required=False)
+    return from_hf_config(raw, generation)

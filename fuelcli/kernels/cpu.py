@@ -1,0 +1,260 @@
+"""Numba CPU kernels: the whole decoder forward in one njit call.
+
+Calling a parallel numba function from Python costs milliseconds of thread wake-up here, so the
+engine makes one call per forward (prefill of T tokens or decode of one). Weights arrive as a typed
+List of uint8 row matrices in their stored format plus an integer format code each; rows are
+decoded on the fly (`quant.dot_row` fused for one token, `quant.dequant_row` + dots for many).
+
+Slot tables (built by engine.py) say which matrix/vector a layer reads:
+  mat_idx[l, M_*] -> index into `mats` (-1 = absent); vec_idx[l, V_*] -> index into `vecs`.
+  exp_idx[l, e, 0..2] -> gate/up/down matrix of expert e.
+"""
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+from .quant import dequant_row, dot_row
+
+M_Q, M_K, M_V, M_O, M_GATE, M_UP, M_DOWN, M_ROUTER = range(8)
+N_MATS = 8
+V_ATTN_NORM, V_FFN_NORM, V_QB, V_KB, V_VB, V_OB, V_QN, V_KN = range(8)
+N_VECS = 8
+# dims[] layout
+D_H, D_NH, D_NKV, D_HD, D_I, D_MOE_I, D_NEXP, D_TOPK, D_NORM_TOPK, D_VOCAB = range(10)
+N_DIMS = 10
+
+ROWS_PER_TASK = 16  # rows a parallel task decodes before the next, amortising scratch allocation
+
+
+@njit(parallel=True, fastmath=True, cache=True)
+def matmul(x, w, code, out):
+    """out[t, n] = sum_k x[t, k] * W[n, k] for the stored rows W (format `code`)."""
+    T, K = x.shape
+    N = w.shape[0]
+    if T == 1:
+        x0 = x[0]
+        for n in prange(N):
+            out[0, n] = dot_row(code, w[n], x0)
+        return
+    n_tasks = (N + ROWS_PER_TASK - 1) // ROWS_PER_TASK
+    for task in prange(n_tasks):
+        row = np.empty(K, np.float32)
+        for n in range(task * ROWS_PER_TASK, min(N, (task + 1) * ROWS_PER_TASK)):
+            dequant_row(code, w[n], row)
+            for t in range(T):
+                acc = np.float32(0.0)
+                xt = x[t]
+                for k in range(K):
+                    acc += row[k] * xt[k]
+                out[t, n] = acc
+
+
+@njit(fastmath=True, cache=True)
+def rmsnorm(x, weight, eps, out):
+    for t in range(x.shape[0]):
+        ss = np.float32(0.0)
+        for i in range(x.shape[1]):
+            ss += x[t, i] * x[t, i]
+        inv = np.float32(1.0) / np.sqrt(ss / np.float32(x.shape[1]) + np.float32(eps))
+        for i in range(x.shape[1]):
+            out[t, i] = weight[i] * (x[t, i] * inv)
+
+
+@njit(fastmath=True, cache=True)
+def head_rmsnorm(x, n_heads, head_dim, weight, eps):
+    """In-place RMSNorm over each head's head_dim slice (Qwen3 q_norm / k_norm)."""
+    for t in range(x.shape[0]):
+        for h in range(n_heads):
+            base = h * head_dim
+            ss = np.float32(0.0)
+            for i in range(head_dim):
+                ss += x[t, base + i] * x[t, base + i]
+            inv = np.float32(1.0) / np.sqrt(ss / np.float32(head_dim) + np.float32(eps))
+            for i in range(head_dim):
+                x[t, base + i] = weight[i] * (x[t, base + i] * inv)
+
+
+@njit(fastmath=True, cache=True)
+def rope(x, n_heads, head_dim, pos0, cos, sin):
+    """Rotate-half RoPE in place: dimension i pairs with i + head_dim/2."""
+    half = head_dim // 2
+    for t in range(x.shape[0]):
+        p = pos0 + t
+        for h in range(n_heads):
+            base = h * head_dim
+            for i in range(half):
+                a = x[t, base + i]
+                b = x[t, base + half + i]
+                x[t, base + i] = a * cos[p, i] - b * sin[p, i]
+                x[t, base + half + i] = b * cos[p, i] + a * sin[p, i]
+
+
+@njit(parallel=True, fastmath=True, cache=True)
+def attention(q, k_cache, v_cache, pos0, window, n_heads, n_kv, head_dim, out):
+    """Causal attention of T queries at positions pos0.. over the cache; window w>0 keeps keys
+    j with p - w < j <= p (transformers' sliding-window direction)."""
+    T = q.shape[0]
+    group = n_heads // n_kv
+    scale = np.float32(1.0 / math.sqrt(head_dim))
+    for task in prange(T * n_heads):
+        t = task // n_heads
+        h = task % n_heads
+        kvh = h // group
+        p = pos0 + t
+        start = 0 if window <= 0 else max(0, p - window + 1)
+        n = p + 1 - start
+        scores = np.empty(n, np.float32)
+        qb = h * head_dim
+        m = np.float32(-np.inf)
+        for j in range(n):
+            acc = np.float32(0.0)
+            for d in range(head_dim):
+                acc += q[t, qb + d] * k_cache[start + j, kvh, d]
+            acc *= scale
+            scores[j] = acc
+            m = max(m, acc)
+        total = np.float32(0.0)
+        for j in range(n):
+            e = np.exp(scores[j] - m)
+            scores[j] = e
+            total += e
+        for d in range(head_dim):
+            out[t, qb + d] = 0.0
+        for j in range(n):
+            pj = scores[j] / total
+            for d in range(head_dim):
+                out[t, qb + d] += pj * v_cache[start + j, kvh, d]
+
+
+@njit(fastmath=True, cache=True)
+def add_bias(x, bias):
+    for t in range(x.shape[0]):
+        for i in range(x.shape[1]):
+            x[t, i] += bias[i]
+
+
+@njit(fastmath=True, cache=True)
+def silu_mul(gate, up):
+    """gate <- silu(gate) * up."""
+    for t in range(gate.shape[0]):
+        for i in range(gate.shape[1]):
+            g = gate[t, i]
+            gate[t, i] = g / (np.float32(1.0) + np.exp(-g)) * up[t, i]
+
+
+@njit(fastmath=True, cache=True)
+def swiglu(h, wg, cg, wu, cu, wd, cd, gate, up, out):
+    matmul(h, wg, cg, gate)
+    matmul(h, wu, cu, up)
+    silu_mul(gate, up)
+    matmul(gate, wd, cd, out)
+
+
+@njit(cache=True)
+def route(logits, k, renorm, experts, weights):
+    """softmax over all experts in f32, take the top k, renormalise only if asked."""
+    m = logits.max()
+    p = np.exp(logits - m)
+    p /= p.sum()
+    order = np.argsort(-p, kind="mergesort")  # stable: ties go to the lower index, like torch.topk
+    s = np.float32(0.0)
+    for i in range(k):
+        experts[i] = order[i]
+        weights[i] = p[order[i]]
+        s += p[order[i]]
+    if renorm:
+        for i in range(k):
+            weights[i] /= s
+
+
+@njit(fastmath=True, cache=True)
+def moe(h, router, router_code, mats, codes, exp_idx_l, k, renorm, moe_i, out):
+    T, H = h.shape
+    n_exp = router.shape[0]
+    logits = np.empty((T, n_exp), np.float32)
+    matmul(h, router, router_code, logits)
+    experts = np.empty(k, np.int64)
+    weights = np.empty(k, np.float32)
+    gate = np.empty((1, moe_i), np.float32)
+    up = np.empty((1, moe_i), np.float32)
+    y = np.empty((1, H), np.float32)
+    out[:, :] = 0.0
+    for t in range(T):
+        route(logits[t], k, renorm, experts, weights)
+        ht = h[t : t + 1]
+        for i in range(k):
+            e = exp_idx_l[experts[i]]
+            swiglu(ht, mats[e[0]], codes[e[0]], mats[e[1]], codes[e[1]], mats[e[2]], codes[e[2]], gate, up, y)
+            for j in range(H):
+                out[t, j] += weights[i] * y[0, j]
+
+
+@njit(fastmath=True, cache=True)
+def forward(tokens, pos0, mats, codes, mat_idx, exp_idx, vecs, vec_idx, embed_i, out_i, final_norm_i,
+            dims, eps, windows, cos, sin, k_cache, v_cache, all_logits, logits, hidden_out):
+    """One forward over T new tokens at positions pos0..pos0+T-1, writing K/V into the cache.
+
+    logits: [T or 1, vocab] (all positions, or the last one). hidden_out: [L+1, T, H] residual
+    stream after the embedding and after each layer, or an empty array to skip it.
+    """
+    T = tokens.shape[0]
+    H, nh, nkv, hd = dims[D_H], dims[D_NH], dims[D_NKV], dims[D_HD]
+    L = mat_idx.shape[0]
+    x = np.empty((T, H), np.float32)
+    for t in range(T):
+        dequant_row(codes[embed_i], mats[embed_i][tokens[t]], x[t])
+    keep_hidden = hidden_out.shape[0] > 0
+    if keep_hidden:
+        hidden_out[0] = x
+    h = np.empty((T, H), np.float32)
+    q = np.empty((T, nh * hd), np.float32)
+    k = np.empty((T, nkv * hd), np.float32)
+    v = np.empty((T, nkv * hd), np.float32)
+    att = np.empty((T, nh * hd), np.float32)
+    o = np.empty((T, H), np.float32)
+    I = dims[D_I]
+    gate = np.empty((T, I), np.float32)
+    up = np.empty((T, I), np.float32)
+    for l in range(L):
+        mi = mat_idx[l]
+        vi = vec_idx[l]
+        rmsnorm(x, vecs[vi[V_ATTN_NORM]], eps, h)
+        matmul(h, mats[mi[M_Q]], codes[mi[M_Q]], q)
+        matmul(h, mats[mi[M_K]], codes[mi[M_K]], k)
+        matmul(h, mats[mi[M_V]], codes[mi[M_V]], v)
+        if vi[V_QB] >= 0:
+            add_bias(q, vecs[vi[V_QB]])
+            add_bias(k, vecs[vi[V_KB]])
+            add_bias(v, vecs[vi[V_VB]])
+        if vi[V_QN] >= 0:
+            head_rmsnorm(q, nh, hd, vecs[vi[V_QN]], eps)
+            head_rmsnorm(k, nkv, hd, vecs[vi[V_KN]], eps)
+        rope(q, nh, hd, pos0, cos, sin)
+        rope(k, nkv, hd, pos0, cos, sin)
+        for t in range(T):
+            for j in range(nkv):
+                for d in range(hd):
+                    k_cache[l, pos0 + t, j, d] = k[t, j * hd + d]
+                    v_cache[l, pos0 + t, j, d] = v[t, j * hd + d]
+        attention(q, k_cache[l], v_cache[l], pos0, windows[l], nh, nkv, hd, att)
+        matmul(att, mats[mi[M_O]], codes[mi[M_O]], o)
+        if vi[V_OB] >= 0:
+            add_bias(o, vecs[vi[V_OB]])
+        x += o
+        rmsnorm(x, vecs[vi[V_FFN_NORM]], eps, h)
+        if mi[M_ROUTER] >= 0:
+            moe(h, mats[mi[M_ROUTER]], codes[mi[M_ROUTER]], mats, codes, exp_idx[l], dims[D_TOPK],
+                dims[D_NORM_TOPK] != 0, dims[D_MOE_I], o)
+        else:
+            swiglu(h, mats[mi[M_GATE]], codes[mi[M_GATE]], mats[mi[M_UP]], codes[mi[M_UP]],
+                   mats[mi[M_DOWN]], codes[mi[M_DOWN]], gate, up, o)
+        x += o
+        if keep_hidden:
+            hidden_out[l + 1] = x
+    rmsnorm(x, vecs[final_norm_i], eps, h)
+    if all_logits:
+        matmul(h, mats[out_i], codes[out_i], logits)
+    else:
+        matmul(h[T - 1 : T], mats[out_i], codes[out_i], logits)
