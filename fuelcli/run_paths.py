@@ -1,0 +1,35 @@
+"""Logits of a whole sequence by each of fuel's three paths (for `fuel logits` and `fuel diff`)."""
+
+import numpy as np
+
+from .errors import InputError
+
+PATHS = ("decode", "prefill", "reference")
+
+
+def logits_by_path(model, ids: list[int], path: str, hidden: bool = False):
+    """float32 [seq, vocab]; with hidden=True also the residual stream [L+1, seq, H]."""
+    if not ids:
+        raise InputError("no tokens given")
+    if len(ids) > model.cfg.max_position:
+        raise InputError(f"{len(ids)} tokens exceed the model's context of {model.cfg.max_position}")
+    bad = [i for i in ids if not 0 <= i < model.cfg.vocab_size]
+    if bad:
+        raise InputError(f"token id {bad[0]} is outside the vocabulary 0..{model.cfg.vocab_size - 1}")
+    if path == "reference":
+        from . import reference
+
+        return reference.forward(model.cfg, model.weights, ids, hidden=hidden)
+    from .engine import Engine
+
+    engine = Engine(model.cfg, model.weights, n_ctx=len(ids))
+    if path == "prefill":
+        return engine.prefill(ids, all_logits=True, hidden=hidden)
+    rows, states = [], []
+    for t in ids:
+        out = engine.decode(t, hidden=hidden)
+        rows.append(out[0] if hidden else out)
+        if hidden:
+            states.append(out[1])
+    logits = np.stack(rows).astype(np.float32)
+    return (logits, np.concatenate(states, axis=1)) if hidden else logits

@@ -1,0 +1,250 @@
+"""Tiny random HF checkpoints for oracle tests (test-side only; no fuel code).
+
+``write_tiny(case, out_dir)`` writes ``out_dir/<case>/`` (config.json + model.safetensors +
+generation_config.json) with transformers' own ``save_pretrained``. The weights are deterministic
+(``torch.manual_seed``) and deliberately *large* (projections N(0, 0.3), norms 1 ± 0.2, biases
+N(0, 0.3), embeddings N(0, 1)) so that every semantic detail moves the logits by far more than 1e-3:
+window direction, which layers are windowed, dense vs top-k routing, norm_topk_prob, llama3 RoPE
+bands, q/k norms, head_dim != hidden/heads, qkv bias, tied embeddings.
+
+What transformers 5.x writes (checked with 5.24):
+  * config.json carries ``rope_parameters`` ({"rope_type": ..., "rope_theta": ..., + scaling keys})
+    instead of ``rope_theta`` / ``rope_scaling``; Qwen2/Qwen3 also get ``layer_types``
+    (Qwen3-MoE configs do not carry it).
+    ``legacy_rope=True`` rewrites it to the old hub shape (``rope_theta`` + ``rope_scaling`` with
+    ``rope_type``); ``legacy_rope="type"`` uses the even older ``type`` key.
+  * Qwen3-MoE: in memory transformers 5 holds fused experts (``mlp.experts.gate_up_proj`` [E, 2I, H],
+    ``mlp.experts.down_proj`` [E, H, I]) but ``save_pretrained`` reverses that and WRITES THE HUB
+    LAYOUT, one tensor per expert: ``model.layers.{i}.mlp.experts.{e}.gate_proj.weight`` [I, H],
+    ``...experts.{e}.up_proj.weight`` [I, H], ``...experts.{e}.down_proj.weight`` [H, I]; router
+    ``model.layers.{i}.mlp.gate.weight`` [E, H]. Dense layers: ``mlp.{gate,up,down}_proj.weight``.
+  * Qwen3-MoE config.json says ``num_local_experts`` (attribute_map num_experts -> num_local_experts),
+    NOT ``num_experts`` as hub files do; ``legacy_moe_key=True`` writes ``num_experts`` instead.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+VOCAB = 256
+
+CASES: dict[str, str] = {
+    "qwen2_window": (
+        "Qwen2, 4 layers, hidden 64, 4 heads / 2 kv heads (head_dim 16), qkv bias, "
+        "use_sliding_window=True, sliding_window=4, max_window_layers=2 -> layers 2,3 windowed; "
+        "config.json written WITH layer_types"
+    ),
+    "qwen2_window_legacy": (
+        "same weights as qwen2_window but config.json WITHOUT layer_types: the windowed layers "
+        "must be derived from max_window_layers (i >= 2)"
+    ),
+    "qwen3_bias_headdim": (
+        "Qwen3, 2 layers, hidden 64, 4 heads / 2 kv heads, head_dim 32 (!= 64/4), "
+        "attention_bias=True (q,k,v,o biases), q_norm/k_norm over head_dim"
+    ),
+    "qwen3_moe_norm_false": (
+        "Qwen3-MoE, 4 layers, decoder_sparse_step=2, mlp_only_layers=[3] -> layer 1 MoE, layers "
+        "0,2 dense by the step rule, layer 3 dense by mlp_only_layers; 8 experts, top-2, "
+        "moe_intermediate_size 32, intermediate_size 96, norm_topk_prob=False"
+    ),
+    "qwen3_moe_norm_true": "same weights as qwen3_moe_norm_false but norm_topk_prob=True",
+    "llama31": (
+        "Llama, 2 layers, hidden 64, 4 heads / 2 kv heads (head_dim 16), rope_theta 500, "
+        "rope llama3 (factor 8, low 1, high 4, original_max_position_embeddings 32): wavelengths "
+        "6.3 (kept), 13.6 and 29.5 (smoothed), 64..1425 (divided); tie_word_embeddings=True"
+    ),
+    "llama2": "plain Llama, 2 layers, hidden 64, 4 heads = 4 kv heads, rope_theta 10000, untied",
+}
+
+# Common small sizes.
+_BASE = dict(
+    vocab_size=VOCAB,
+    hidden_size=64,
+    intermediate_size=128,
+    num_attention_heads=4,
+    max_position_embeddings=256,
+    rms_norm_eps=1e-6,
+    bos_token_id=1,
+    eos_token_id=2,
+    pad_token_id=None,
+    attn_implementation="eager",
+)
+
+EXPERT_KEYS_NOTE = (
+    "saved per expert: model.layers.{i}.mlp.experts.{e}.gate_proj.weight [I, H], "
+    "model.layers.{i}.mlp.experts.{e}.up_proj.weight [I, H], "
+    "model.layers.{i}.mlp.experts.{e}.down_proj.weight [H, I]; router model.layers.{i}.mlp.gate.weight [E, H]"
+)
+
+
+def _config(case: str):
+    from transformers import LlamaConfig, Qwen2Config, Qwen3Config, Qwen3MoeConfig
+
+    if case in ("qwen2_window", "qwen2_window_legacy"):
+        return Qwen2Config(
+            **_BASE,
+            num_hidden_layers=4,
+            num_key_value_heads=2,
+            use_sliding_window=True,
+            sliding_window=4,
+            max_window_layers=2,
+            rope_theta=10000.0,
+            tie_word_embeddings=False,
+        )
+    if case == "qwen3_bias_headdim":
+        return Qwen3Config(
+            **_BASE,
+            num_hidden_layers=2,
+            num_key_value_heads=2,
+            head_dim=32,
+            attention_bias=True,
+            rope_theta=10000.0,
+            tie_word_embeddings=False,
+        )
+    if case in ("qwen3_moe_norm_false", "qwen3_moe_norm_true"):
+        base = dict(_BASE)
+        base["intermediate_size"] = 96
+        return Qwen3MoeConfig(
+            **base,
+            num_hidden_layers=4,
+            num_key_value_heads=2,
+            head_dim=16,
+            decoder_sparse_step=2,
+            mlp_only_layers=[3],
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            norm_topk_prob=(case == "qwen3_moe_norm_true"),
+            rope_theta=10000.0,
+            tie_word_embeddings=False,
+        )
+    if case == "llama31":
+        return LlamaConfig(
+            **_BASE,
+            num_hidden_layers=2,
+            num_key_value_heads=2,
+            rope_theta=500.0,
+            rope_scaling={
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 32,
+            },
+            tie_word_embeddings=True,
+        )
+    if case == "llama2":
+        return LlamaConfig(
+            **_BASE,
+            num_hidden_layers=2,
+            num_key_value_heads=4,
+            rope_theta=10000.0,
+            tie_word_embeddings=False,
+        )
+    raise KeyError(f"unknown tiny case {case!r}; known: {sorted(CASES)}")
+
+
+def _randomize(model, seed: int) -> None:
+    """Deterministic, deliberately large weights (so semantics are visible in the logits)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in sorted(model.named_parameters(), key=lambda kv: kv[0]):
+            shape = tuple(p.shape)
+            if name.endswith("embed_tokens.weight"):
+                p.copy_(torch.randn(shape, generator=g))
+            elif "norm" in name:  # input/post-attention/final RMSNorm, q_norm, k_norm
+                p.copy_(1.0 + 0.2 * torch.randn(shape, generator=g))
+            elif name.endswith(".bias"):
+                p.copy_(0.3 * torch.randn(shape, generator=g))
+            elif name.endswith("mlp.gate.weight"):  # MoE router: spread logits -> distinct top-k
+                p.copy_(0.5 * torch.randn(shape, generator=g))
+            else:  # q/k/v/o, gate/up/down (dense or fused experts), lm_head
+                p.copy_(0.3 * torch.randn(shape, generator=g))
+
+
+def _seed_for(case: str) -> int:
+    # Variants of one model share their seed (hence their weights) on purpose.
+    root = {
+        "qwen2_window_legacy": "qwen2_window",
+        "qwen3_moe_norm_true": "qwen3_moe_norm_false",
+    }.get(case, case)
+    return 1000 + sorted(CASES).index(root)
+
+
+def _legacy_rope_shape(cfg: dict, key: str = "rope_type") -> dict:
+    """transformers-5 ``rope_parameters`` -> hub ``rope_theta`` + ``rope_scaling`` (or nothing)."""
+    rp = cfg.pop("rope_parameters", None)
+    if rp is None:
+        return cfg
+    rp = dict(rp)
+    cfg["rope_theta"] = rp.pop("rope_theta")
+    rtype = rp.pop("rope_type", rp.pop("type", "default"))
+    if rtype != "default":
+        cfg["rope_scaling"] = {key: rtype, **rp}
+    return cfg
+
+
+def write_tiny(
+    case: str,
+    out_dir: Path,
+    dtype: str = "float32",
+    legacy_rope: bool | str = False,
+    legacy_moe_key: bool = False,
+) -> Path:
+    """Write the tiny random checkpoint ``case`` to ``out_dir/<case>`` and return that directory.
+
+    dtype: "float32" | "bfloat16" | "float16" (safetensors dtype).
+    legacy_rope: False -> config.json as transformers 5 writes it (``rope_parameters``);
+                 True -> old hub shape ``rope_theta`` + ``rope_scaling: {"rope_type": ...}``;
+                 "type" -> same with the older ``"type"`` key.
+    legacy_moe_key: transformers 5 writes the Qwen3-MoE expert count as ``num_local_experts``;
+                 hub files (e.g. Qwen3-30B-A3B) say ``num_experts``. True rewrites it to ``num_experts``.
+    Variants get their own sub-directory name (suffixes _legacyrope[_type], _hubmoe, _<dtype>).
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if case not in CASES:
+        raise KeyError(f"unknown tiny case {case!r}; known: {sorted(CASES)}")
+    suffix = "" if not legacy_rope else ("_legacyrope_type" if legacy_rope == "type" else "_legacyrope")
+    if legacy_moe_key:
+        suffix += "_hubmoe"
+    d = Path(out_dir) / f"{case}{suffix}{'' if dtype == 'float32' else '_' + dtype}"
+    d.mkdir(parents=True, exist_ok=True)
+
+    cfg = _config(case)
+    torch.manual_seed(_seed_for(case))
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", dtype=torch.float32)
+    _randomize(model, _seed_for(case))
+    if cfg.tie_word_embeddings:
+        model.tie_weights()
+    model.to(getattr(torch, dtype))
+    model.eval()
+    # generation defaults: greedy
+    model.generation_config.do_sample = False
+    model.save_pretrained(d, safe_serialization=True)
+
+    cfg_path = d / "config.json"
+    conf = json.loads(cfg_path.read_text())
+    if case == "qwen2_window_legacy":
+        conf.pop("layer_types", None)
+    if legacy_rope:
+        conf = _legacy_rope_shape(conf, "type" if legacy_rope == "type" else "rope_type")
+    if legacy_moe_key and "num_local_experts" in conf:
+        conf["num_experts"] = conf.pop("num_local_experts")
+    cfg_path.write_text(json.dumps(conf, indent=2, sort_keys=True) + "\n")
+    return d
+
+
+def write_all(out_dir: Path, dtype: str = "float32") -> dict[str, Path]:
+    return {c: write_tiny(c, out_dir, dtype) for c in CASES}
+
+
+if __name__ == "__main__":  # python tests/tiny_models.py OUT_DIR
+    import sys
+
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/fuel_tiny")
+    for c, p in write_all(out).items():
+        print(c, p)
