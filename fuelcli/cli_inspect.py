@@ -1,0 +1,141 @@
+"""`fuel inspect mask-plan|config|weights|rope MODEL`: how a model is built, as rich tables or --json."""
+
+import json
+from typing import Optional
+
+import typer
+
+from .cli import ModelArg, Revision, app
+
+inspect_app = typer.Typer(no_args_is_help=True, add_completion=False,
+                          help="Show how a model is built: mask plan, config, weights, RoPE.")
+app.add_typer(inspect_app, name="inspect")
+
+Json = typer.Option(False, "--json", help="print JSON instead of tables")
+
+
+def _open(model: str, revision):
+    from .loader import open_model
+
+    return open_model(model, revision)
+
+
+def _dump(data):
+    print(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def _console():
+    from rich.console import Console
+
+    return Console()
+
+
+def _table(title=None, *columns):
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    for c in columns:
+        if isinstance(c, tuple):
+            t.add_column(c[0], justify=c[1])
+        else:
+            t.add_column(c)
+    return t
+
+
+def _row(table, *cells, **kw):
+    """Cells are plain text: names like `experts[0]` or values like `[false, true]` are not rich markup."""
+    from rich.markup import escape
+
+    table.add_row(*(escape(str(c)) for c in cells), **kw)
+
+
+def _bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+@inspect_app.command("mask-plan")
+def mask_plan_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[str] = Revision):
+    """Per layer: attention (full | window w), the mask variant it reads, FFN (dense | MoE k of n).
+    Reads the config only."""
+    from .inspect import mask_plan_view
+
+    v = mask_plan_view(_open(model, revision))
+    if as_json:
+        return _dump(v)
+    con = _console()
+    t = _table(f"{v['model']} ({v['family']}, {v['num_layers']} layers)", ("layer", "right"), "attention", "mask",
+               "FFN")
+    for r in v["layers"]:
+        _row(t, str(r["index"]), r["attention"], r["mask"], r["ffn"])
+    con.print(t)
+    con.print(f"{v['num_variants']} distinct mask variant{'s' if v['num_variants'] != 1 else ''}:")
+    for var in v["variants"]:
+        what = "full causal" if var["window"] == 0 else f"causal, window {var['window']} (i-{var['window']} < j ≤ i)"
+        con.print(f"  {var['name']:<10} {what}: layers {var['layer_ranges']}", highlight=False)
+    con.print(f"rule: {v['rule']}", highlight=False)
+
+
+@inspect_app.command("config")
+def config_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[str] = Revision):
+    """Every resolved config value and where it came from (file, default, derived, family, gguf)."""
+    from .inspect import config_view
+
+    v = config_view(_open(model, revision))
+    if as_json:
+        return _dump(v)
+    t = _table(f"{v['model']} ({v['source_kind']})", "name", "value", "origin")
+    for r in v["values"]:
+        val = r["value"]
+        text = json.dumps(val) if isinstance(val, (list, bool)) or val is None else str(val)
+        _row(t, r["name"], text, r["origin"])
+    _console().print(t)
+
+
+@inspect_app.command("weights")
+def weights_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[str] = Revision):
+    """Name, shape, format and bytes of every stored tensor; totals per format; parameter count."""
+    from .inspect import weights_view
+
+    v = weights_view(_open(model, revision))
+    if as_json:
+        return _dump(v)
+    con = _console()
+    t = _table(f"{v['model']} — {v['num_tensors']} tensors ({v['table']})", "name", "shape", "format",
+               ("bytes", "right"))
+    for r in v["tensors"]:
+        _row(t, r["name"], "×".join(map(str, r["shape"])), r["format"], f"{r['bytes']:,}")
+    con.print(t)
+    s = _table("per format", "format", ("tensors", "right"), ("params", "right"), ("bytes", "right"),
+               ("bits/weight", "right"))
+    for a in v["formats"]:
+        _row(s, a["format"], str(a["tensors"]), f"{a['params']:,}", _bytes(a["bytes"]), f"{a['bits_per_weight']:.2f}")
+    _row(s, "total", str(v["num_tensors"]), f"{v['params']:,}", _bytes(v["bytes"]),
+              f"{8 * v['bytes'] / max(v['params'], 1):.2f}", style="bold")
+    con.print(s)
+    con.print(f"parameters: {v['params']:,} ({v['params'] / 1e6:.2f} M)"
+              + ("; embeddings tied to the output (counted once)" if v["tie_embeddings"] else ""), highlight=False)
+
+
+@inspect_app.command("rope")
+def rope_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[str] = Revision):
+    """Per frequency index: base inverse frequency, the scaled one, wavelength, llama3 band."""
+    from .inspect import rope_view
+
+    v = rope_view(_open(model, revision))
+    if as_json:
+        return _dump(v)
+    con = _console()
+    params = ", ".join(f"{k}={val:g}" if isinstance(val, float) else f"{k}={val}" for k, val in v["rope"].items())
+    t = _table(f"{v['model']} — RoPE {params}, head_dim {v['head_dim']}", ("i", "right"), "dims",
+               ("base inv_freq", "right"), ("scaled inv_freq", "right"), ("wavelength", "right"),
+               ("scaled wavelength", "right"), "band")
+    for r in v["frequencies"]:
+        _row(t, str(r["index"]), f"{r['dims'][0]},{r['dims'][1]}", f"{r['base_inv_freq']:.4e}",
+                  f"{r['inv_freq']:.4e}", f"{r['wavelength']:.4g}", f"{r['scaled_wavelength']:.4g}",
+                  r["band"] or "—")
+    con.print(t)
+    if v["band_counts"]:
+        con.print("bands: " + ", ".join(f"{k} {n}" for k, n in v["band_counts"].items()), highlight=False)

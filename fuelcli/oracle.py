@@ -1,0 +1,375 @@
+"""Compare fuel's fast path with an oracle: per position max|Δ| of the logits, top-1 agreement and
+KL(oracle ‖ fuel); optionally per layer max|Δ| of the residual stream, naming the first layer out of
+tolerance. The oracles:
+
+  self          fuel's own numpy reference (reference.py): one full-prefix forward, which by causality
+                gives at position t exactly what a forward over ids[:t+1] gives.
+  transformers  HF transformers, eager attention, float32, on the same weights (directory, or the .gguf
+                file through `gguf_file=`).
+  PATH          saved logits [seq, vocab]: .npy, .npz (key `logits` or the first array), .safetensors
+                (key `logits` or the only tensor).
+
+The fuel side ("decode" path, the default) prefills all but the last `decode_steps` tokens in one batch
+(at least one token) and then decodes the rest one at a time through the KV cache, so both the batched
+and the persistent-decode kernels are on trial; the "prefill" path runs the whole sequence as one batch.
+
+Default tolerances were measured on the tiny random f32 checkpoints of tests/tiny_models.py and on
+SmolLM2-135M Q4_1: see DEFAULT_TOL and DEFAULT_LAYER_RTOL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .errors import InputError, MissingDependency
+
+# max|Δ| of the logits, absolute. Measured (f32 activations, both fuel paths identical to the digit):
+#   tiny f32 checkpoints (tests/tiny_models.py, |logits| up to ~30, 8-10 tokens):
+#     vs self ≤ 6.5e-5, vs transformers eager f32 ≤ 7.8e-5 (llama31 largest; others 6e-6..3e-5)
+#   SmolLM2-135M-Instruct Q4_1 GGUF (30 layers, 13-token prompt):
+#     vs self 6.0e-5, vs transformers (gguf_file=, dequantised to f32) 5.2e-5; KL ≤ 5e-11
+# 1e-3 leaves >10× headroom for longer sequences and bigger models while every semantic break we
+# tried (window direction, top-k routing, RoPE scaling) moves the logits by 0.1-1 or more.
+DEFAULT_TOL = 1e-3
+DEFAULT_MIN_TOP1 = 1.0
+# per-layer max|Δ| / max|oracle state|. Measured: ≤ 3.5e-6 on the tiny models, ≤ 4.4e-6 on SmolLM2
+# (whose residual stream reaches |x| ≈ 2.3e4, so an absolute bound would not do); the breaks give
+# ≥ 7e-2 at the first bad layer.
+DEFAULT_LAYER_RTOL = 1e-4
+DEFAULT_DECODE_STEPS = 3
+
+
+@dataclass
+class PositionDiff:
+    pos: int
+    token: int
+    step: str  # "prefill" | "decode"
+    max_abs: float
+    top1_fuel: int
+    top1_oracle: int
+    kl: float
+
+    @property
+    def top1_agree(self) -> bool:
+        return self.top1_fuel == self.top1_oracle
+
+
+@dataclass
+class LayerDiff:
+    layer: int  # -1 = the embeddings (input to layer 0); i = the residual stream after layer i
+    max_abs: float
+    scale: float  # max|oracle state| of that layer
+    rel: float  # max_abs / scale
+    ok: bool  # rel <= layer_tol
+
+
+@dataclass
+class DiffResult:
+    oracle: str
+    path: str
+    tokens: list
+    prefill_len: int
+    positions: list
+    tol: float
+    min_top1: float
+    layers: list = field(default_factory=list)
+    layer_tol: float | None = None
+    layer_oracle: str | None = None
+
+    @property
+    def max_abs(self) -> float:
+        return max(p.max_abs for p in self.positions)
+
+    @property
+    def mean_kl(self) -> float:
+        return float(np.mean([p.kl for p in self.positions]))
+
+    @property
+    def max_kl(self) -> float:
+        return max(p.kl for p in self.positions)
+
+    @property
+    def top1_rate(self) -> float:
+        return sum(p.top1_agree for p in self.positions) / len(self.positions)
+
+    @property
+    def first_bad_layer(self) -> int | None:
+        return next((lay.layer for lay in self.layers if not lay.ok), None)
+
+    @property
+    def passed(self) -> bool:
+        return self.max_abs <= self.tol and self.top1_rate >= self.min_top1
+
+    def reasons(self) -> list:
+        out = []
+        if self.max_abs > self.tol:
+            out.append(f"max|Δ| {self.max_abs:.3g} > tol {self.tol:g}")
+        if self.top1_rate < self.min_top1:
+            out.append(f"top-1 agreement {self.top1_rate:.3f} < {self.min_top1:g}")
+        return out
+
+    def to_json(self) -> dict:
+        return {
+            "oracle": self.oracle,
+            "path": self.path,
+            "tokens": list(self.tokens),
+            "prefill_len": self.prefill_len,
+            "decode_steps": len(self.tokens) - self.prefill_len if self.path == "decode" else 0,
+            "positions": [{**asdict(p), "top1_agree": p.top1_agree} for p in self.positions],
+            "summary": {
+                "max_abs": self.max_abs,
+                "mean_kl": self.mean_kl,
+                "max_kl": self.max_kl,
+                "top1_rate": self.top1_rate,
+            },
+            "tol": self.tol,
+            "min_top1": self.min_top1,
+            "layers": [asdict(lay) for lay in self.layers] if self.layers else None,
+            "layer_oracle": self.layer_oracle,
+            "layer_tol": self.layer_tol,
+            "first_bad_layer": self.first_bad_layer,
+            "passed": self.passed,
+            "verdict": "pass" if self.passed else "mismatch",
+            "reasons": self.reasons(),
+        }
+
+
+# ---------------------------------------------------------------- metrics
+
+
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float64)
+    m = x.max(-1, keepdims=True)
+    return x - m - np.log(np.exp(x - m).sum(-1, keepdims=True))
+
+
+def kl_div(oracle: np.ndarray, fuel: np.ndarray) -> np.ndarray:
+    """KL(oracle ‖ fuel) per row, in nats, computed in float64."""
+    lo, lf = _log_softmax(oracle), _log_softmax(fuel)
+    return np.maximum((np.exp(lo) * (lo - lf)).sum(-1), 0.0)
+
+
+def compare_logits(fuel: np.ndarray, oracle: np.ndarray, ids, prefill_len: int) -> list:
+    if fuel.shape != oracle.shape:
+        raise InputError(f"logits shapes differ: fuel {list(fuel.shape)} vs oracle {list(oracle.shape)}")
+    diff = np.abs(fuel.astype(np.float64) - oracle.astype(np.float64)).max(-1)
+    kl = kl_div(oracle, fuel)
+    tf, to = fuel.argmax(-1), oracle.argmax(-1)
+    return [
+        PositionDiff(t, int(ids[t]), "prefill" if t < prefill_len else "decode", float(diff[t]), int(tf[t]),
+                     int(to[t]), float(kl[t]))
+        for t in range(len(ids))
+    ]
+
+
+def compare_layers(fuel_states: np.ndarray, oracle_states: np.ndarray, rtol: float) -> list:
+    """[L+1, T, H] each: entry 0 = embeddings, entry i+1 = after layer i. The residual stream grows
+    with depth (|x| ~ 50-100 on the tiny models, hundreds on real ones), so a layer is judged by
+    max|Δ| relative to max|oracle state| of that layer."""
+    if fuel_states.shape != oracle_states.shape:
+        raise InputError(f"hidden-state shapes differ: fuel {list(fuel_states.shape)} vs "
+                         f"oracle {list(oracle_states.shape)}")
+    n = len(fuel_states)
+    f, o = fuel_states.astype(np.float64).reshape(n, -1), oracle_states.astype(np.float64).reshape(n, -1)
+    m, scale = np.abs(f - o).max(-1), np.maximum(np.abs(o).max(-1), 1e-30)
+    rel = m / scale
+    return [LayerDiff(i - 1, float(m[i]), float(scale[i]), float(rel[i]), bool(rel[i] <= rtol)) for i in range(n)]
+
+
+# ---------------------------------------------------------------- fuel side
+
+
+def split(n: int, path: str, decode_steps: int) -> int:
+    """How many tokens the fuel side prefills in one batch."""
+    if path == "prefill":
+        return n
+    if n < 2:
+        raise InputError(f"the decode path needs at least 2 tokens (1 prefilled + decoded ones), got {n}")
+    return max(1, n - decode_steps)
+
+
+def fuel_side(model, ids: list, path: str, decode_steps: int = DEFAULT_DECODE_STEPS, hidden: bool = False):
+    """Logits [T, V] (and residual stream [L+1, T, H]) from the engine; returns (logits, states, prefill_len)."""
+    from .engine import Engine
+    from .run_paths import logits_by_path
+
+    # logits_by_path validates ids (range, context); its "prefill" is exactly our prefill path.
+    if path == "prefill":
+        out = logits_by_path(model, ids, "prefill", hidden=hidden)
+        logits, states = out if hidden else (out, None)
+        return np.asarray(logits, np.float32), states, len(ids)
+    n_pre = split(len(ids), path, decode_steps)
+    _validate(model, ids)
+    engine = Engine(model.cfg, model.weights, n_ctx=len(ids))
+    out = engine.prefill(ids[:n_pre], all_logits=True, hidden=hidden)
+    rows, states = ([out[0]], [out[1]]) if hidden else ([out], [])
+    for t in ids[n_pre:]:
+        o = engine.decode(t, hidden=hidden)
+        if hidden:
+            rows.append(o[0][None, :])
+            states.append(o[1])
+        else:
+            rows.append(o[None, :])
+    logits = np.concatenate(rows).astype(np.float32)
+    return logits, (np.concatenate(states, axis=1) if hidden else None), n_pre
+
+
+def _validate(model, ids):
+    if not ids:
+        raise InputError("no tokens given")
+    if len(ids) > model.cfg.max_position:
+        raise InputError(f"{len(ids)} tokens exceed the model's context of {model.cfg.max_position}")
+    bad = [i for i in ids if not 0 <= i < model.cfg.vocab_size]
+    if bad:
+        raise InputError(f"token id {bad[0]} is outside the vocabulary 0..{model.cfg.vocab_size - 1}")
+
+
+# ---------------------------------------------------------------- oracles
+
+
+def self_oracle(model, ids: list, hidden: bool = False):
+    from . import reference
+
+    out = reference.forward(model.cfg, model.weights, ids, hidden=hidden)
+    return out if hidden else (out, None)
+
+
+def _hf_load(model):
+    try:
+        import torch  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as e:
+        pkg = "torch" if "torch" in str(e) else "transformers"
+        raise MissingDependency(
+            f"--oracle transformers needs the `{pkg}` package: pip install torch transformers"
+            + (" gguf" if model.source.kind == "gguf" else "")
+        ) from None
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # "Loading weights" bars on stderr
+    kw = dict(dtype=torch.float32, attn_implementation="eager")
+    src = model.source
+    try:
+        if src.kind == "gguf":
+            try:
+                import gguf  # noqa: F401
+            except ImportError:
+                raise MissingDependency("--oracle transformers on a .gguf file needs the `gguf` package: "
+                                        "pip install gguf") from None
+            hf = AutoModelForCausalLM.from_pretrained(str(src.path.parent), gguf_file=src.path.name, **kw)
+        else:
+            hf = AutoModelForCausalLM.from_pretrained(str(src.path), **kw)
+    except MissingDependency:
+        raise
+    except Exception as e:  # an architecture transformers does not know, a broken file, ...
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        raise InputError(f"transformers could not load {src.name}: {type(e).__name__}: {first}") from None
+    hf.eval()
+    return hf
+
+
+def transformers_oracle(model, ids: list, hidden: bool = False):
+    """Logits [T, V] and, with hidden, the residual stream [L+1, T, H] like the engine's: transformers'
+    output_hidden_states[:-1] (embeddings, after layers 0..L-2) plus the last decoder layer's own output
+    taken with a forward hook (hidden_states[-1] is after the final norm, not comparable)."""
+    hf = _hf_load(model)
+    import torch
+
+    captured = {}
+    handle = None
+    if hidden:
+        layers = hf.model.layers
+
+        def hook(_mod, _inp, out):
+            captured["last"] = out[0] if isinstance(out, (tuple, list)) else out
+
+        handle = layers[-1].register_forward_hook(hook)
+    try:
+        with torch.inference_mode():
+            out = hf(input_ids=torch.tensor([list(ids)], dtype=torch.long), use_cache=False,
+                     output_hidden_states=hidden)
+    finally:
+        if handle is not None:
+            handle.remove()
+    logits = out.logits[0].float().numpy().astype(np.float32)
+    if not hidden:
+        return logits, None
+    hs = [h[0].float().numpy() for h in out.hidden_states[:-1]]
+    last = captured["last"]
+    hs.append((last[0] if last.dim() == 3 else last).float().numpy())
+    return logits, np.stack(hs).astype(np.float32)
+
+
+def load_saved_logits(path: Path, n_tokens: int, vocab: int) -> np.ndarray:
+    if not path.is_file():
+        raise InputError(f"{path}: no such file (--oracle takes self, transformers or a .npy/.npz/.safetensors file)")
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".npy":
+            arr = np.load(path, allow_pickle=False)
+        elif suffix == ".npz":
+            with np.load(path, allow_pickle=False) as z:
+                if not z.files:
+                    raise InputError(f"{path}: empty .npz")
+                arr = z["logits"] if "logits" in z.files else z[z.files[0]]
+        elif suffix == ".safetensors":
+            from safetensors.numpy import load_file
+
+            tensors = load_file(str(path))
+            if "logits" in tensors:
+                arr = tensors["logits"]
+            elif len(tensors) == 1:
+                arr = next(iter(tensors.values()))
+            else:
+                raise InputError(f"{path}: {len(tensors)} tensors and none named 'logits'")
+        else:
+            raise InputError(f"{path}: unknown logits file type {suffix!r} (use .npy, .npz or .safetensors)")
+    except InputError:
+        raise
+    except Exception as e:
+        raise InputError(f"{path}: cannot read logits: {type(e).__name__}: {e}") from None
+    if arr.ndim != 2 or arr.shape != (n_tokens, vocab):
+        raise InputError(f"{path}: logits of shape {list(arr.shape)}, expected [seq={n_tokens}, vocab={vocab}]")
+    if not np.issubdtype(arr.dtype, np.floating):
+        raise InputError(f"{path}: logits dtype {arr.dtype} is not floating point")
+    return arr.astype(np.float32)
+
+
+# ---------------------------------------------------------------- the command's library entry
+
+
+def diff(model, ids: list, oracle: str = "self", path: str = "decode", tol: float = DEFAULT_TOL,
+         min_top1: float = DEFAULT_MIN_TOP1, layers: bool = False, layer_tol: float = DEFAULT_LAYER_RTOL,
+         decode_steps: int = DEFAULT_DECODE_STEPS) -> DiffResult:
+    if path not in ("decode", "prefill"):
+        raise InputError(f"--path must be decode or prefill, got {path!r}")
+    if decode_steps < 1:
+        raise InputError(f"--decode-steps must be at least 1, got {decode_steps}")
+    _validate(model, ids)
+    fuel_logits, fuel_states, n_pre = fuel_side(model, ids, path, decode_steps, hidden=layers)
+    if oracle == "self":
+        ref_logits, ref_states = self_oracle(model, ids, hidden=layers)
+        name, layer_oracle = "self (reference.py, full-prefix numpy forward)", "reference.py"
+    elif oracle == "transformers":
+        ref_logits, ref_states = transformers_oracle(model, ids, hidden=layers)
+        name, layer_oracle = "transformers (eager, float32)", "transformers"
+    else:
+        if layers:
+            raise InputError("--layers needs hidden states: use --oracle self or --oracle transformers "
+                             "(saved logits carry none)")
+        ref_logits, ref_states = load_saved_logits(Path(oracle), len(ids), model.cfg.vocab_size), None
+        name, layer_oracle = f"saved logits {oracle}", None
+    if ref_logits.shape != fuel_logits.shape:
+        raise InputError(f"oracle logits {list(ref_logits.shape)} vs fuel {list(fuel_logits.shape)}")
+    result = DiffResult(name, path, list(ids), n_pre, compare_logits(fuel_logits, ref_logits, ids, n_pre),
+                        tol, min_top1)
+    if layers:
+        result.layers = compare_layers(fuel_states, ref_states, layer_tol)
+        result.layer_tol, result.layer_oracle = layer_tol, layer_oracle
+    return result
