@@ -24,6 +24,9 @@ What transformers 5.x writes (checked with 5.24):
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 VOCAB = 256
@@ -51,7 +54,8 @@ CASES: dict[str, str] = {
     "llama31": (
         "Llama, 2 layers, hidden 64, 4 heads / 2 kv heads (head_dim 16), rope_theta 500, "
         "rope llama3 (factor 8, low 1, high 4, original_max_position_embeddings 32): wavelengths "
-        "6.3 (kept), 13.6 and 29.5 (smoothed), 64..1425 (divided); tie_word_embeddings=True"
+        "6.3 (kept), 13.7 and 29.7 (smoothed: x0.516, x0.148), 64.6..1445 (divided by 8); "
+        "tie_word_embeddings=True"
     ),
     "llama2": "plain Llama, 2 layers, hidden 64, 4 heads = 4 kv heads, rope_theta 10000, untied",
 }
@@ -212,29 +216,39 @@ def write_tiny(
     if legacy_moe_key:
         suffix += "_hubmoe"
     d = Path(out_dir) / f"{case}{suffix}{'' if dtype == 'float32' else '_' + dtype}"
-    d.mkdir(parents=True, exist_ok=True)
+    if (d / "config.json").exists() and (d / "model.safetensors").exists():
+        return d  # deterministic content: reuse (lets parallel workers share one out_dir)
+    d.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{d.name}.tmp-", dir=d.parent))
+    tmp.chmod(0o755)
+    try:
+        cfg = _config(case)
+        torch.manual_seed(_seed_for(case))
+        model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", dtype=torch.float32)
+        _randomize(model, _seed_for(case))
+        if cfg.tie_word_embeddings:
+            model.tie_weights()
+        model.to(getattr(torch, dtype))
+        model.eval()
+        model.generation_config.do_sample = False  # generation defaults: greedy
+        model.save_pretrained(tmp, safe_serialization=True)
 
-    cfg = _config(case)
-    torch.manual_seed(_seed_for(case))
-    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", dtype=torch.float32)
-    _randomize(model, _seed_for(case))
-    if cfg.tie_word_embeddings:
-        model.tie_weights()
-    model.to(getattr(torch, dtype))
-    model.eval()
-    # generation defaults: greedy
-    model.generation_config.do_sample = False
-    model.save_pretrained(d, safe_serialization=True)
-
-    cfg_path = d / "config.json"
-    conf = json.loads(cfg_path.read_text())
-    if case == "qwen2_window_legacy":
-        conf.pop("layer_types", None)
-    if legacy_rope:
-        conf = _legacy_rope_shape(conf, "type" if legacy_rope == "type" else "rope_type")
-    if legacy_moe_key and "num_local_experts" in conf:
-        conf["num_experts"] = conf.pop("num_local_experts")
-    cfg_path.write_text(json.dumps(conf, indent=2, sort_keys=True) + "\n")
+        cfg_path = tmp / "config.json"
+        conf = json.loads(cfg_path.read_text())
+        if case == "qwen2_window_legacy":
+            conf.pop("layer_types", None)
+        if legacy_rope:
+            conf = _legacy_rope_shape(conf, "type" if legacy_rope == "type" else "rope_type")
+        if legacy_moe_key and "num_local_experts" in conf:
+            conf["num_experts"] = conf.pop("num_local_experts")
+        cfg_path.write_text(json.dumps(conf, indent=2, sort_keys=True) + "\n")
+        try:
+            os.rename(tmp, d)
+        except OSError:  # another worker published it first
+            if not (d / "config.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return d
 
 
