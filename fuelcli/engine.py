@@ -17,26 +17,29 @@ from .weights.model import ModelWeights
 
 class Engine:
     def __init__(self, cfg: ModelConfig, weights: ModelWeights, n_ctx: int | None = None):
-        from numba.typed import List
-
         from .kernels import cpu
 
         self.cfg, self.weights, self._cpu = cfg, weights, cpu
         self.n_ctx = min(n_ctx or cfg.max_position, cfg.max_position)
-        mats, codes, vecs = List(), [], List()
+        mats, vecs, vec_tab = [], [], []
+        self._keep = []  # the arrays whose addresses the kernel reads must outlive it
 
         def mat(t):
             if t is None:
                 return -1
-            mats.append(t.data)
-            codes.append(FORMATS[t.fmt].code)
+            data = t.data
+            if not data.flags.c_contiguous:
+                raise ValueError(f"{t.name}: weight rows must be C-contiguous")
+            self._keep.append(data)
+            mats.append((data.ctypes.data, data.shape[0], data.shape[1], FORMATS[t.fmt].code))
             return len(mats) - 1
 
         def vec(a):
             if a is None:
                 return -1
-            vecs.append(np.ascontiguousarray(a, np.float32))
-            return len(vecs) - 1
+            vec_tab.append((sum(len(v) for v in vecs), len(a)))
+            vecs.append(np.asarray(a, np.float32))
+            return len(vec_tab) - 1
 
         L = cfg.num_layers
         self.mat_idx = np.full((L, cpu.N_MATS), -1, np.int64)
@@ -55,7 +58,9 @@ class Engine:
                             (cpu.V_KB, w.k_bias), (cpu.V_VB, w.v_bias), (cpu.V_OB, w.o_bias),
                             (cpu.V_QN, w.q_norm), (cpu.V_KN, w.k_norm)):
                 self.vec_idx[l, slot] = vec(a)
-        self.mats, self.codes, self.vecs = mats, np.array(codes, np.int64), vecs
+        self.mats = np.array(mats, np.int64).reshape(-1, 4)
+        self.vecs = np.concatenate(vecs).astype(np.float32)
+        self.vec_tab = np.array(vec_tab, np.int64).reshape(-1, 2)
         dims = np.zeros(cpu.N_DIMS, np.int64)
         dims[cpu.D_H], dims[cpu.D_NH], dims[cpu.D_NKV] = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads
         dims[cpu.D_HD], dims[cpu.D_I], dims[cpu.D_MOE_I] = cfg.head_dim, cfg.intermediate_size, cfg.moe_intermediate_size
@@ -88,7 +93,7 @@ class Engine:
         logits = np.empty((T if all_logits else 1, self.cfg.vocab_size), np.float32)
         H = self.cfg.hidden_size
         hidden_out = np.empty((self.cfg.num_layers + 1, T, H) if hidden else (0, T, H), np.float32)
-        self._cpu.forward(tokens, self.pos, self.mats, self.codes, self.mat_idx, self.exp_idx, self.vecs,
+        self._cpu.forward(tokens, self.pos, self.mats, self.mat_idx, self.exp_idx, self.vecs, self.vec_tab,
                           self.vec_idx, self.embed_i, self.out_i, self.final_norm_i, self.dims,
                           np.float32(self.cfg.rms_norm_eps), self.windows, self.cos, self.sin,
                           self.k_cache, self.v_cache, all_logits, logits, hidden_out)

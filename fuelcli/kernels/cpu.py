@@ -1,21 +1,26 @@
 """Numba CPU kernels: the whole decoder forward in one njit call.
 
 Calling a parallel numba function from Python costs milliseconds of thread wake-up here, so the
-engine makes one call per forward (prefill of T tokens or decode of one). Weights arrive as a typed
-List of uint8 row matrices in their stored format plus an integer format code each; rows are
-decoded on the fly (`quant.dot_row` fused for one token, `quant.dequant_row` + dots for many).
+engine makes one call per forward (prefill of T tokens or decode of one). Weight matrices stay where
+they are (mmap'd files) in their stored format: `mats` is an int64 table of (address, rows,
+row_bytes, format code) per matrix, viewed as uint8 [rows, row_bytes] inside the kernel. (A numba
+typed List of arrays would do too, but building one compiles list code at every start: seconds.)
+Rows are decoded on the fly (`quant.dot_row` fused for one token, tiles for many).
+Norms and biases are f32 in one flat array `vecs` with a (offset, length) table `vec_tab`.
 
 Slot tables (built by engine.py) say which matrix/vector a layer reads:
-  mat_idx[l, M_*] -> index into `mats` (-1 = absent); vec_idx[l, V_*] -> index into `vecs`.
+  mat_idx[l, M_*] -> row of `mats` (-1 = absent); vec_idx[l, V_*] -> row of `vec_tab`.
   exp_idx[l, e, 0..2] -> gate/up/down matrix of expert e.
 """
 
 import math
 
 import numpy as np
-from numba import njit, prange
+from llvmlite import ir
+from numba import carray, njit, prange, types
+from numba.extending import intrinsic
 
-from .quant import dequant_row, dot_row, tile_matmul
+from .quant import dequant_row, dot_row, dot_row_q16, q16_supported, quantize_x16, tile_matmul
 
 M_Q, M_K, M_V, M_O, M_GATE, M_UP, M_DOWN, M_ROUTER = range(8)
 N_MATS = 8
@@ -28,17 +33,50 @@ N_DIMS = 10
 ROWS_PER_TASK = 16  # rows a parallel task decodes into its f32 tile before the micro-kernel
 
 
+@intrinsic
+def _u8_ptr(typingctx, addr):
+    """An int64 address as a uint8 pointer, for carray."""
+    sig = types.CPointer(types.uint8)(types.int64)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], ir.PointerType(ir.IntType(8)))
+
+    return sig, codegen
+
+
+@njit(inline="always")
+def mat(mats, i):
+    """Matrix i of the table as uint8 [rows, row_bytes] (no copy)."""
+    return carray(_u8_ptr(mats[i, 0]), (mats[i, 1], mats[i, 2]))
+
+
+@njit(inline="always")
+def vec(vecs, vec_tab, i):
+    return vecs[vec_tab[i, 0] : vec_tab[i, 0] + vec_tab[i, 1]]
+
+
 @njit(parallel=True, fastmath=True, cache=True)
-def matmul(x, w, code, out):
+def matmul(x, w, code, out, q16=True):
     """out[t, n] = sum_k x[t, k] * W[n, k] for the stored rows W (format `code`).
 
-    One token: fused `dot_row` per row. Several: each task dequantises ROWS_PER_TASK rows into an
-    f32 tile once and runs the 4-row x 2-token register-blocked `tile_matmul` over all tokens
-    (2.3-2.7x the row-at-a-time dots at T=128; as fast as SciPy's sgemm on the same tiles)."""
+    One token, quantised formats (with AVX2): x is quantised once to int16 per 32-block
+    (`quantize_x16`) and each row dotted in integers by `dot_row_q16` (vpmaddwd; 2.5-3.9x the f32
+    dots, error ~1e-5 of sum|w*x|). q16=False, float formats or no AVX2: fused f32 `dot_row` per
+    row. Several tokens: each task dequantises ROWS_PER_TASK rows into an f32 tile once and runs
+    the 4-row x 2-token register-blocked `tile_matmul` over all tokens (2.3-2.7x the row-at-a-time
+    dots at T=128; as fast as SciPy's sgemm on the same tiles)."""
     T, K = x.shape
     N = w.shape[0]
     if T == 1:
         x0 = x[0]
+        if q16 and q16_supported(code):
+            xq = np.empty(K, np.int16)
+            xs = np.empty(K // 32, np.float32)
+            xf = np.empty(K // 32, np.float32)
+            quantize_x16(x0, xq, xs, xf)
+            for n in prange(N):
+                out[0, n] = dot_row_q16(code, w[n], xq, xs, xf)
+            return
         for n in prange(N):
             out[0, n] = dot_row(code, w[n], x0)
         return
@@ -171,7 +209,7 @@ def route(logits, k, renorm, experts, weights):
 
 
 @njit(fastmath=True, cache=True)
-def moe(h, router, router_code, mats, codes, exp_idx_l, k, renorm, moe_i, out):
+def moe(h, router, router_code, mats, exp_idx_l, k, renorm, moe_i, out):
     T, H = h.shape
     n_exp = router.shape[0]
     logits = np.empty((T, n_exp), np.float32)
@@ -187,13 +225,14 @@ def moe(h, router, router_code, mats, codes, exp_idx_l, k, renorm, moe_i, out):
         ht = h[t : t + 1]
         for i in range(k):
             e = exp_idx_l[experts[i]]
-            swiglu(ht, mats[e[0]], codes[e[0]], mats[e[1]], codes[e[1]], mats[e[2]], codes[e[2]], gate, up, y)
+            swiglu(ht, mat(mats, e[0]), mats[e[0], 3], mat(mats, e[1]), mats[e[1], 3], mat(mats, e[2]),
+                   mats[e[2], 3], gate, up, y)
             for j in range(H):
                 out[t, j] += weights[i] * y[0, j]
 
 
 @njit(fastmath=True, cache=True)
-def forward(tokens, pos0, mats, codes, mat_idx, exp_idx, vecs, vec_idx, embed_i, out_i, final_norm_i,
+def forward(tokens, pos0, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, embed_i, out_i, final_norm_i,
             dims, eps, windows, cos, sin, k_cache, v_cache, all_logits, logits, hidden_out):
     """One forward over T new tokens at positions pos0..pos0+T-1, writing K/V into the cache.
 
@@ -204,8 +243,9 @@ def forward(tokens, pos0, mats, codes, mat_idx, exp_idx, vecs, vec_idx, embed_i,
     H, nh, nkv, hd = dims[D_H], dims[D_NH], dims[D_NKV], dims[D_HD]
     L = mat_idx.shape[0]
     x = np.empty((T, H), np.float32)
+    embed = mat(mats, embed_i)
     for t in range(T):
-        dequant_row(codes[embed_i], mats[embed_i][tokens[t]], x[t])
+        dequant_row(mats[embed_i, 3], embed[tokens[t]], x[t])
     keep_hidden = hidden_out.shape[0] > 0
     if keep_hidden:
         hidden_out[0] = x
@@ -221,17 +261,17 @@ def forward(tokens, pos0, mats, codes, mat_idx, exp_idx, vecs, vec_idx, embed_i,
     for l in range(L):
         mi = mat_idx[l]
         vi = vec_idx[l]
-        rmsnorm(x, vecs[vi[V_ATTN_NORM]], eps, h)
-        matmul(h, mats[mi[M_Q]], codes[mi[M_Q]], q)
-        matmul(h, mats[mi[M_K]], codes[mi[M_K]], k)
-        matmul(h, mats[mi[M_V]], codes[mi[M_V]], v)
+        rmsnorm(x, vec(vecs, vec_tab, vi[V_ATTN_NORM]), eps, h)
+        matmul(h, mat(mats, mi[M_Q]), mats[mi[M_Q], 3], q)
+        matmul(h, mat(mats, mi[M_K]), mats[mi[M_K], 3], k)
+        matmul(h, mat(mats, mi[M_V]), mats[mi[M_V], 3], v)
         if vi[V_QB] >= 0:
-            add_bias(q, vecs[vi[V_QB]])
-            add_bias(k, vecs[vi[V_KB]])
-            add_bias(v, vecs[vi[V_VB]])
+            add_bias(q, vec(vecs, vec_tab, vi[V_QB]))
+            add_bias(k, vec(vecs, vec_tab, vi[V_KB]))
+            add_bias(v, vec(vecs, vec_tab, vi[V_VB]))
         if vi[V_QN] >= 0:
-            head_rmsnorm(q, nh, hd, vecs[vi[V_QN]], eps)
-            head_rmsnorm(k, nkv, hd, vecs[vi[V_KN]], eps)
+            head_rmsnorm(q, nh, hd, vec(vecs, vec_tab, vi[V_QN]), eps)
+            head_rmsnorm(k, nkv, hd, vec(vecs, vec_tab, vi[V_KN]), eps)
         rope(q, nh, hd, pos0, cos, sin)
         rope(k, nkv, hd, pos0, cos, sin)
         for t in range(T):
@@ -240,22 +280,23 @@ def forward(tokens, pos0, mats, codes, mat_idx, exp_idx, vecs, vec_idx, embed_i,
                     k_cache[l, pos0 + t, j, d] = k[t, j * hd + d]
                     v_cache[l, pos0 + t, j, d] = v[t, j * hd + d]
         attention(q, k_cache[l], v_cache[l], pos0, windows[l], nh, nkv, hd, att)
-        matmul(att, mats[mi[M_O]], codes[mi[M_O]], o)
+        matmul(att, mat(mats, mi[M_O]), mats[mi[M_O], 3], o)
         if vi[V_OB] >= 0:
-            add_bias(o, vecs[vi[V_OB]])
+            add_bias(o, vec(vecs, vec_tab, vi[V_OB]))
         x += o
-        rmsnorm(x, vecs[vi[V_FFN_NORM]], eps, h)
+        rmsnorm(x, vec(vecs, vec_tab, vi[V_FFN_NORM]), eps, h)
         if mi[M_ROUTER] >= 0:
-            moe(h, mats[mi[M_ROUTER]], codes[mi[M_ROUTER]], mats, codes, exp_idx[l], dims[D_TOPK],
+            moe(h, mat(mats, mi[M_ROUTER]), mats[mi[M_ROUTER], 3], mats, exp_idx[l], dims[D_TOPK],
                 dims[D_NORM_TOPK] != 0, dims[D_MOE_I], o)
         else:
-            swiglu(h, mats[mi[M_GATE]], codes[mi[M_GATE]], mats[mi[M_UP]], codes[mi[M_UP]],
-                   mats[mi[M_DOWN]], codes[mi[M_DOWN]], gate, up, o)
+            swiglu(h, mat(mats, mi[M_GATE]), mats[mi[M_GATE], 3], mat(mats, mi[M_UP]), mats[mi[M_UP], 3],
+                   mat(mats, mi[M_DOWN]), mats[mi[M_DOWN], 3], gate, up, o)
         x += o
         if keep_hidden:
             hidden_out[l + 1] = x
-    rmsnorm(x, vecs[final_norm_i], eps, h)
+    rmsnorm(x, vec(vecs, vec_tab, final_norm_i), eps, h)
+    out = mat(mats, out_i)
     if all_logits:
-        matmul(h, mats[out_i], codes[out_i], logits)
+        matmul(h, out, mats[out_i, 3], logits)
     else:
-        matmul(h[T - 1 : T], mats[out_i], codes[out_i], logits)
+        matmul(h[T - 1 : T], out, mats[out_i, 3], logits)
