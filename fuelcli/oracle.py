@@ -196,13 +196,12 @@ def fuel_side(model, ids: list, path: str, decode_steps: int = DEFAULT_DECODE_ST
     from .engine import Engine
     from .run_paths import logits_by_path
 
-    # logits_by_path validates ids (range, context); its "prefill" is exactly our prefill path.
+    # ids are validated by diff(); logits_by_path's "prefill" is exactly our prefill path.
     if path == "prefill":
         out = logits_by_path(model, ids, "prefill", hidden=hidden)
         logits, states = out if hidden else (out, None)
         return np.asarray(logits, np.float32), states, len(ids)
     n_pre = split(len(ids), path, decode_steps)
-    _validate(model, ids)
     engine = Engine(model.cfg, model.weights, n_ctx=len(ids))
     out = engine.prefill(ids[:n_pre], all_logits=True, hidden=hidden)
     rows, states = ([out[0]], [out[1]]) if hidden else ([out], [])
@@ -215,16 +214,6 @@ def fuel_side(model, ids: list, path: str, decode_steps: int = DEFAULT_DECODE_ST
             rows.append(o[None, :])
     logits = np.concatenate(rows).astype(np.float32)
     return logits, (np.concatenate(states, axis=1) if hidden else None), n_pre
-
-
-def _validate(model, ids):
-    if not ids:
-        raise InputError("no tokens given")
-    if len(ids) > model.cfg.max_position:
-        raise InputError(f"{len(ids)} tokens exceed the model's context of {model.cfg.max_position}")
-    bad = [i for i in ids if not 0 <= i < model.cfg.vocab_size]
-    if bad:
-        raise InputError(f"token id {bad[0]} is outside the vocabulary 0..{model.cfg.vocab_size - 1}")
 
 
 # ---------------------------------------------------------------- oracles
@@ -351,7 +340,9 @@ def diff(model, ids: list, oracle: str = "self", path: str = "decode", tol: floa
         raise InputError(f"--path must be decode or prefill, got {path!r}")
     if decode_steps < 1:
         raise InputError(f"--decode-steps must be at least 1, got {decode_steps}")
-    _validate(model, ids)
+    from .run_paths import validate_ids
+
+    validate_ids(model, ids)
     fuel_logits, fuel_states, n_pre = fuel_side(model, ids, path, decode_steps, hidden=layers)
     if oracle == "self":
         ref_logits, ref_states = self_oracle(model, ids, hidden=layers)

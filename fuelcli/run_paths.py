@@ -7,8 +7,8 @@ from .errors import InputError
 PATHS = ("decode", "prefill", "reference")
 
 
-def logits_by_path(model, ids: list[int], path: str, hidden: bool = False):
-    """float32 [seq, vocab]; with hidden=True also the residual stream [L+1, seq, H]."""
+def validate_ids(model, ids: list[int]):
+    """Token ids a forward can take: some, within the context and the vocabulary."""
     if not ids:
         raise InputError("no tokens given")
     if len(ids) > model.cfg.max_position:
@@ -16,6 +16,11 @@ def logits_by_path(model, ids: list[int], path: str, hidden: bool = False):
     bad = [i for i in ids if not 0 <= i < model.cfg.vocab_size]
     if bad:
         raise InputError(f"token id {bad[0]} is outside the vocabulary 0..{model.cfg.vocab_size - 1}")
+
+
+def logits_by_path(model, ids: list[int], path: str, hidden: bool = False):
+    """float32 [seq, vocab]; with hidden=True also the residual stream [L+1, seq, H]."""
+    validate_ids(model, ids)
     if path == "reference":
         from . import reference
 

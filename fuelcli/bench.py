@@ -1,0 +1,498 @@
+"""llama-bench-style throughput: `pp<N>` (prefill N tokens in one batch) and `tg<N>` (N one-token decodes).
+
+What is timed and what is not:
+  * token ids are random (a seeded numpy rng), drawn before the clock starts: no tokenizer, no sampling;
+    a tg test feeds the next pre-drawn random id at every step (llama-bench does the same);
+  * the KV cache is cleared before every run, then `depth` random tokens are prefilled *untimed*, so a
+    test at depth D measures pp/tg after D cached tokens;
+  * every (runner, test) pair gets one untimed warm-up run (JIT compilation, first touch of the weights'
+    pages), then `repetitions` timed runs; with a peer runner the timed runs are interleaved per
+    repetition (fuel, peer, fuel, peer, ...) so that both see the same machine load.
+
+A sample is the seconds of one run; its rate is tokens / seconds. A test reports the mean and the sample
+standard deviation (n - 1) of the rates, and with a peer the ratio fuel mean / peer mean.
+
+Peers (`--compare`) live here too: `LlamaCppRunner` (llama-cpp-python, GGUF only) and
+`TransformersRunner` (HF transformers, float32). Both are imported lazily and raise MissingDependency
+naming the pip package when absent.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import statistics
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from .errors import InputError, MissingDependency
+
+BACKEND = "cpu numba"
+PEERS = ("llama.cpp", "transformers")
+
+
+# ----------------------------------------------------------------------------------------------------
+# what to run
+
+
+@dataclass(frozen=True)
+class TestSpec:
+    __test__ = False  # not a pytest class
+    kind: str  # "pp" | "tg"
+    n_tokens: int
+    depth: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}{self.n_tokens}" + (f" @ d{self.depth}" if self.depth else "")
+
+
+def parse_int_list(text: str, option: str) -> list[int]:
+    """'64,512' -> [64, 512]; every value >= 0; duplicates dropped, order kept."""
+    out = []
+    for part in str(text).replace(" ", "").split(","):
+        if not part:
+            continue
+        try:
+            v = int(part)
+        except ValueError:
+            raise InputError(f"{option} takes comma-separated integers, got {text!r}") from None
+        if v < 0:
+            raise InputError(f"{option} values must be >= 0, got {v}")
+        if v not in out:
+            out.append(v)
+    if not out:
+        raise InputError(f"{option} needs at least one value, got {text!r}")
+    return out
+
+
+def make_tests(pp: list[int], tg: list[int], depths: list[int]) -> list[TestSpec]:
+    """llama-bench order: for each depth, every pp test then every tg test; 0 means skip."""
+    tests = [TestSpec(k, n, d) for d in depths for k, ns in (("pp", pp), ("tg", tg)) for n in ns if n > 0]
+    if not tests:
+        raise InputError("nothing to run: every -p and -n value is 0")
+    return tests
+
+
+def context_needed(tests: list[TestSpec]) -> int:
+    """KV cache positions a run needs: depth + the test's tokens, + 1 spare (the largest over tests)."""
+    return max(t.depth + t.n_tokens for t in tests) + 1
+
+
+# ----------------------------------------------------------------------------------------------------
+# runners: reset + untimed depth fill, then one timed pp or tg run -> seconds
+
+
+class FuelRunner:
+    name = "fuel"
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def prepare(self, depth_ids: np.ndarray):
+        self.engine.reset()
+        if len(depth_ids):
+            self.engine.prefill(depth_ids)
+
+    def pp(self, ids: np.ndarray) -> float:
+        e = self.engine
+        t0 = time.perf_counter()
+        e.prefill(ids)
+        return time.perf_counter() - t0
+
+    def tg(self, ids: np.ndarray) -> float:
+        decode = self.engine.decode
+        toks = [int(t) for t in ids]
+        t0 = time.perf_counter()
+        for t in toks:
+            decode(t)
+        return time.perf_counter() - t0
+
+
+class LlamaCppRunner:
+    """llama-cpp-python on the same GGUF file: `Llama.eval` for pp (one batch: n_batch >= N), one-token
+    `eval` calls for tg, `reset()` (n_tokens = 0; the next eval drops the cache past it) between runs."""
+
+    name = "llama.cpp"
+    pip = "llama-cpp-python"
+
+    def __init__(self, path, threads: int, n_ctx: int, n_batch: int):
+        llama_cpp = import_peer("llama.cpp")
+        self.version = getattr(llama_cpp, "__version__", "?")
+        self.threads = threads
+        self.detail = f"llama-cpp-python {self.version}, n_batch {n_batch}"
+        self.llm = llama_cpp.Llama(model_path=str(path), n_threads=threads, n_threads_batch=threads, n_ctx=n_ctx,
+                                   n_batch=n_batch, n_ubatch=n_batch, verbose=False)
+
+    def prepare(self, depth_ids: np.ndarray):
+        self.llm.reset()
+        if len(depth_ids):
+            self.llm.eval([int(t) for t in depth_ids])
+
+    def pp(self, ids: np.ndarray) -> float:
+        toks = [int(t) for t in ids]
+        t0 = time.perf_counter()
+        self.llm.eval(toks)
+        return time.perf_counter() - t0
+
+    def tg(self, ids: np.ndarray) -> float:
+        ev = self.llm.eval
+        toks = [[int(t)] for t in ids]
+        t0 = time.perf_counter()
+        for t in toks:
+            ev(t)
+        return time.perf_counter() - t0
+
+
+class TransformersRunner:
+    """HF transformers in float32 (the directory, or `gguf_file=` for a GGUF, which it dequantises):
+    pp = one forward over N ids (logits of the last position only, as fuel), tg = N one-token forwards
+    through `past_key_values`, all under torch.inference_mode(); a fresh cache per run."""
+
+    name = "transformers"
+    pip = "transformers torch"
+
+    def __init__(self, source, threads: int):
+        import_peer("transformers")
+        import torch
+        import transformers
+        from transformers import AutoModelForCausalLM
+
+        transformers.utils.logging.disable_progress_bar()  # its own bars would fight ours on stderr
+
+        self.torch = torch
+        torch.set_num_threads(threads)
+        self.threads = torch.get_num_threads()
+        kw = dict(dtype=torch.float32)
+        if source.kind == "gguf":
+            self.model = AutoModelForCausalLM.from_pretrained(str(source.path.parent), gguf_file=source.path.name, **kw)
+        else:
+            self.model = AutoModelForCausalLM.from_pretrained(str(source.path), **kw)
+        self.model.eval()
+        # transformers >= 5.2x names the KV cache argument `cache` (`past_key_values` is deprecated)
+        import inspect
+
+        self.cache_kw = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+        attn = getattr(self.model.config, "_attn_implementation", None) or "default"
+        self.version = transformers.__version__
+        self.detail = f"transformers {self.version}, torch {torch.__version__}, float32, attn {attn}"
+        self.past = None
+
+    def _ids(self, ids: np.ndarray):
+        return self.torch.from_numpy(np.ascontiguousarray(ids, np.int64).reshape(1, -1))
+
+    def _forward(self, ids_2d, past):
+        out = self.model(input_ids=ids_2d, use_cache=True, logits_to_keep=1, **{self.cache_kw: past})
+        return getattr(out, self.cache_kw)
+
+    def prepare(self, depth_ids: np.ndarray):
+        self.past = None  # the model starts a fresh DynamicCache
+        if len(depth_ids):
+            with self.torch.inference_mode():
+                self.past = self._forward(self._ids(depth_ids), self.past)
+
+    def pp(self, ids: np.ndarray) -> float:
+        x = self._ids(ids)
+        with self.torch.inference_mode():
+            t0 = time.perf_counter()
+            self.past = self._forward(x, self.past)
+            return time.perf_counter() - t0
+
+    def tg(self, ids: np.ndarray) -> float:
+        xs = [self._ids(ids[i:i + 1]) for i in range(len(ids))]
+        fwd, past = self._forward, self.past
+        with self.torch.inference_mode():
+            t0 = time.perf_counter()
+            for x in xs:
+                past = fwd(x, past)
+            dt = time.perf_counter() - t0
+        self.past = past
+        return dt
+
+
+def import_peer(peer: str):
+    """Import the peer's package or raise MissingDependency naming what to pip install."""
+    try:
+        if peer == "llama.cpp":
+            import llama_cpp
+
+            return llama_cpp
+        if peer == "transformers":
+            import torch  # noqa: F401
+            import transformers
+
+            return transformers
+    except ImportError as e:
+        pip = "llama-cpp-python" if peer == "llama.cpp" else "transformers torch"
+        raise MissingDependency(f"--compare {peer} needs the Python package(s) `{pip}` "
+                                f"({e.name or e} is not installed): pip install {pip}") from None
+    raise InputError(f"--compare takes one of {', '.join(PEERS)}, got {peer!r}")
+
+
+def check_peer(peer: str, source_kind: str):
+    """Validate --compare before anything heavy loads."""
+    if peer not in PEERS:
+        raise InputError(f"--compare takes one of {', '.join(PEERS)}, got {peer!r}")
+    if peer == "llama.cpp" and source_kind != "gguf":
+        raise InputError("--compare llama.cpp needs a GGUF model (llama.cpp reads only GGUF); "
+                         "use --compare transformers for a model directory")
+    import_peer(peer)
+
+
+# ----------------------------------------------------------------------------------------------------
+# results
+
+
+@dataclass
+class Series:
+    """The timed runs of one runner on one test."""
+
+    n_tokens: int
+    seconds: list = field(default_factory=list)
+
+    @property
+    def rates(self) -> list:
+        return [self.n_tokens / s for s in self.seconds]
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.rates)
+
+    @property
+    def std(self) -> float:
+        r = self.rates
+        return statistics.stdev(r) if len(r) > 1 else 0.0
+
+    def to_dict(self) -> dict:
+        return {"samples_s": self.seconds, "samples_ts": self.rates, "avg_ts": self.mean, "stddev_ts": self.std}
+
+
+@dataclass
+class TestResult:
+    __test__ = False
+    spec: TestSpec
+    fuel: Series
+    peer: Series | None = None
+
+    @property
+    def ratio(self) -> float | None:
+        return None if self.peer is None else self.fuel.mean / self.peer.mean
+
+    def to_dict(self, peer_name: str | None) -> dict:
+        d = {"test": self.spec.name, "kind": self.spec.kind, "n_tokens": self.spec.n_tokens,
+             "depth": self.spec.depth, "fuel": self.fuel.to_dict()}
+        if self.peer is not None:
+            d["peer"] = {"name": peer_name, **self.peer.to_dict()}
+            d["ratio"] = self.ratio
+        return d
+
+
+@dataclass
+class ModelInfo:
+    name: str
+    path: str
+    kind: str
+    family: str
+    size_bytes: int
+    params: int
+    formats: dict  # fmt -> number of matrices, most frequent first
+
+
+@dataclass
+class Report:
+    model: ModelInfo
+    threads: int
+    repetitions: int
+    seed: int
+    n_ctx: int
+    tests: list
+    peak_rss_bytes: int = 0
+    peak_rss_fuel_bytes: int = 0  # before any peer was loaded
+    kv_bytes: int = 0
+    peer: dict | None = None  # {"name", "detail", "threads"}
+    backend: str = BACKEND
+
+    @property
+    def peer_name(self) -> str | None:
+        return None if self.peer is None else self.peer["name"]
+
+    def to_dict(self) -> dict:
+        return {"model": asdict(self.model), "backend": self.backend, "threads": self.threads,
+                "repetitions": self.repetitions, "seed": self.seed, "n_ctx": self.n_ctx,
+                "kv_bytes": self.kv_bytes, "peak_rss_bytes": self.peak_rss_bytes,
+                "peak_rss_fuel_bytes": self.peak_rss_fuel_bytes, "peer": self.peer,
+                "tests": [t.to_dict(self.peer_name) for t in self.tests]}
+
+
+def report_from_dict(d: dict) -> Report:
+    """The inverse of Report.to_dict (a saved `-o json` report -> Report, e.g. to render it as md)."""
+    tests = []
+    for t in d["tests"]:
+        spec = TestSpec(t["kind"], t["n_tokens"], t["depth"])
+        peer = Series(spec.n_tokens, list(t["peer"]["samples_s"])) if "peer" in t else None
+        tests.append(TestResult(spec, Series(spec.n_tokens, list(t["fuel"]["samples_s"])), peer))
+    return Report(ModelInfo(**d["model"]), d["threads"], d["repetitions"], d["seed"], d["n_ctx"], tests,
+                  d["peak_rss_bytes"], d["peak_rss_fuel_bytes"], d["kv_bytes"], d["peer"], d["backend"])
+
+
+def model_info(source, cfg, weights) -> ModelInfo:
+    mats = weights.tensors()
+    vecs = [weights.final_norm]
+    for layer in weights.layers:
+        vecs += [v for v in (layer.attn_norm, layer.ffn_norm, layer.q_bias, layer.k_bias, layer.v_bias,
+                             layer.o_bias, layer.q_norm, layer.k_norm) if v is not None]
+    size = sum(t.nbytes for t in mats) + sum(int(v.nbytes) for v in vecs)
+    params = sum(t.numel for t in mats) + sum(int(v.size) for v in vecs)
+    formats = dict(sorted(Counter(t.fmt for t in mats).items(), key=lambda kv: (-kv[1], kv[0])))
+    return ModelInfo(source.name, str(source.path), source.kind, cfg.family, size, params, formats)
+
+
+# ----------------------------------------------------------------------------------------------------
+# the loop
+
+
+def run_bench(fuel, tests: list[TestSpec], repetitions: int, vocab_size: int, seed: int = 0,
+              peer_factory: Callable[[], object] | None = None,
+              on_step: Callable[[str], None] | None = None, after_fuel_warmup: Callable[[], None] | None = None):
+    """Warm up fuel on every test, then (if any) build the peer and warm it up, then the timed runs,
+    interleaved per repetition. Returns (list of TestResult, peer runner or None).
+
+    on_step(description) is called after every run (warm-ups included): the progress bar's tick.
+    after_fuel_warmup() is called once fuel is warm and before the peer loads (the fuel-only RSS mark).
+    """
+    if repetitions < 1:
+        raise InputError(f"-r must be at least 1, got {repetitions}")
+    rng = np.random.default_rng(seed)
+    tick = on_step or (lambda desc: None)
+
+    def draw(n):
+        return rng.integers(0, vocab_size, size=n, dtype=np.int64)
+
+    def once(runner, spec: TestSpec, depth_ids, ids) -> float:
+        runner.prepare(depth_ids)
+        return runner.pp(ids) if spec.kind == "pp" else runner.tg(ids)
+
+    # the same ids for every runner in one repetition; fresh ids per repetition
+    warm_ids = [(draw(t.depth), draw(t.n_tokens)) for t in tests]
+    for spec, (d, x) in zip(tests, warm_ids):
+        once(fuel, spec, d, x)
+        tick(f"fuel warm-up {spec.name}")
+    if after_fuel_warmup:
+        after_fuel_warmup()
+    peer = None
+    if peer_factory is not None:
+        peer = peer_factory()
+        tick(f"{peer.name} loaded")
+        for spec, (d, x) in zip(tests, warm_ids):
+            once(peer, spec, d, x)
+            tick(f"{peer.name} warm-up {spec.name}")
+    results = []
+    for spec in tests:
+        res = TestResult(spec, Series(spec.n_tokens), None if peer is None else Series(spec.n_tokens))
+        for rep in range(repetitions):
+            d, x = draw(spec.depth), draw(spec.n_tokens)
+            res.fuel.seconds.append(once(fuel, spec, d, x))
+            tick(f"fuel {spec.name} {rep + 1}/{repetitions}")
+            if peer is not None:
+                res.peer.seconds.append(once(peer, spec, d, x))
+                tick(f"{peer.name} {spec.name} {rep + 1}/{repetitions}")
+        results.append(res)
+    return results, peer
+
+
+def steps_total(n_tests: int, repetitions: int, with_peer: bool) -> int:
+    per_runner = n_tests * (1 + repetitions)
+    return per_runner * (2 if with_peer else 1) + (1 if with_peer else 0)
+
+
+# ----------------------------------------------------------------------------------------------------
+# rendering
+
+
+def human_bytes(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n} B"
+
+
+def human_count(n: int) -> str:
+    for unit, scale in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return str(n)
+
+
+def formats_text(formats: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in formats.items())
+
+
+def _ts(s: Series) -> str:
+    return f"{s.mean:.2f} ± {s.std:.2f}"
+
+
+def render_md(rep: Report) -> str:
+    m, peer = rep.model, rep.peer_name
+    cols = ["model", "size", "params", "backend", "threads", "test", "t/s"]
+    align = ["---", "---:", "---:", "---", "---:", "---:", "---:"]
+    if peer:
+        cols += [f"{peer} t/s", f"fuel/{peer}"]
+        align += ["---:", "---:"]
+    lines = ["| " + " | ".join(cols) + " |", "| " + " | ".join(align) + " |"]
+    for t in rep.tests:
+        row = [m.name, human_bytes(m.size_bytes), human_count(m.params), rep.backend, str(rep.threads),
+               t.spec.name, _ts(t.fuel)]
+        if peer:
+            row += [_ts(t.peer), f"{t.ratio:.2f}"]
+        lines.append("| " + " | ".join(row) + " |")
+    notes = [f"formats: {formats_text(m.formats)}", f"r={rep.repetitions}, seed {rep.seed}, n_ctx {rep.n_ctx}",
+             f"KV cache {human_bytes(rep.kv_bytes)}", f"peak RSS {human_bytes(rep.peak_rss_bytes)}"]
+    if peer:
+        notes[-1] += f" (fuel alone {human_bytes(rep.peak_rss_fuel_bytes)})"
+        notes.append(f"peer: {rep.peer['detail']}, threads {rep.peer['threads']}")
+    return "\n".join(lines) + "\n\n" + "; ".join(notes) + "\n"
+
+
+CSV_FIELDS = ["model", "model_kind", "family", "size_bytes", "params", "formats", "backend", "threads",
+              "repetitions", "peak_rss_bytes", "test", "kind", "n_tokens", "depth", "avg_ts", "stddev_ts",
+              "samples_ts", "peer", "peer_avg_ts", "peer_stddev_ts", "peer_samples_ts", "ratio"]
+
+
+def render_csv(rep: Report) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, CSV_FIELDS, lineterminator="\n")
+    w.writeheader()
+    m = rep.model
+    for t in rep.tests:
+        row = dict(model=m.name, model_kind=m.kind, family=m.family, size_bytes=m.size_bytes, params=m.params,
+                   formats=formats_text(m.formats), backend=rep.backend, threads=rep.threads,
+                   repetitions=rep.repetitions, peak_rss_bytes=rep.peak_rss_bytes, test=t.spec.name,
+                   kind=t.spec.kind, n_tokens=t.spec.n_tokens, depth=t.spec.depth, avg_ts=repr(t.fuel.mean),
+                   stddev_ts=repr(t.fuel.std), samples_ts=";".join(repr(r) for r in t.fuel.rates))
+        if t.peer is not None:
+            row.update(peer=rep.peer_name, peer_avg_ts=repr(t.peer.mean), peer_stddev_ts=repr(t.peer.std),
+                       peer_samples_ts=";".join(repr(r) for r in t.peer.rates), ratio=repr(t.ratio))
+        w.writerow(row)
+    return buf.getvalue()
+
+
+def render_json(rep: Report) -> str:
+    def clean(x):  # NaN/inf are not JSON
+        if isinstance(x, float) and not math.isfinite(x):
+            return None
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [clean(v) for v in x]
+        return x
+
+    return json.dumps(clean(rep.to_dict()), indent=2) + "\n"
+
+
+RENDERERS = {"md": render_md, "json": render_json, "csv": render_csv}

@@ -1,0 +1,98 @@
+"""`fuel bench MODEL`: llama-bench-style pp/tg throughput, optionally side by side with a peer runner."""
+
+import sys
+from typing import Optional
+
+import typer
+
+from .cli import ModelArg, Revision, app
+from .errors import InputError
+
+
+@app.command()
+def bench(
+    model: str = ModelArg,
+    n_prompt: str = typer.Option("512", "-p", "--n-prompt", help="pp tests: prompt sizes, comma list; 0 = none"),
+    n_gen: str = typer.Option("128", "-n", "--n-gen", help="tg tests: tokens to generate, comma list; 0 = none"),
+    depth: str = typer.Option("0", "-d", "--n-depth", help="context depth: tokens cached (untimed) before each run, comma list"),
+    repetitions: int = typer.Option(5, "-r", "--repetitions", help="timed runs per test, after one untimed warm-up"),
+    threads: Optional[int] = typer.Option(None, "-t", "--threads", help="numba threads (default: numba's); peers get the same"),
+    output: str = typer.Option("md", "-o", "--output", help="md | json | csv"),
+    compare: Optional[str] = typer.Option(None, "--compare", help="also run the tests on a peer, interleaved: "
+                                          "llama.cpp (GGUF, needs llama-cpp-python) | transformers (float32)"),
+    seed: int = typer.Option(0, "--seed", help="seed of the random token ids"),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bar on stderr"),
+    revision: Optional[str] = Revision,
+):
+    """Measure prefill (pp<N>) and decode (tg<N>) speed in tokens/s: mean ± std over -r runs.
+
+    The table (or JSON / CSV) goes to stdout, the progress bar to stderr.
+    """
+    from . import bench as B
+
+    if output not in B.RENDERERS:
+        raise InputError(f"-o must be one of {', '.join(B.RENDERERS)}, got {output!r}")
+    if repetitions < 1:
+        raise InputError(f"-r must be at least 1, got {repetitions}")
+    if threads is not None and threads < 1:
+        raise InputError(f"-t must be at least 1, got {threads}")
+    tests = B.make_tests(B.parse_int_list(n_prompt, "-p"), B.parse_int_list(n_gen, "-n"),
+                         B.parse_int_list(depth, "-d"))
+
+    from .engine import Engine  # sets numba's threading environment first
+    from .loader import open_model
+    from .memory import peak_rss_bytes
+
+    import numba
+
+    if threads is not None:
+        if threads > numba.config.NUMBA_NUM_THREADS:
+            raise InputError(f"-t {threads} exceeds numba's pool of {numba.config.NUMBA_NUM_THREADS} threads "
+                             "(set FUEL_THREADS to enlarge it)")
+        numba.set_num_threads(threads)
+    n_threads = numba.get_num_threads()
+
+    if compare is not None:
+        B.import_peer(compare)  # fail fast: an unknown or missing peer, before loading anything heavy
+    m = open_model(model, revision)
+    if compare is not None:
+        B.check_peer(compare, m.source.kind)
+    n_ctx = B.context_needed(tests)
+    if n_ctx > m.cfg.max_position:
+        raise InputError(f"the tests need a context of {n_ctx} (depth + tokens + 1); the model's is {m.cfg.max_position}")
+    engine = Engine(m.cfg, m.weights, n_ctx=n_ctx)
+    info = B.model_info(m.source, m.cfg, m.weights)
+
+    peer_factory = None
+    if compare == "llama.cpp":
+        n_batch = max(512, max(t.n_tokens for t in tests if t.kind == "pp") if any(t.kind == "pp" for t in tests) else 0)
+        peer_factory = lambda: B.LlamaCppRunner(m.source.path, n_threads, n_ctx, n_batch)  # noqa: E731
+    elif compare == "transformers":
+        peer_factory = lambda: B.TransformersRunner(m.source, n_threads)  # noqa: E731
+
+    rss_fuel = {}
+
+    def mark():
+        rss_fuel["v"] = peak_rss_bytes()
+
+    total = B.steps_total(len(tests), repetitions, peer_factory is not None)
+    if progress:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        bar = Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                       console=Console(stderr=True), transient=True)
+        with bar:
+            task = bar.add_task("fuel warm-up", total=total)
+            results, peer = B.run_bench(B.FuelRunner(engine), tests, repetitions, m.cfg.vocab_size, seed,
+                                        peer_factory, lambda d: bar.update(task, advance=1, description=d), mark)
+    else:
+        results, peer = B.run_bench(B.FuelRunner(engine), tests, repetitions, m.cfg.vocab_size, seed,
+                                    peer_factory, None, mark)
+
+    report = B.Report(info, n_threads, repetitions, seed, n_ctx, results, peak_rss_bytes(), rss_fuel["v"],
+                      engine.kv_bytes)
+    if peer is not None:
+        report.peer = {"name": peer.name, "detail": peer.detail, "threads": peer.threads}
+    sys.stdout.write(B.RENDERERS[output](report))
+    sys.stdout.flush()

@@ -1,0 +1,278 @@
+"""`fuel bench`: the report's structure and arithmetic on a tiny model (never its speed)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from fuelcli import bench as B
+from fuelcli.cli import app
+from fuelcli.errors import InputError, MissingDependency
+
+sys.path.insert(0, str(Path(__file__).parent))
+from tiny_models import write_tiny  # noqa: E402
+
+# llama2 tiny: vocab 256, hidden 64, intermediate 128, 2 layers, 4 heads = 4 kv heads, untied, f32
+TINY_PARAMS = 2 * 256 * 64 + 2 * (4 * 64 * 64 + 3 * 64 * 128) + (2 * 2 + 1) * 64
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory) -> Path:
+    return write_tiny("llama2", tmp_path_factory.mktemp("bench"))
+
+
+def bench(*args) -> str:
+    r = CliRunner().invoke(app, ["bench", *map(str, args), "--no-progress"])
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    assert r.exit_code == 0, r.output
+    return r.stdout
+
+
+def check_series(s: dict, n_tokens: int, reps: int):
+    assert len(s["samples_s"]) == len(s["samples_ts"]) == reps
+    assert all(sec > 0 for sec in s["samples_s"])
+    for sec, ts in zip(s["samples_s"], s["samples_ts"]):
+        assert ts == pytest.approx(n_tokens / sec, rel=1e-12)
+    assert s["avg_ts"] == pytest.approx(statistics.fmean(s["samples_ts"]), rel=1e-12)
+    want_std = statistics.stdev(s["samples_ts"]) if reps > 1 else 0.0
+    assert s["stddev_ts"] == pytest.approx(want_std, rel=1e-9, abs=1e-9)
+
+
+# ---------------------------------------------------------------------------------------------------
+# library: the loop and its arithmetic with fake runners (exact seconds, no clock)
+
+
+class FakeRunner:
+    def __init__(self, name, log, pp_s=0.5, tg_s=0.25):
+        self.name, self.log, self.pp_s, self.tg_s = name, log, pp_s, tg_s
+        self.detail, self.threads, self.calls = f"{name} fake", 1, 0
+
+    def prepare(self, depth_ids):
+        self.log.append((self.name, "prepare", tuple(depth_ids)))
+
+    def pp(self, ids):
+        self.calls += 1
+        self.log.append((self.name, "pp", tuple(ids)))
+        return self.pp_s * self.calls  # 0.5, 1.0, 1.5, ... -> known rates
+
+    def tg(self, ids):
+        self.calls += 1
+        self.log.append((self.name, "tg", tuple(ids)))
+        return self.tg_s * self.calls
+
+
+def test_run_bench_interleaves_and_computes():
+    log = []
+    fuel, peer = FakeRunner("fuel", log), FakeRunner("peer", log, pp_s=1.0, tg_s=1.0)
+    tests = B.make_tests([8], [4], [0, 3])
+    assert [t.name for t in tests] == ["pp8", "tg4", "pp8 @ d3", "tg4 @ d3"]
+    ticks = []
+    results, got_peer = B.run_bench(fuel, tests, 3, vocab_size=50, seed=1, peer_factory=lambda: peer,
+                                    on_step=ticks.append)
+    assert got_peer is peer
+    assert len(ticks) == B.steps_total(len(tests), 3, True)
+    # warm-ups: fuel on all tests, then the peer on all tests; then fuel/peer alternate per repetition
+    runs = [(who, what) for who, what, _ in log if what != "prepare"]
+    assert runs[:4] == [("fuel", "pp"), ("fuel", "tg")] * 2
+    assert runs[4:8] == [("peer", "pp"), ("peer", "tg")] * 2
+    timed = runs[8:]
+    assert [w for w, _ in timed] == ["fuel", "peer"] * (len(tests) * 3)
+    # every run is preceded by prepare(depth ids) of the right length; both runners get the same ids
+    for i in range(0, len(log), 2):
+        (w1, p, depth_ids), (w2, kind, ids) = log[i], log[i + 1]
+        assert p == "prepare" and w1 == w2
+        assert len(ids) in (8, 4) and len(depth_ids) in (0, 3)
+        assert all(0 <= t < 50 for t in depth_ids + ids)
+    timed_log = log[16:]
+    for i in range(0, len(timed_log), 4):
+        assert timed_log[i][2] == timed_log[i + 2][2] and timed_log[i + 1][2] == timed_log[i + 3][2]
+    # arithmetic: fuel's pp8 samples are the 5th..7th calls (after 4 warm-ups) -> 2.5, 3.0, 3.5 s
+    pp8 = results[0]
+    assert pp8.fuel.seconds == [2.5, 3.0, 3.5]
+    rates = [8 / 2.5, 8 / 3.0, 8 / 3.5]
+    assert pp8.fuel.rates == pytest.approx(rates)
+    assert pp8.fuel.mean == pytest.approx(sum(rates) / 3)
+    assert pp8.fuel.std == pytest.approx(math.sqrt(sum((r - sum(rates) / 3) ** 2 for r in rates) / 2))
+    assert pp8.peer.seconds == [5.0, 6.0, 7.0]
+    assert pp8.ratio == pytest.approx(pp8.fuel.mean / statistics.fmean([8 / 5, 8 / 6, 8 / 7]))
+
+
+def test_parse_and_context():
+    assert B.parse_int_list("64, 512,64", "-p") == [64, 512]
+    for bad in ("x", "-1", ""):
+        with pytest.raises(InputError):
+            B.parse_int_list(bad, "-p")
+    tests = B.make_tests([0, 16], [0], [0])
+    assert [t.name for t in tests] == ["pp16"]
+    with pytest.raises(InputError):
+        B.make_tests([0], [0], [0, 5])
+    assert B.context_needed(B.make_tests([16], [40], [10, 2])) == 10 + 40 + 1
+
+
+def test_fuel_runner_fills_depth_and_resets(tiny):
+    from fuelcli.engine import Engine
+    from fuelcli.loader import open_model
+
+    m = open_model(str(tiny))
+    e = Engine(m.cfg, m.weights, n_ctx=32)
+    r = B.FuelRunner(e)
+    rng = np.random.default_rng(0)
+    r.prepare(rng.integers(0, 256, 5))
+    assert e.pos == 5
+    assert r.tg(rng.integers(0, 256, 4)) > 0 and e.pos == 9
+    r.prepare(np.zeros(0, np.int64))
+    assert e.pos == 0
+    assert r.pp(rng.integers(0, 256, 7)) > 0 and e.pos == 7
+
+
+# ---------------------------------------------------------------------------------------------------
+# the command on the tiny model
+
+
+def test_md_table(tiny):
+    out = bench(tiny, "-p", "8,16", "-n", "4", "-r", "2")
+    lines = out.strip().splitlines()
+    assert lines[0] == "| model | size | params | backend | threads | test | t/s |"
+    assert lines[1].count("|") == 8
+    rows = [ln.split(" | ") for ln in lines[2:5]]
+    assert [r[5] for r in rows] == ["pp8", "pp16", "tg4"]
+    import numba
+
+    for r in rows:
+        assert r[0] == "| llama2" and r[3] == "cpu numba" and r[4] == str(numba.get_num_threads())
+        assert r[2] == B.human_count(TINY_PARAMS) and r[1] == B.human_bytes(4 * TINY_PARAMS)
+        mean, std = r[6].rstrip(" |").split(" ± ")
+        assert float(mean) > 0 and float(std) >= 0
+    assert lines[5] == ""
+    assert lines[6].startswith("formats: f32 16; r=2, seed 0, n_ctx 17;") and "peak RSS" in lines[6]
+
+
+def test_json_report(tiny):
+    rep = json.loads(bench(tiny, "-p", "8", "-n", "0,4", "-d", "0,3", "-r", "3", "-o", "json"))
+    assert rep["backend"] == "cpu numba" and rep["repetitions"] == 3 and rep["peer"] is None
+    assert rep["model"]["params"] == TINY_PARAMS and rep["model"]["size_bytes"] == 4 * TINY_PARAMS
+    assert rep["model"]["formats"] == {"f32": 16} and rep["model"]["kind"] == "dir"
+    assert rep["n_ctx"] == 3 + 8 + 1
+    assert rep["kv_bytes"] == 2 * 2 * rep["n_ctx"] * 4 * 16 * 4  # K and V, layers, ctx, kv heads, head_dim, f32
+    assert rep["peak_rss_bytes"] >= rep["peak_rss_fuel_bytes"] > 0
+    assert [(t["test"], t["kind"], t["n_tokens"], t["depth"]) for t in rep["tests"]] == [
+        ("pp8", "pp", 8, 0), ("tg4", "tg", 4, 0), ("pp8 @ d3", "pp", 8, 3), ("tg4 @ d3", "tg", 4, 3)]
+    for t in rep["tests"]:
+        check_series(t["fuel"], t["n_tokens"], 3)
+        assert "peer" not in t and "ratio" not in t
+
+
+def test_json_round_trip(tiny):
+    text = bench(tiny, "-p", "8", "-n", "4", "-r", "2", "-o", "json", "--seed", "7")
+    rep = B.report_from_dict(json.loads(text))
+    assert B.render_json(rep) == text
+    md = B.render_md(rep)
+    assert md.splitlines()[2].split(" | ")[5] == "pp8" and "seed 7" in md
+
+
+def test_csv_report(tiny):
+    rows = list(csv.DictReader(io.StringIO(bench(tiny, "-p", "8", "-n", "4", "-r", "2", "-o", "csv"))))
+    assert [r["test"] for r in rows] == ["pp8", "tg4"]
+    for r in rows:
+        assert list(r) == B.CSV_FIELDS
+        samples = [float(x) for x in r["samples_ts"].split(";")]
+        assert len(samples) == 2
+        assert float(r["avg_ts"]) == pytest.approx(statistics.fmean(samples), rel=1e-12)
+        assert float(r["stddev_ts"]) == pytest.approx(statistics.stdev(samples), rel=1e-9)
+        assert int(r["params"]) == TINY_PARAMS and r["formats"] == "f32 16" and r["peer"] == ""
+
+
+@pytest.mark.parametrize("args", [["-p", "0", "-n", "0"], ["-o", "xml"], ["-r", "0"], ["-p", "a"],
+                                  ["-p", "300"], ["--compare", "vllm"], ["--compare", "llama.cpp"]])
+def test_bad_input(tiny, args):
+    r = CliRunner().invoke(app, ["bench", str(tiny), "--no-progress", *args])
+    if args == ["--compare", "llama.cpp"]:  # a directory: llama.cpp needs GGUF (or is not installed)
+        assert isinstance(r.exception, (InputError, MissingDependency)), r.output
+    else:
+        assert isinstance(r.exception, InputError), r.output
+
+
+# ---------------------------------------------------------------------------------------------------
+# --compare transformers on the tiny model
+
+
+def test_compare_transformers(tiny):
+    pytest.importorskip("transformers")
+    rep = json.loads(bench(tiny, "-p", "8", "-n", "4", "-d", "0,2", "-r", "2", "-o", "json", "--compare", "transformers"))
+    assert rep["peer"]["name"] == "transformers" and "float32" in rep["peer"]["detail"]
+    assert rep["peer"]["threads"] >= 1
+    for t in rep["tests"]:
+        check_series(t["fuel"], t["n_tokens"], 2)
+        assert t["peer"]["name"] == "transformers"
+        check_series(t["peer"], t["n_tokens"], 2)
+        assert t["ratio"] == pytest.approx(t["fuel"]["avg_ts"] / t["peer"]["avg_ts"], rel=1e-12)
+    md = bench(tiny, "-p", "8", "-n", "0", "-r", "1", "--compare", "transformers")
+    head, _, row = md.splitlines()[:3]
+    assert head.endswith("| t/s | transformers t/s | fuel/transformers |")
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    fuel_mean, peer_mean = (float(c.split(" ± ")[0]) for c in cells[6:8])
+    assert float(cells[8]) == pytest.approx(fuel_mean / peer_mean, abs=0.01 + 1e-3 * fuel_mean / peer_mean)
+    assert "peer: transformers" in md and "fuel alone" in md
+
+
+def test_transformers_runner_keeps_cache(tiny):
+    pytest.importorskip("transformers")
+    from fuelcli.source import resolve
+
+    r = B.TransformersRunner(resolve(str(tiny)), threads=1)
+    r.prepare(np.arange(3))
+    r.tg(np.arange(4))
+    assert r.past.get_seq_length() == 7
+    r.prepare(np.zeros(0, np.int64))
+    r.pp(np.arange(5))
+    assert r.past.get_seq_length() == 5
+
+
+# ---------------------------------------------------------------------------------------------------
+# a missing peer: one line, exit 4, naming the pip package
+
+
+@pytest.mark.parametrize("peer,module,pip", [("transformers", "transformers", "pip install transformers torch"),
+                                             ("llama.cpp", "llama_cpp", "pip install llama-cpp-python")])
+def test_missing_peer_in_process(tiny, monkeypatch, peer, module, pip):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def fake_import(name, *a, **kw):
+        if name == module or name.startswith(module + "."):
+            raise ImportError(f"No module named {module!r}", name=module)
+        return real_import(name, *a, **kw)
+
+    monkeypatch.setattr(builtins, "__import__", fake_import)
+    with pytest.raises(MissingDependency, match=pip.replace(".", r"\.")):
+        B.import_peer(peer)
+    r = CliRunner().invoke(app, ["bench", str(tiny), "--no-progress", "--compare", peer])
+    assert isinstance(r.exception, MissingDependency) and r.exception.exit_code == 4
+
+
+def test_missing_peer_exit_code(tiny, tmp_path):
+    # a `transformers` package on PYTHONPATH that fails to import, as if it were not installed
+    shadow = tmp_path / "shadow" / "transformers"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError(\"No module named 'transformers'\", name='transformers')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(shadow.parent), str(Path(__file__).parents[1])]))
+    p = subprocess.run([sys.executable, "-m", "fuelcli", "bench", str(tiny), "--compare", "transformers"],
+                       capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 4, p.stderr
+    assert p.stdout == ""
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --compare transformers needs")
+    assert "pip install transformers torch" in lines[0]
