@@ -107,6 +107,10 @@ def logits(
 
 # Subcommands living in their own modules register themselves on `app` when imported.
 # --- subcommand modules (one import line each) ---
+from . import cli_pull  # noqa: E402,F401
+from . import cli_bench  # noqa: E402,F401
+from . import cli_inspect  # noqa: E402,F401
+from . import cli_diff  # noqa: E402,F401
 # --- end subcommand modules ---
 
 

@@ -11,15 +11,24 @@ from .source import ModelSource, resolve
 class Model:
     source: ModelSource
     cfg: ModelConfig
+    gguf: object = None  # the parsed GGUFFile (header + mmap) for .gguf sources: parsed once, shared
 
     @cached_property
     def weights(self):
+        if self.gguf is not None:
+            from .weights.gguf_model import load_gguf_weights
+
+            return load_gguf_weights(self.gguf, self.cfg)
         from .weights.hf import load_hf_weights
 
         return load_hf_weights(self.source.path, self.cfg)
 
     @cached_property
     def tokenizer(self):
+        if self.gguf is not None:
+            from .gguf_tokenizer import tokenizer_from_gguf
+
+            return tokenizer_from_gguf(self.gguf.meta)
         from .tokenizer import Tokenizer
 
         return Tokenizer.from_dir(self.source.path)
@@ -31,4 +40,10 @@ class Model:
 def open_model(model: str, revision: str | None = None) -> Model:
     """Resolves MODEL and reads its config; weights and tokenizer load on first use."""
     source = resolve(model, revision)
+    if source.kind == "gguf":
+        from .weights.gguf import read_gguf
+        from .weights.gguf_model import gguf_config
+
+        gf = read_gguf(source.path)
+        return Model(source, gguf_config(gf), gf)
     return Model(source, load_hf_config(source.path))

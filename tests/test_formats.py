@@ -173,5 +173,122 @@ def test_matmul_prefill_and_decode(fmt):
     matmul(x, raw, FORMATS[fmt].code, out)
     assert np.all(np.abs(out - ref) <= tol)
     out1 = np.empty((1, nrows), np.float32)
-    matmul(x[2:3], raw, FORMATS[fmt].code, out1)
+    matmul(x[2:3], raw, FORMATS[fmt].code, out1, False)  # decode, f32 dot_row
     assert np.all(np.abs(out1 - ref[2:3]) <= tol[2:3])
+    out1[:] = np.nan
+    matmul(x[2:3], raw, FORMATS[fmt].code, out1)  # decode, int16 activations where available
+    assert np.all(np.abs(out1 - ref[2:3]) <= Q16_REL_TOL * (np.abs(x[2:3]) @ np.abs(w).T))
+
+
+# ----------------------------------------------------------------- int16-activation decode path
+
+Q16_FMTS = ["q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q6_k"]
+# |x - xq*xs| <= xs/2 = amax/65534 per element, so |err| <= sum|w| * amax / 65534 (+ f32 sums):
+# measured worst 1e-5 of sum|w*x| for normal x; heavy-tailed x with an outlier reaches ~1e-4
+# (an outlier coarsens its block's step), and is checked against the rounding bound instead
+Q16_REL_TOL = 1e-4
+
+
+def _x_cases(K):
+    rng = np.random.default_rng(7)
+    normal = rng.standard_normal(K).astype(np.float32)
+    heavy = rng.standard_t(2, K).astype(np.float32)  # outliers, as real activations have
+    heavy[5] = 300.0
+    normal[32:64] = 0.0  # an all-zero block (scale 0)
+    return {"normal": normal, "heavy": heavy}
+
+
+def test_quantize_x16(kernels):
+    for x in _x_cases(512).values():
+        xq = np.empty(512, np.int16)
+        xs = np.empty(16, np.float32)
+        xf = np.empty(16, np.float32)
+        kernels.quantize_x16(x, xq, xs, xf)
+        xb = x.reshape(16, 32).astype(np.float64)
+        assert np.allclose(xs, np.abs(xb).max(1) / 32767, rtol=1e-6, atol=0)
+        assert np.abs(xq).max() <= 32767
+        err = np.abs(xq.reshape(16, 32) * xs[:, None].astype(np.float64) - xb)
+        assert np.all(err <= xs[:, None] * (0.5 + 1e-3))
+        assert np.allclose(xf, xb.sum(1), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("fmt", Q16_FMTS)
+def test_dot_row_q16(kernels, fmt):
+    f = FORMATS[fmt]
+    ncols = 1024 if f.block_elems == 256 else 768
+    raw = random_rows(fmt, 16, ncols, seed=60 + f.code)
+    w = dequantize(as_tensor(fmt, raw, ncols)).astype(np.float64)
+    mins = None
+    if fmt in ("q4_1", "q4_k"):  # the per-block min term alone: all quants zeroed
+        z = raw.copy().reshape(-1, f.block_bytes)
+        z[:, 4 if fmt == "q4_1" else 16 :] = 0
+        mins = dequantize(as_tensor(fmt, z.reshape(raw.shape), ncols)).astype(np.float64)
+    xq = np.empty(ncols, np.int16)
+    xs = np.empty(ncols // 32, np.float32)
+    xf = np.empty(ncols // 32, np.float32)
+    for name, x in _x_cases(ncols).items():
+        kernels.quantize_x16(x, xq, xs, xf)
+        got = np.array([kernels.dot_row_q16(f.code, raw[i], xq, xs, xf) for i in range(raw.shape[0])])
+        mag = np.abs(w) @ np.abs(x)
+        # against the int16 x it was given: only f32 scale products and sums differ (catches any
+        # unpacking bug, which would be off by whole weights)
+        # bug, which would be off by whole weights). The min terms of q4_1/q4_k use the f32 block
+        # sums of x, so those parts of the reference take x itself.
+        xd = (xq.reshape(-1, 32) * xs[:, None].astype(np.float64)).ravel()
+        ref = w @ xd + (mins @ (x - xd) if mins is not None else 0.0)
+        assert np.all(np.abs(got - ref) <= 1e-5 * mag), (fmt, name, np.max(np.abs(got - ref) / mag))
+        # against the f32 x: within the rounding bound sum_j |w_j| * xs_b / 2 (+ f32 slack), and for
+        # normal x within Q16_REL_TOL of sum|w*x|
+        err = np.abs(got - w @ x)
+        bound = np.abs(w) @ np.repeat(xs.astype(np.float64) / 2, 32)
+        assert np.all(err <= bound + 1e-5 * mag), (fmt, name)
+        rel = np.max(err / mag)
+        print(f"q16 {fmt} {name}: max err / sum|w*x| = {rel:.2e}, / rounding bound = {np.max(err / bound):.2f}")
+        if name == "normal":
+            assert rel <= Q16_REL_TOL, (fmt, name, rel)
+        out = np.empty(raw.shape[0], np.float32)
+        kernels.matvec_q16(f.code, raw, x, out)
+        assert np.array_equal(out, got.astype(np.float32))
+
+
+def test_q16_fallbacks(tmp_path):
+    """FUEL_NO_Q16=1 turns the path off in matmul; without AVX2 the row kernels emit portable IR
+    instead of the x86 intrinsic and still agree with the AVX2 build."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+import numpy as np
+sys.path.insert(0, %(tests)r)
+from test_formats import random_rows, Q16_FMTS
+from fuelcli.weights.formats import FORMATS
+from fuelcli.kernels import quant, cpu
+assert not quant.Q16
+assert not any(quant.q16_supported(FORMATS[f].code) for f in Q16_FMTS)
+quant.HAVE_AVX2 = False  # read when the intrinsics are compiled
+for fmt in Q16_FMTS:
+    f = FORMATS[fmt]
+    raw = random_rows(fmt, 5, 512, seed=1)
+    x = np.random.default_rng(2).standard_normal(512).astype(np.float32)
+    out = np.empty(5, np.float32)
+    quant.matvec_q16(f.code, raw, x, out)
+    print(fmt, *out.view(np.uint32))
+"""
+    env = dict(os.environ, FUEL_NO_Q16="1", NUMBA_CACHE_DIR=str(tmp_path / "numba"))
+    tests = os.path.dirname(os.path.abspath(__file__))
+    res = subprocess.run([sys.executable, "-c", code % {"tests": tests}], env=env, capture_output=True,
+                         text=True, cwd=os.path.dirname(tests), timeout=600)
+    assert res.returncode == 0, res.stderr
+    from fuelcli.kernels import quant
+
+    lines = res.stdout.split("\n")
+    for fmt, line in zip(Q16_FMTS, lines):
+        f = FORMATS[fmt]
+        raw = random_rows(fmt, 5, 512, seed=1)
+        x = np.random.default_rng(2).standard_normal(512).astype(np.float32)
+        out = np.empty(5, np.float32)
+        quant.matvec_q16(f.code, raw, x, out)
+        # same integer sums, same f32 operations: equal up to LLVM's choice of FMA contraction
+        got = np.array(line.split()[1:], np.uint32).view(np.float32)
+        assert line.split()[0] == fmt and np.allclose(got, out, rtol=1e-6, atol=1e-6 * np.abs(out).max())

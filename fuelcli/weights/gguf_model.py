@@ -1,0 +1,160 @@
+"""GGUF metadata -> ModelConfig, GGUF tensor names -> ModelWeights.
+
+The metadata is first turned into an HF-style config.json dict so that `config.from_hf_config`
+stays the one place where a config is validated and resolved, whatever the file kind.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..config import ModelConfig, from_hf_config
+from ..errors import ConfigError
+from ..families import BY_GGUF_ARCH
+from .gguf import GGUFFile
+from .model import LayerWeights, Lookup, ModelWeights, check_layer_count, expert_views
+from .tensor import Tensor
+
+# GGUF key suffix (after "{arch}.") -> HF config.json key
+_KEYS = {
+    "block_count": "num_hidden_layers",
+    "embedding_length": "hidden_size",
+    "feed_forward_length": "intermediate_size",
+    "attention.head_count": "num_attention_heads",
+    "attention.head_count_kv": "num_key_value_heads",
+    "rope.freq_base": "rope_theta",
+    "attention.layer_norm_rms_epsilon": "rms_norm_eps",
+    "context_length": "max_position_embeddings",
+    "attention.key_length": "head_dim",
+    "expert_count": "num_experts",
+    "expert_used_count": "num_experts_per_tok",
+    "expert_feed_forward_length": "moe_intermediate_size",
+}
+
+
+def _scalar(v):
+    # head_count(_kv) may be a per-layer array in some files; a uniform one is fine.
+    if isinstance(v, list):
+        if len(set(v)) != 1:
+            raise ConfigError(f"per-layer values {v[:4]}... are not supported")
+        return v[0]
+    return v
+
+
+def config_from_gguf(meta: dict, tensor_names=None) -> dict:
+    """GGUF metadata (+ the tensor names, which say tying and biases) -> HF config.json dict."""
+    arch = meta.get("general.architecture")
+    family = BY_GGUF_ARCH.get(arch)
+    if family is None:
+        raise ConfigError(
+            f"unsupported GGUF architecture {arch!r}; supported: {', '.join(BY_GGUF_ARCH)}"
+        )
+    names = set(tensor_names or ())
+    d: dict = {"model_type": family.model_type}
+    for key, hf in _KEYS.items():
+        if f"{arch}.{key}" in meta:
+            d[hf] = _scalar(meta[f"{arch}.{key}"])
+    vlen = meta.get(f"{arch}.attention.value_length")
+    if vlen is not None and vlen != d.get("head_dim", vlen):
+        raise ConfigError(f"key_length {d['head_dim']} != value_length {vlen} is not supported")
+    if "intermediate_size" not in d and "moe_intermediate_size" in d:
+        d["intermediate_size"] = d["moe_intermediate_size"]  # all-MoE files may omit the dense size
+    if family.moe:
+        d["norm_topk_prob"] = True  # llama.cpp's qwen3moe always renormalises (transformers' GGUF default too)
+
+    stype = meta.get(f"{arch}.rope.scaling.type")
+    if stype not in (None, "none"):
+        d["rope_scaling"] = {
+            "rope_type": stype,  # linear is supported; yarn etc. fail in from_hf_config with the list
+            "factor": meta.get(f"{arch}.rope.scaling.factor"),
+            "original_max_position_embeddings": meta.get(f"{arch}.rope.scaling.original_context_length"),
+        }
+    if "rope_freqs.weight" in names:
+        # Llama-3.1 files carry the three-band factors as a tensor rather than as metadata.
+        raise ConfigError("GGUF rope_freqs tensor (llama3 rope scaling) is not supported")
+
+    tokens = meta.get("tokenizer.ggml.tokens")
+    if tokens is not None:
+        d["vocab_size"] = len(tokens)
+    elif f"{arch}.vocab_size" in meta:
+        d["vocab_size"] = meta[f"{arch}.vocab_size"]
+    if tensor_names is not None:
+        d["tie_word_embeddings"] = "output.weight" not in names
+        if family.model_type in ("llama", "qwen3", "qwen3_moe"):
+            d["attention_bias"] = "blk.0.attn_q.bias" in names
+    if "tokenizer.ggml.bos_token_id" in meta:
+        d["bos_token_id"] = meta["tokenizer.ggml.bos_token_id"]
+    eos = [meta[k] for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id") if k in meta]
+    if eos:
+        d["eos_token_id"] = list(dict.fromkeys(eos))
+    return d
+
+
+def gguf_config(gf: GGUFFile) -> ModelConfig:
+    return from_hf_config(config_from_gguf(gf.meta, gf.tensors.keys()), source="gguf")
+
+
+def unpermute_rows(a: np.ndarray, n_head: int) -> np.ndarray:
+    """Undo convert_hf_to_gguf's q/k permute (HF rotate-half -> ggml adjacent pairs) on rows.
+
+    Inverse of llama.cpp's permute; the same formula as transformers' `_reverse_permute_weights`.
+    Works on the uint8 row matrix of any block format (rows are independent) and on 1-D biases.
+    """
+    half = a.shape[0] // n_head // 2
+    out = np.ascontiguousarray(a.reshape(n_head, half, 2, *a.shape[1:]).swapaxes(1, 2).reshape(a.shape))
+    # All matrices share one numba typed List whose element type is a read-only array (mmap views).
+    out.flags.writeable = False
+    return out
+
+
+def _unpermuted(t: Tensor, n_head: int) -> Tensor:
+    return Tensor(t.name, t.fmt, t.shape, unpermute_rows(t.data, n_head))
+
+
+def load_gguf_weights(gf: GGUFFile, cfg: ModelConfig) -> ModelWeights:
+    w = Lookup(gf.tensors, gf.path)
+    H, V, D, E = cfg.hidden_size, cfg.vocab_size, cfg.head_dim, cfg.num_experts
+    permuted = gf.meta.get("general.architecture") == "llama"  # qwen files keep the HF layout
+
+    def qk(t: Tensor, n_head: int) -> Tensor:
+        return _unpermuted(t, n_head) if permuted else t
+
+    def qk_vec(a, n_head):
+        return unpermute_rows(a, n_head).copy() if permuted and a is not None else a
+
+    embed = w.matrix("token_embd.weight", (V, H))
+    output = w.matrix("output.weight", (V, H)) if w.has("output.weight") else embed  # tied: same object
+    layers = []
+    for i in range(cfg.num_layers):
+        p = f"blk.{i}"
+        layer = LayerWeights(
+            attn_norm=w.vector(f"{p}.attn_norm.weight", H),
+            q=qk(w.matrix(f"{p}.attn_q.weight", (cfg.q_dim, H)), cfg.num_heads),
+            k=qk(w.matrix(f"{p}.attn_k.weight", (cfg.kv_dim, H)), cfg.num_kv_heads),
+            v=w.matrix(f"{p}.attn_v.weight", (cfg.kv_dim, H)),
+            o=w.matrix(f"{p}.attn_output.weight", (H, cfg.q_dim)),
+            ffn_norm=w.vector(f"{p}.ffn_norm.weight", H),
+        )
+        if cfg.qkv_bias:
+            layer.q_bias = qk_vec(w.vector(f"{p}.attn_q.bias", cfg.q_dim), cfg.num_heads)
+            layer.k_bias = qk_vec(w.vector(f"{p}.attn_k.bias", cfg.kv_dim), cfg.num_kv_heads)
+            layer.v_bias = w.vector(f"{p}.attn_v.bias", cfg.kv_dim)
+        if cfg.o_bias:
+            layer.o_bias = w.vector(f"{p}.attn_output.bias", H)
+        if cfg.qk_norm:
+            layer.q_norm = w.vector(f"{p}.attn_q_norm.weight", D)
+            layer.k_norm = w.vector(f"{p}.attn_k_norm.weight", D)
+        if cfg.moe_layers[i]:
+            I = cfg.moe_intermediate_size
+            layer.router = w.matrix(f"{p}.ffn_gate_inp.weight", (E, H))
+            layer.gate_exps = expert_views(w.matrix(f"{p}.ffn_gate_exps.weight", (E, I, H)))
+            layer.up_exps = expert_views(w.matrix(f"{p}.ffn_up_exps.weight", (E, I, H)))
+            layer.down_exps = expert_views(w.matrix(f"{p}.ffn_down_exps.weight", (E, H, I)))
+        else:
+            I = cfg.intermediate_size
+            layer.gate = w.matrix(f"{p}.ffn_gate.weight", (I, H))
+            layer.up = w.matrix(f"{p}.ffn_up.weight", (I, H))
+            layer.down = w.matrix(f"{p}.ffn_down.weight", (H, I))
+        layers.append(layer)
+    check_layer_count(cfg, layers)
+    return ModelWeights(embed=embed, output=output, final_norm=w.vector("output_norm.weight", H), layers=layers)
