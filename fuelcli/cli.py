@@ -29,7 +29,7 @@ def run(
     top_p: float = typer.Option(0.95, "--top-p", help="nucleus sampling mass; 1 = off"),
     min_p: float = typer.Option(0.05, "--min-p", help="drop tokens below min_p × the top probability; 0 = off"),
     repeat_penalty: float = typer.Option(1.0, "--repeat-penalty", help="penalise recent tokens; 1 = off"),
-    repeat_last_n: int = typer.Option(64, "--repeat-last-n", help="how many recent tokens the penalty sees"),
+    repeat_last_n: int = typer.Option(64, "--repeat-last-n", help="how many recent tokens the penalty sees; 0 = off, -1 = the whole context"),
     seed: Optional[int] = typer.Option(None, "--seed", help="random seed for sampling"),
     stop: list[str] = typer.Option([], "--stop", help="stop when this text appears (repeatable)"),
     system: Optional[str] = typer.Option(None, "--system", help="system message for the chat template"),
@@ -45,13 +45,13 @@ def run(
 
     if max_tokens < 1:
         raise InputError(f"--max-tokens must be at least 1, got {max_tokens}")
+    sampler = Sampler(SamplerParams(temp, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed))
     m = open_model(model, revision)
     tok = m.tokenizer
     ids = tok.encode_prompt(prompt, system=system, chat=not no_chat_template)
     if len(ids) >= m.cfg.max_position:
         raise InputError(f"the prompt has {len(ids)} tokens; the model's context is {m.cfg.max_position}")
     engine = Engine(m.cfg, m.weights, n_ctx=len(ids) + max_tokens)
-    sampler = Sampler(SamplerParams(temp, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed))
     stats = Stats()
     interrupted = False
     try:
@@ -96,12 +96,25 @@ def logits(
         raise InputError(f"--path must be one of {', '.join(PATHS)}, got {path!r}")
     m = open_model(model, revision)
     ids = _parse_tokens(tokens) if tokens is not None else m.tokenizer.encode(prompt)
+    try:
+        out_is_dir = out.is_dir()
+    except OSError:
+        out_is_dir = False  # the write below reports the path
+    if out_is_dir:  # checked before the forward, which may take a while
+        raise InputError(f"--out {out} is a directory; give a file path")
     result = logits_by_path(m, ids, path)
-    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".partial")
-    with open(tmp, "wb") as f:
-        np.save(f, result)
-    tmp.replace(out)  # never a half-written file
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            np.save(f, result)
+        tmp.replace(out)  # never a half-written file
+    except OSError as e:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise InputError(f"cannot write --out {out}: {e.strerror or e}") from None
     _err(f"wrote {out} [{result.shape[0]}, {result.shape[1]}] float32 ({path} path)")
 
 

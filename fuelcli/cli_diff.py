@@ -1,6 +1,7 @@
 """`fuel diff MODEL --oracle self|transformers|PATH`: does fuel's fast path match an oracle?
 
-Exit 0 on pass, 3 (Mismatch) when max|Δ| > --tol or top-1 agreement < --min-top1, 2 on bad input,
+Exit 0 on pass, 3 (Mismatch) when KL(oracle ‖ fuel) at some position > --tol, top-1 agreement <
+--min-top1 or (if given) max|Δ| > --atol; 2 on bad input,
 4 when --oracle transformers lacks its packages.
 """
 
@@ -27,7 +28,8 @@ def diff_cmd(
                              "prefill (the whole sequence as one batch)"),
     decode_steps: int = typer.Option(DEFAULT_DECODE_STEPS, "--decode-steps",
                                      help="tokens decoded one at a time on the decode path (≥ 1 prefilled)"),
-    tol: float = typer.Option(DEFAULT_TOL, "--tol", help="largest allowed max|Δ| of the logits (absolute)"),
+    tol: float = typer.Option(DEFAULT_TOL, "--tol", help="largest allowed KL(oracle ‖ fuel) at any position (nats)"),
+    atol: Optional[float] = typer.Option(None, "--atol", help="also bound max|Δ| of the logits (absolute)"),
     min_top1: float = typer.Option(DEFAULT_MIN_TOP1, "--min-top1", help="smallest allowed top-1 agreement rate"),
     layers: bool = typer.Option(False, "--layers", help="per-layer max|Δ| of the residual stream; names the "
                                 "first layer out of tolerance"),
@@ -42,11 +44,11 @@ def diff_cmd(
 
     if (prompt is None) == (tokens is None):
         raise InputError("give exactly one of --prompt and --tokens")
-    if tol < 0 or not 0 <= min_top1 <= 1 or layer_tol < 0:
-        raise InputError("--tol and --layer-tol must be ≥ 0 and --min-top1 within 0..1")
+    if tol < 0 or not 0 <= min_top1 <= 1 or layer_tol < 0 or (atol is not None and atol < 0):
+        raise InputError("--tol, --atol and --layer-tol must be ≥ 0 and --min-top1 within 0..1")
     m = open_model(model, revision)
     ids = _parse_tokens(tokens) if tokens is not None else m.tokenizer.encode(prompt)
-    r = diff(m, ids, oracle, path, tol, min_top1, layers, layer_tol, decode_steps)
+    r = diff(m, ids, oracle, path, tol, min_top1, layers, layer_tol, decode_steps, atol)
     if as_json:
         print(json.dumps({"model": m.source.name, **r.to_json()}, indent=2))
     else:
@@ -68,7 +70,7 @@ def _render(name: str, r):
                  ("top-1 fuel/oracle", "right"), ("KL", "right")):
         t.add_column(c, justify=j)
     for p in r.positions:
-        bad = p.max_abs > r.tol or not p.top1_agree
+        bad = not r.position_ok(p)
         t.add_row(str(p.pos), str(p.token), p.step, f"{p.max_abs:.3e}",
                   f"{p.top1_fuel}/{p.top1_oracle} {'✓' if p.top1_agree else '✗'}", f"{p.kl:.2e}",
                   style="red" if bad else None)
@@ -88,8 +90,9 @@ def _render(name: str, r):
                   highlight=False)
     steps = f"{r.prefill_len} prefilled + {len(r.tokens) - r.prefill_len} decoded" if r.path == "decode" \
         else f"{len(r.tokens)} prefilled"
-    con.print(f"tokens: {len(r.tokens)} ({steps}) | max|Δ| {r.max_abs:.3e} (tol {r.tol:g}) | "
-              f"mean KL {r.mean_kl:.3e} | max KL {r.max_kl:.3e} | top-1 {r.top1_rate:.3f} (min {r.min_top1:g})",
+    atol = "" if r.atol is None else f" (atol {r.atol:g})"
+    con.print(f"tokens: {len(r.tokens)} ({steps}) | max|Δ| {r.max_abs:.3e}{atol} | mean KL {r.mean_kl:.3e} | "
+              f"max KL {r.max_kl:.3e} (tol {r.tol:g}) | top-1 {r.top1_rate:.3f} (min {r.min_top1:g})",
               highlight=False)
     con.print("verdict: PASS" if r.passed else "verdict: MISMATCH — " + "; ".join(r.reasons()),
               style="bold green" if r.passed else "bold red", highlight=False)

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .errors import InputError
+
 
 @dataclass
 class SamplerParams:
@@ -17,8 +19,25 @@ class SamplerParams:
     top_p: float = 0.95
     min_p: float = 0.05
     repeat_penalty: float = 1.0
-    repeat_last_n: int = 64
+    repeat_last_n: int = 64  # as llama.cpp: 0 = penalty off, -1 = the whole context (prompt included)
     seed: int | None = None
+
+    def __post_init__(self):
+        # Checked here, not in the CLI, so every caller gets a one-line error instead of NaN
+        # probabilities or a numpy traceback. `not (x >= lo)` also rejects NaN.
+        checks = [
+            (self.temp >= 0, "--temp must be >= 0 (0 = greedy)", self.temp),
+            (self.top_k >= 0, "--top-k must be >= 0 (0 = off)", self.top_k),
+            (0 < self.top_p <= 1, "--top-p must be in (0, 1] (1 = off)", self.top_p),
+            (0 <= self.min_p <= 1, "--min-p must be in [0, 1] (0 = off)", self.min_p),
+            (self.repeat_penalty > 0, "--repeat-penalty must be > 0 (1 = off)", self.repeat_penalty),
+            (self.repeat_last_n >= -1, "--repeat-last-n must be >= -1 (-1 = whole context, 0 = off)",
+             self.repeat_last_n),
+            (self.seed is None or self.seed >= 0, "--seed must be >= 0", self.seed),
+        ]
+        for ok, msg, value in checks:
+            if not ok:
+                raise InputError(f"{msg}, got {value}")
 
 
 class Sampler:
@@ -26,30 +45,45 @@ class Sampler:
         self.p = params
         self.rng = np.random.default_rng(params.seed)
 
-    def __call__(self, logits: np.ndarray, history: list[int]) -> int:
+    def penalize(self, logits: np.ndarray, history: list[int]) -> np.ndarray:
+        """Repetition penalty (CTRL / llama.cpp): makes every recently seen token less likely."""
+        p, logits = self.p, logits.astype(np.float64)
+        if p.repeat_penalty == 1.0 or p.repeat_last_n == 0 or not history:
+            return logits
+        recent = np.unique(np.asarray(history if p.repeat_last_n < 0 else history[-p.repeat_last_n:]))
+        scores = logits[recent]
+        # dividing a negative logit would raise it, so negatives are multiplied instead
+        logits[recent] = np.where(scores > 0, scores / p.repeat_penalty, scores * p.repeat_penalty)
+        return logits
+
+    def probs(self, logits: np.ndarray, history: list[int]) -> np.ndarray:
+        """The distribution a token is drawn from (temp > 0), after every processor."""
         p = self.p
-        logits = logits.astype(np.float64)
-        if p.repeat_penalty != 1.0 and history:
-            recent = np.unique(np.asarray(history[-p.repeat_last_n:] if p.repeat_last_n > 0 else history))
-            scores = logits[recent]
-            logits[recent] = np.where(scores > 0, scores / p.repeat_penalty, scores * p.repeat_penalty)
-        if p.temp <= 0:
-            return int(np.argmax(logits))
-        logits = logits / p.temp
+        logits = self.penalize(logits, history) / p.temp
         if 0 < p.top_k < logits.size:
+            # exactly k survive (as llama.cpp; transformers keeps every tie of the k-th value):
+            # ties at the k-th logit go to the lower token ids, so the result is deterministic
             kth = np.partition(logits, -p.top_k)[-p.top_k]
-            logits = np.where(logits < kth, -np.inf, logits)
+            keep = logits > kth
+            keep[np.flatnonzero(logits == kth)[: p.top_k - keep.sum()]] = True
+            logits = np.where(keep, logits, -np.inf)
         probs = np.exp(logits - logits.max())
         probs /= probs.sum()
         if p.top_p < 1.0:
             order = np.argsort(-probs, kind="stable")
             cum = np.cumsum(probs[order])
-            # keep the smallest prefix whose mass reaches top_p (always at least one token)
-            cut = order[int(np.searchsorted(cum, p.top_p)) + 1 :]
-            probs[cut] = 0.0
+            # keep the smallest prefix whose mass reaches top_p (at least one token); the 1e-9 lets a
+            # prefix that reaches it exactly count despite rounding in the cumulative sum
+            probs[order[int(np.searchsorted(cum, p.top_p - 1e-9)) + 1 :]] = 0.0
         if p.min_p > 0.0:
+            # relative to the top probability, so no renormalisation after top-p is needed first
             probs[probs < p.min_p * probs.max()] = 0.0
-        probs /= probs.sum()
+        return probs / probs.sum()
+
+    def __call__(self, logits: np.ndarray, history: list[int]) -> int:
+        if self.p.temp == 0:
+            return int(np.argmax(self.penalize(logits, history)))
+        probs = self.probs(logits, history)
         return int(self.rng.choice(probs.size, p=probs))
 
 
@@ -58,21 +92,24 @@ class Stats:
     prompt_tokens: int = 0
     prefill_s: float = 0.0
     generated: int = 0
+    decode_steps: int = 0  # engine.decode calls; counted, not derived from `generated` (EOS, stops)
     decode_s: float = 0.0
     stop_reason: str = ""
     tokens: list = field(default_factory=list)
 
     def line(self, peak_bytes: int) -> str:
         pp = self.prompt_tokens / self.prefill_s if self.prefill_s else 0.0
-        # the first generated token comes from the prefill logits; decode steps are the rest
-        steps = max(self.generated - 1, 0)
-        tg = steps / self.decode_s if self.decode_s else 0.0
+        tg = self.decode_steps / self.decode_s if self.decode_s else 0.0
         return (f"prompt: {self.prompt_tokens} tokens, {pp:.1f} tok/s | generated: {self.generated} tokens, "
                 f"{tg:.1f} tok/s | peak memory: {peak_bytes / 2**20:.0f} MiB")
 
 
 class StopMatcher:
-    """Holds back text that may be the start of a stop string; reports a complete match."""
+    """Holds back text that may be the start of a stop string; reports a complete match.
+
+    Of the stops complete in the text so far, the one that starts earliest wins. A longer stop that
+    starts even earlier but is not complete yet does not delay the match.
+    """
 
     def __init__(self, stops: list[str]):
         self.stops = [s for s in stops if s]
@@ -80,11 +117,10 @@ class StopMatcher:
 
     def feed(self, text: str) -> tuple[str, bool]:
         self.pending += text
-        for s in self.stops:
-            i = self.pending.find(s)
-            if i >= 0:
-                out, self.pending = self.pending[:i], ""
-                return out, True
+        hits = [i for i in (self.pending.find(s) for s in self.stops) if i >= 0]
+        if hits:
+            out, self.pending = self.pending[: min(hits)], ""
+            return out, True
         hold = 0
         for s in self.stops:
             for n in range(min(len(s) - 1, len(self.pending)), 0, -1):
@@ -131,6 +167,7 @@ def generate(engine, tokenizer, prompt_ids: list[int], max_tokens: int, sampler:
             stats.stop_reason = "context full"
             break
         logits = engine.decode(token)
+        stats.decode_steps += 1
         stats.decode_s = time.perf_counter() - t0
     if stats.stop_reason != "stop string":
         tail, _ = matcher.feed(stream.flush())

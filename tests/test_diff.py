@@ -188,11 +188,14 @@ def test_decode_only_break_positions(tiny, monkeypatch):
 
     real = Engine.decode
 
+    def bump(logits):  # one logit raised: a different distribution (a uniform shift would not be)
+        logits = logits.copy()
+        logits[5] += 3.0
+        return logits
+
     def decode(self, token, hidden=False):
         out = real(self, token, hidden)
-        if hidden:
-            return out[0] + 1.0, out[1]
-        return out + 1.0
+        return (bump(out[0]), out[1]) if hidden else bump(out)
 
     monkeypatch.setattr(Engine, "decode", decode)
     code, out, _ = invoke("diff", tiny("llama2"), "--tokens", TOKENS, "--json")
@@ -240,7 +243,8 @@ def test_saved_logits_oracle(tmp_path, ref_logits, kind):
     bad = _save(tmp_path / f"bad.{ext}", bad_arr, kind)
     code, out, err = invoke("diff", d, "--tokens", TOKENS, "--oracle", bad, "--json")
     r = json.loads(out)
-    assert code == 3 and abs(r["positions"][8]["max_abs"] - 0.5) < 1e-3 and "max|Δ|" in err
+    assert code == 3 and abs(r["positions"][8]["max_abs"] - 0.5) < 1e-3 and "max KL" in err
+    assert [p["kl"] > 1e-4 for p in r["positions"]] == [False] * 8 + [True] + [False]
 
 
 def test_saved_logits_bad_shape_and_layers(tmp_path, ref_logits):
@@ -281,7 +285,9 @@ def test_transformers_missing(tiny, monkeypatch):
 def test_exit_codes_through_main(tmp_path, ref_logits):
     """The installed entry point: exit 3 and one `error:` line on mismatch."""
     d, ref = ref_logits
-    bad = _save(tmp_path / "bad.npy", ref + 1.0, "npy")
+    shifted = ref.copy()
+    shifted[:, 7] += 2.0  # token 7 favoured everywhere: a different distribution
+    bad = _save(tmp_path / "bad.npy", shifted, "npy")
     r = subprocess.run([sys.executable, "-m", "fuelcli", "diff", str(d), "--tokens", TOKENS, "--oracle", str(bad)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 3, r.stderr
