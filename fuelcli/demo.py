@@ -139,12 +139,3 @@ def _progress(enabled: bool):
 
     return Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                     TimeRemainingColumn(), disable=not enabled, transient=False)
-
-
-def remove_stale(home: Path | None = None) -> None:
-    """Drop leftovers of interrupted pulls (never counted, only wasting disk)."""
-    home = home or fuel_home()
-    for p in home.glob("*.partial"):
-        p.unlink(missing_ok=True)
-    for p in home.glob(".pull-*"):
-        shutil.rmtree(p, ignore_errors=True)

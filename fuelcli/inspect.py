@@ -120,36 +120,14 @@ def config_view(model) -> dict:
 # ---------------------------------------------------------------- weights
 
 
-def _raw_tensors(model) -> tuple[list, str]:
-    """The stored tensor table and where it came from. Uses the file's own table (every tensor under
-    its file name, norms and biases included) when fuel knows the file kind; otherwise falls back to
-    the generic Model.weights (matrices from ModelWeights.tensors() + the f32 norm/bias vectors)."""
-    gf = getattr(model, "gguf", None)
-    if gf is not None and getattr(gf, "tensors", None):
-        return list(gf.tensors.values()), "gguf tensor table"
-    if model.source.kind == "dir":
-        from .weights.safetensors import read_checkpoint
+def _raw_tensors(model):
+    """Every tensor in the file (norms and biases included) under its file name, from the file's own
+    table: the GGUF tensor infos or the safetensors headers."""
+    if model.gguf is not None:
+        return list(model.gguf.tensors.values()), "gguf tensor table"
+    from .weights.safetensors import read_checkpoint
 
-        return list(read_checkpoint(model.source.path).values()), "safetensors headers"
-    return _generic_tensors(model), "Model.weights"
-
-
-def _generic_tensors(model) -> list:
-    from .weights.tensor import Tensor
-
-    w = model.weights
-    out = list(w.tensors())
-
-    def vec(name, a):
-        if a is not None:
-            a = np.asarray(a, np.float32)
-            out.append(Tensor(name, "f32", a.shape, a.view(np.uint8).reshape(a.shape[:-1] + (-1,))))
-
-    vec("final_norm", w.final_norm)
-    for i, layer in enumerate(w.layers):
-        for attr in ("attn_norm", "ffn_norm", "q_bias", "k_bias", "v_bias", "o_bias", "q_norm", "k_norm"):
-            vec(f"layers.{i}.{attr}", getattr(layer, attr))
-    return out
+    return list(read_checkpoint(model.source.path).values()), "safetensors headers"
 
 
 def weights_view(model) -> dict:

@@ -57,10 +57,8 @@ def _local(path: Path) -> ModelSource:
 
 
 def _demo(alias: str) -> ModelSource | None:
-    try:
-        from . import demo  # written separately; absent in early builds
-    except ImportError:
-        return None
+    from . import demo
+
     path = demo.lookup(alias)  # raises ModelNotFound ("run `fuel pull ALIAS`") if known but not pulled
     return None if path is None else ModelSource("gguf", Path(path), alias)
 

@@ -492,7 +492,6 @@ from numba.core import cgutils
 
 HAVE_AVX2 = bool(_llb.get_host_cpu_features().get("avx2", False))
 Q16 = HAVE_AVX2 and not _os.environ.get("FUEL_NO_Q16")
-Q16_CODES = (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K)  # formats with a dot_row_q16
 
 _I8, _I16, _I32, _I64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 _F32 = ir.FloatType()
@@ -764,7 +763,7 @@ _q16_q6_k = _row_intrinsic(256, _emit_q6_k)
 @njit(**_FAST)
 def dot_row_q16(code, row, xq, xs, xf):
     """Dot of one stored row with the int16-quantised x of `quantize_x16` -> float32.
-    Only for codes in Q16_CODES."""
+    Only for the codes q16_supported accepts."""
     if code == Q5_0:
         return _q16_q5_0(row, xq, xs, xf)
     if code == Q8_0:

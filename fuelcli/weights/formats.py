@@ -39,7 +39,6 @@ FORMATS: dict[str, Format] = {
         Format("q6_k", 8, 256, 210, 14),
     )
 }
-BY_CODE: dict[int, Format] = {f.code: f for f in FORMATS.values()}
 BY_GGML_TYPE: dict[int, Format] = {f.ggml_type: f for f in FORMATS.values()}
 
 # Names of the ggml types fuel does not support, for error messages only.
