@@ -6,6 +6,7 @@ Every resolved value remembers where it came from, for `fuel inspect config`.
 """
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,66 +76,155 @@ class _Reader:
         self.origin[name] = "derived"
         return value
 
-    def integer(self, key: str, name: str | None = None, default=None) -> int:
+    def integer(self, key: str, name: str | None = None, default=None, optional: bool = False) -> int | None:
         value = self.get(key, name, default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        if value is None and optional:
+            return None
+        if not _is_int(value) or value < 0:
             raise ConfigError(f"{key} must be a non-negative integer, got {value!r}")
         return value
+
+    def number(self, key: str, name: str | None = None, default=None) -> float:
+        value = self.get(key, name, default)
+        if not _is_number(value):
+            raise ConfigError(f"{key} must be a number, got {value!r}")
+        return float(value)
+
+    def flag(self, key: str, name: str | None = None, default=False) -> bool:
+        value = self.get(key, name, default)
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key} must be true or false, got {value!r}")
+        return value
+
+    def mapping(self, key: str) -> dict | None:
+        """A JSON object or null/absent (None); no family defaults for these."""
+        value = self.raw.get(key)
+        if value is not None and not isinstance(value, dict):
+            raise ConfigError(f"{key} must be a JSON object, got {value!r}")
+        return value
+
+    def int_list(self, key: str, name: str | None = None) -> list:
+        value = self.get(key, name, [])
+        if not isinstance(value, list) or not all(_is_int(v) and v >= 0 for v in value):
+            raise ConfigError(f"{key} must be a list of non-negative integers, got {value!r}")
+        return value
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def family_of(raw: dict) -> Family:
     model_type = raw.get("model_type")
+    if model_type is not None and not isinstance(model_type, str):
+        raise ConfigError(f"model_type must be a string, got {model_type!r}")
+    archs = raw.get("architectures")
+    if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
+        raise ConfigError(f"architectures must be a list of strings, got {archs!r}")
     if model_type is None:
-        for arch in raw.get("architectures") or []:
+        for arch in archs or []:
             if arch in BY_ARCHITECTURE:
                 return BY_ARCHITECTURE[arch]
     if model_type not in FAMILIES:
-        what = f"model_type {model_type!r}" if model_type else f"architectures {raw.get('architectures')!r}"
+        what = f"model_type {model_type!r}" if model_type else f"architectures {archs!r}"
         raise ConfigError(f"unsupported {what}; supported model_type: {', '.join(FAMILIES)}")
     return FAMILIES[model_type]
 
 
+def _scaling_number(scaling: dict, key: str, default, rtype: str) -> float:
+    value = scaling.get(key)
+    if value is None:
+        return default
+    if not _is_number(value):
+        raise ConfigError(f"rope scaling {rtype!r}: {key} must be a number, got {value!r}")
+    return value
+
+
 def _rope(r: _Reader) -> RopeConfig:
     """Both shapes: `rope_parameters` (transformers 5) or `rope_theta` + `rope_scaling` (hub files)."""
-    params = r.raw.get("rope_parameters")
-    if isinstance(params, dict) and any(isinstance(v, dict) for v in params.values()):
+    params = r.mapping("rope_parameters")
+    if params is not None and any(isinstance(v, dict) for v in params.values()):
         raise ConfigError("per-layer-type rope_parameters are not supported")
-    scaling = params if params is not None else r.raw.get("rope_scaling")
+    scaling = params if params is not None else r.mapping("rope_scaling")
     theta = (params or {}).get("rope_theta")
     if theta is not None:
         r.origin["rope_theta"] = r.source
+        if not _is_number(theta):
+            raise ConfigError(f"rope_parameters.rope_theta must be a number, got {theta!r}")
+        theta = float(theta)
     else:
-        theta = r.get("rope_theta")
+        theta = r.number("rope_theta")
+    if theta <= 0:
+        raise ConfigError(f"rope_theta must be > 0, got {theta!r}")
     if not scaling:
-        return RopeConfig(theta=float(theta))
+        return RopeConfig(theta=theta)
     rtype = scaling.get("rope_type", scaling.get("type", "default"))
-    if rtype not in SUPPORTED_ROPE_TYPES:
+    if not isinstance(rtype, str) or rtype not in SUPPORTED_ROPE_TYPES:
         raise ConfigError(f"unsupported rope type {rtype!r}; supported: {', '.join(SUPPORTED_ROPE_TYPES)}")
     r.origin["rope_scaling"] = r.source
     if rtype == "default":
-        return RopeConfig(theta=float(theta))
+        return RopeConfig(theta=theta)
     factor = scaling.get("factor")
-    if not isinstance(factor, (int, float)) or factor <= 0:
+    if not _is_number(factor) or factor <= 0:
         raise ConfigError(f"rope scaling {rtype!r} needs a positive factor, got {factor!r}")
     if rtype == "linear":
-        return RopeConfig(theta=float(theta), type="linear", factor=float(factor))
+        return RopeConfig(theta=theta, type="linear", factor=float(factor))
+    original = scaling.get("original_max_position_embeddings")
+    if original is None:
+        original = r.raw.get("max_position_embeddings", 8192)
+    if not _is_int(original) or original <= 0:
+        raise ConfigError(f"rope scaling {rtype!r}: original_max_position_embeddings must be a positive "
+                          f"integer, got {original!r}")
     return RopeConfig(
-        theta=float(theta),
+        theta=theta,
         type="llama3",
         factor=float(factor),
-        low_freq_factor=float(scaling.get("low_freq_factor", 1.0)),
-        high_freq_factor=float(scaling.get("high_freq_factor", 4.0)),
-        original_max_position=int(
-            scaling.get("original_max_position_embeddings", r.raw.get("max_position_embeddings", 8192))
-        ),
+        low_freq_factor=float(_scaling_number(scaling, "low_freq_factor", 1.0, rtype)),
+        high_freq_factor=float(_scaling_number(scaling, "high_freq_factor", 4.0, rtype)),
+        original_max_position=original,
     )
 
 
-def _eos_ids(*values) -> tuple:
+def _window_inputs(r: _Reader, family: Family) -> dict:
+    """Type-check the keys the family's window rule reads from the raw dict (it trusts them)."""
+    raw, keys = r.raw, family.window_keys
+    if "use_sliding_window" in keys and raw.get("use_sliding_window") is not None:
+        r.flag("use_sliding_window")
+    window = raw.get("sliding_window")
+    if "sliding_window" in keys and window is not None and (not _is_int(window) or window < 0):
+        raise ConfigError(f"sliding_window must be a non-negative integer or null, got {window!r}")
+    layer_types = raw.get("layer_types")
+    if "layer_types" in keys and layer_types is not None:
+        if not isinstance(layer_types, list) or not all(isinstance(t, str) for t in layer_types):
+            raise ConfigError(f"layer_types must be a list of strings, got {layer_types!r}")
+        bad = sorted(set(layer_types) - {"full_attention", "sliding_attention"})
+        if bad:
+            raise ConfigError(f"layer_types entries {bad} are not supported; supported: full_attention, "
+                              f"sliding_attention")
+    if "max_window_layers" in keys and "max_window_layers" in raw:
+        mwl = raw["max_window_layers"]
+        if mwl is None:
+            # Read only when windows are on and layer_types is absent; there null has no meaning.
+            if raw.get("use_sliding_window") and raw.get("sliding_window", 4096) and layer_types is None:
+                raise ConfigError("max_window_layers must be a non-negative integer when use_sliding_window "
+                                  "is true, got None")
+        elif not _is_int(mwl) or mwl < 0:
+            raise ConfigError(f"max_window_layers must be a non-negative integer, got {mwl!r}")
+    return raw
+
+
+def _eos_ids(*values: tuple) -> tuple:
+    """(value, where) pairs: each an int, a list of ints or None."""
     ids = []
-    for v in values:
-        for i in v if isinstance(v, list) else [v]:
-            if isinstance(i, int) and i not in ids:
+    for v, where in values:
+        for i in v if isinstance(v, list) else [] if v is None else [v]:
+            if not _is_int(i) or i < 0:
+                raise ConfigError(f"eos_token_id in {where} must be an integer or a list of integers, got {v!r}")
+            if i not in ids:
                 ids.append(i)
     return tuple(ids)
 
@@ -142,22 +232,30 @@ def _eos_ids(*values) -> tuple:
 def from_hf_config(raw: dict, generation: dict | None = None, source: str = "config.json") -> ModelConfig:
     if not isinstance(raw, dict):
         raise ConfigError(f"{source} is not a JSON object")
+    if generation is not None and not isinstance(generation, dict):
+        raise ConfigError("generation_config.json is not a JSON object")
     family = family_of(raw)
     r = _Reader(raw, family, source)
     for key in REQUIRED:
         if raw.get(key) is None:
             raise ConfigError(f"{source} is missing required key {key!r} (model_type {family.model_type})")
+    for key in family.unsupported_flags:
+        if raw.get(key) is not None and r.flag(key):
+            raise ConfigError(f"{key}=true in {source} is not supported by fuel (model_type {family.model_type})")
 
     hidden = r.integer("hidden_size")
     n_layers = r.integer("num_hidden_layers", "num_layers")
     n_heads = r.integer("num_attention_heads", "num_heads")
     if n_heads == 0 or hidden == 0 or n_layers == 0:
         raise ConfigError(f"hidden_size, num_hidden_layers and num_attention_heads must be > 0 in {source}")
-    # Absent kv heads means multi-head attention (as Llama and the seeds read it).
-    n_kv = r.integer("num_key_value_heads", "num_kv_heads") if raw.get("num_key_value_heads") else r.derived(
-        "num_kv_heads", n_heads
-    )
-    if n_kv == 0 or n_heads % n_kv:
+    # Absent (or null) kv heads means multi-head attention (as Llama and the seeds read it); 0 is an error.
+    if raw.get("num_key_value_heads") is not None:
+        n_kv = r.integer("num_key_value_heads", "num_kv_heads")
+        if n_kv == 0:
+            raise ConfigError(f"num_key_value_heads must be > 0 in {source}, got 0")
+    else:
+        n_kv = r.derived("num_kv_heads", n_heads)
+    if n_heads % n_kv:
         raise ConfigError(
             f"num_attention_heads={n_heads} is not a multiple of num_key_value_heads={n_kv}"
         )
@@ -172,10 +270,12 @@ def from_hf_config(raw: dict, generation: dict | None = None, source: str = "con
     if head_dim == 0 or head_dim % 2:
         raise ConfigError(f"head_dim={head_dim} must be even and > 0 for rotary embeddings")
 
-    windows, rule = family.windows(raw, n_layers)
+    windows, rule = family.windows(_window_inputs(r, family), n_layers)
     if len(windows) != n_layers:
         raise ConfigError(f"layer_types has {len(windows)} entries but num_hidden_layers={n_layers}")
     r.origin["windows"] = "derived"
+    if raw.get("attention_bias") is not None:
+        r.flag("attention_bias")  # the family's qkv_bias / o_bias read it raw
 
     moe_layers = (False,) * n_layers
     experts = k = moe_inter = 0
@@ -187,9 +287,9 @@ def from_hf_config(raw: dict, generation: dict | None = None, source: str = "con
         experts = r.integer("num_experts")
         k = r.integer("num_experts_per_tok", "experts_per_tok")
         moe_inter = r.integer("moe_intermediate_size")
-        norm_topk = bool(r.get("norm_topk_prob"))
+        norm_topk = r.flag("norm_topk_prob")
         step = r.integer("decoder_sparse_step")
-        mlp_only = set(r.get("mlp_only_layers") or [])
+        mlp_only = set(r.int_list("mlp_only_layers"))
         if k > experts:
             raise ConfigError(f"num_experts_per_tok={k} > num_experts={experts}")
         if experts and (k == 0 or step == 0):
@@ -200,11 +300,11 @@ def from_hf_config(raw: dict, generation: dict | None = None, source: str = "con
         r.origin["moe_layers"] = "derived"
 
     gen = generation or {}
-    eos = _eos_ids(raw.get("eos_token_id"), gen.get("eos_token_id"))
+    eos = _eos_ids((raw.get("eos_token_id"), source), (gen.get("eos_token_id"), "generation_config.json"))
     if eos:
         r.origin["eos_token_ids"] = source if raw.get("eos_token_id") is not None else "generation_config.json"
     elif "eos_token_id" in family.defaults:
-        eos = _eos_ids(r.get("eos_token_id", "eos_token_ids"))
+        eos = _eos_ids((r.get("eos_token_id", "eos_token_ids"), "the family defaults"))
 
     return ModelConfig(
         family=family.model_type,
@@ -215,10 +315,10 @@ def from_hf_config(raw: dict, generation: dict | None = None, source: str = "con
         num_heads=n_heads,
         num_kv_heads=n_kv,
         head_dim=head_dim,
-        rms_norm_eps=float(r.get("rms_norm_eps")),
+        rms_norm_eps=_rms_norm_eps(r),
         rope=_rope(r),
         max_position=r.integer("max_position_embeddings", "max_position"),
-        tie_embeddings=bool(r.get("tie_word_embeddings", "tie_embeddings")),
+        tie_embeddings=r.flag("tie_word_embeddings", "tie_embeddings"),
         qkv_bias=family.qkv_bias(raw),
         o_bias=family.o_bias(raw),
         qk_norm=family.qk_norm,
@@ -229,10 +329,17 @@ def from_hf_config(raw: dict, generation: dict | None = None, source: str = "con
         experts_per_tok=k,
         moe_intermediate_size=moe_inter,
         norm_topk_prob=norm_topk,
-        bos_token_id=r.get("bos_token_id"),
+        bos_token_id=r.integer("bos_token_id", optional=True),
         eos_token_ids=eos,
         origin=r.origin,
     )
+
+
+def _rms_norm_eps(r: _Reader) -> float:
+    eps = r.number("rms_norm_eps")
+    if eps < 0:
+        raise ConfigError(f"rms_norm_eps must be >= 0, got {eps!r}")
+    return eps
 
 
 def _read_json(path: Path, required: bool) -> dict | None:

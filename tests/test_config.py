@@ -139,3 +139,63 @@ def test_config_json_errors(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps([1, 2]))
     with pytest.raises(ConfigError, match="not a JSON object"):
         load_hf_config(tmp_path)
+
+
+@pytest.mark.parametrize("base, change, message", [
+    (QWEN2_0_5B, {"rms_norm_eps": "abc"}, "rms_norm_eps must be a number, got 'abc'"),
+    (QWEN2_0_5B, {"rms_norm_eps": True}, "rms_norm_eps must be a number"),
+    (QWEN2_0_5B, {"rms_norm_eps": -1e-6}, "rms_norm_eps must be >= 0"),
+    (QWEN2_0_5B, {"rope_theta": "x"}, "rope_theta must be a number, got 'x'"),
+    (QWEN2_0_5B, {"rope_theta": 0}, "rope_theta must be > 0"),
+    (QWEN2_0_5B, {"rope_parameters": "default"}, "rope_parameters must be a JSON object, got 'default'"),
+    (QWEN2_0_5B, {"rope_parameters": {"rope_type": "default", "rope_theta": "x"}},
+     "rope_parameters.rope_theta must be a number"),
+    (QWEN2_0_5B, {"rope_scaling": "linear"}, "rope_scaling must be a JSON object, got 'linear'"),
+    (QWEN2_0_5B, {"rope_scaling": {"rope_type": ["linear"], "factor": 2}}, "unsupported rope type ['linear']"),
+    (QWEN2_0_5B, {"rope_scaling": {"rope_type": "linear", "factor": "2"}}, "needs a positive factor, got '2'"),
+    (LLAMA31_8B, {"rope_scaling": {**LLAMA31_8B["rope_scaling"], "low_freq_factor": "1"}},
+     "low_freq_factor must be a number"),
+    (LLAMA31_8B, {"rope_scaling": {**LLAMA31_8B["rope_scaling"], "original_max_position_embeddings": 8.5}},
+     "original_max_position_embeddings must be a positive integer"),
+    (QWEN2_0_5B, {"model_type": ["qwen2"]}, "model_type must be a string, got ['qwen2']"),
+    (LLAMA2_7B, {"architectures": [{"x": 1}]}, "architectures must be a list of strings"),
+    (QWEN2_0_5B, {"use_sliding_window": True, "max_window_layers": None}, "max_window_layers must be a non-negative"),
+    (QWEN2_0_5B, {"max_window_layers": "24"}, "max_window_layers must be a non-negative integer, got '24'"),
+    (QWEN2_0_5B, {"use_sliding_window": True, "sliding_window": "x"}, "sliding_window must be a non-negative integer"),
+    (QWEN2_0_5B, {"use_sliding_window": "false"}, "use_sliding_window must be true or false, got 'false'"),
+    (QWEN2_0_5B, {"layer_types": "full_attention"}, "layer_types must be a list of strings"),
+    (QWEN2_0_5B, {"layer_types": [1] * 24}, "layer_types must be a list of strings"),
+    (QWEN2_0_5B, {"layer_types": ["linear_attention"] * 24}, "layer_types entries ['linear_attention'] are not"),
+    (QWEN2_0_5B, {"tie_word_embeddings": "true"}, "tie_word_embeddings must be true or false"),
+    (QWEN2_0_5B, {"attention_bias": "no"}, "attention_bias must be true or false"),
+    (QWEN2_0_5B, {"eos_token_id": "2"}, "eos_token_id in config.json must be an integer or a list"),
+    (QWEN2_0_5B, {"bos_token_id": "1"}, "bos_token_id must be a non-negative integer"),
+    (QWEN2_0_5B, {"num_key_value_heads": 0}, "num_key_value_heads must be > 0"),
+    (QWEN3_30B_A3B, {"mlp_only_layers": 3}, "mlp_only_layers must be a list of non-negative integers, got 3"),
+    (QWEN3_30B_A3B, {"mlp_only_layers": ["3"]}, "mlp_only_layers must be a list of non-negative integers"),
+    (QWEN3_30B_A3B, {"norm_topk_prob": "yes"}, "norm_topk_prob must be true or false"),
+    (QWEN3_30B_A3B, {"use_sliding_window": True, "sliding_window": "x"}, "sliding_window must be a non-negative"),
+    (LLAMA2_7B, {"mlp_bias": True}, "mlp_bias=true in config.json is not supported by fuel"),
+])
+def test_wrong_types_are_config_errors(base, change, message):
+    with pytest.raises(ConfigError) as e:
+        from_hf_config({**base, **change})
+    assert message in str(e.value)
+
+
+def test_null_and_false_values_are_fine():
+    # null means absent; mlp_bias false is plain Llama; max_window_layers null is unread without windows
+    c = from_hf_config({**LLAMA2_7B, "num_key_value_heads": None, "mlp_bias": False, "rope_scaling": None})
+    assert c.num_kv_heads == 32 and c.origin["num_kv_heads"] == "derived"
+    assert from_hf_config({**QWEN2_0_5B, "max_window_layers": None}).windows == (0,) * 24
+    raw = {**QWEN2_0_5B, "num_hidden_layers": 2, "use_sliding_window": True, "sliding_window": 8,
+           "max_window_layers": None, "layer_types": ["full_attention", "sliding_attention"]}
+    assert from_hf_config(raw).windows == (0, 8)
+    assert from_hf_config({**QWEN3_30B_A3B, "mlp_only_layers": None}).moe_layers == (True,) * 48
+
+
+def test_generation_config_must_be_an_object():
+    with pytest.raises(ConfigError, match="generation_config.json is not a JSON object"):
+        from_hf_config(LLAMA2_7B, [2])
+    with pytest.raises(ConfigError, match="eos_token_id in generation_config.json"):
+        from_hf_config(LLAMA2_7B, {"eos_token_id": [2, "x"]})

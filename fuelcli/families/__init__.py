@@ -16,6 +16,10 @@ class Family:
     defaults: dict
     # (raw config, n_layers) -> (per-layer window or 0, the rule in words)
     windows: Callable
+    # the raw keys `windows` reads; config.py type-checks them before calling it
+    window_keys: tuple = ()
+    # boolean keys naming a feature fuel lacks: true is a ConfigError naming the key
+    unsupported_flags: tuple = ()
     qkv_bias: Callable = lambda raw: bool(raw.get("attention_bias", False))
     o_bias: Callable = lambda raw: bool(raw.get("attention_bias", False))
     qk_norm: bool = False
@@ -60,6 +64,7 @@ def all_layers_window(raw: dict, n_layers: int):
     return [int(window)] * n_layers, f"use_sliding_window=true → every layer windowed (w={window})"
 
 
+_QWEN_WINDOW_KEYS = ("use_sliding_window", "sliding_window", "max_window_layers", "layer_types")
 _COMMON = {"rms_norm_eps": 1e-6, "tie_word_embeddings": False, "rope_theta": 10000.0}
 
 LLAMA = Family(
@@ -67,6 +72,8 @@ LLAMA = Family(
     architectures=("LlamaForCausalLM",),
     defaults={**_COMMON, "vocab_size": 32000, "max_position_embeddings": 2048, "bos_token_id": 1, "eos_token_id": 2},
     windows=no_windows,
+    # transformers' Llama adds biases to gate/up/down when mlp_bias is true; the shared decoder has none
+    unsupported_flags=("mlp_bias",),
     gguf_arch="llama",
 )
 QWEN2 = Family(
@@ -74,6 +81,7 @@ QWEN2 = Family(
     architectures=("Qwen2ForCausalLM",),
     defaults={**_COMMON, "vocab_size": 151936, "max_position_embeddings": 32768},
     windows=qwen_windows,
+    window_keys=_QWEN_WINDOW_KEYS,
     qkv_bias=lambda raw: True,
     o_bias=lambda raw: False,
     gguf_arch="qwen2",
@@ -83,6 +91,7 @@ QWEN3 = Family(
     architectures=("Qwen3ForCausalLM",),
     defaults={**_COMMON, "vocab_size": 151936, "max_position_embeddings": 32768, "head_dim": 128},
     windows=qwen_windows,
+    window_keys=_QWEN_WINDOW_KEYS,
     qk_norm=True,
     gguf_arch="qwen3",
 )
@@ -101,6 +110,7 @@ QWEN3_MOE = Family(
         "mlp_only_layers": [],
     },
     windows=all_layers_window,
+    window_keys=("use_sliding_window", "sliding_window"),
     qk_norm=True,
     moe=True,
     gguf_arch="qwen3moe",

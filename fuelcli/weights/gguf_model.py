@@ -12,7 +12,7 @@ from ..config import ModelConfig, from_hf_config
 from ..errors import ConfigError
 from ..families import BY_GGUF_ARCH
 from .gguf import GGUFFile
-from .model import LayerWeights, Lookup, ModelWeights, check_layer_count, expert_views
+from .model import LayerWeights, Lookup, ModelWeights, expert_views
 from .tensor import Tensor
 
 # GGUF key suffix (after "{arch}.") -> HF config.json key
@@ -101,14 +101,17 @@ def unpermute_rows(a: np.ndarray, n_head: int) -> np.ndarray:
     Works on the uint8 row matrix of any block format (rows are independent) and on 1-D biases.
     """
     half = a.shape[0] // n_head // 2
-    out = np.ascontiguousarray(a.reshape(n_head, half, 2, *a.shape[1:]).swapaxes(1, 2).reshape(a.shape))
-    # All matrices share one numba typed List whose element type is a read-only array (mmap views).
-    out.flags.writeable = False
-    return out
+    return np.ascontiguousarray(a.reshape(n_head, half, 2, *a.shape[1:]).swapaxes(1, 2).reshape(a.shape))
 
 
 def _unpermuted(t: Tensor, n_head: int) -> Tensor:
-    return Tensor(t.name, t.fmt, t.shape, unpermute_rows(t.data, n_head))
+    data = unpermute_rows(t.data, n_head)
+    # Read-only like every other weight (views of the read-only mmap): the un-permuted copy is the
+    # one weight that would otherwise be writable, so a stray in-place write fails here as it does
+    # everywhere else instead of silently changing only llama q/k. (The engine reads addresses, so
+    # nothing needs a uniform array type any more.)
+    data.flags.writeable = False
+    return Tensor(t.name, t.fmt, t.shape, data)
 
 
 def load_gguf_weights(gf: GGUFFile, cfg: ModelConfig) -> ModelWeights:
@@ -120,7 +123,7 @@ def load_gguf_weights(gf: GGUFFile, cfg: ModelConfig) -> ModelWeights:
         return _unpermuted(t, n_head) if permuted else t
 
     def qk_vec(a, n_head):
-        return unpermute_rows(a, n_head).copy() if permuted and a is not None else a
+        return unpermute_rows(a, n_head) if permuted else a
 
     embed = w.matrix("token_embd.weight", (V, H))
     output = w.matrix("output.weight", (V, H)) if w.has("output.weight") else embed  # tied: same object
@@ -156,5 +159,6 @@ def load_gguf_weights(gf: GGUFFile, cfg: ModelConfig) -> ModelWeights:
             layer.up = w.matrix(f"{p}.ffn_up.weight", (I, H))
             layer.down = w.matrix(f"{p}.ffn_down.weight", (H, I))
         layers.append(layer)
-    check_layer_count(cfg, layers)
-    return ModelWeights(embed=embed, output=output, final_norm=w.vector("output_norm.weight", H), layers=layers)
+    weights = ModelWeights(embed=embed, output=output, final_norm=w.vector("output_norm.weight", H), layers=layers)
+    w.check_no_extra_layers("blk.", cfg, "block_count")
+    return weights

@@ -4,7 +4,7 @@ router and experts, stored per expert (hub files) or fused (files written by tra
 from pathlib import Path
 
 from ..config import ModelConfig
-from .model import LayerWeights, Lookup, ModelWeights, check_layer_count, expert_views, row_slice
+from .model import LayerWeights, Lookup, ModelWeights, expert_views, row_slice
 from .safetensors import read_checkpoint
 
 
@@ -59,5 +59,6 @@ def load_hf_weights(model_dir: Path, cfg: ModelConfig) -> ModelWeights:
             layer.up = w.matrix(f"{p}.mlp.up_proj.weight", (I, H))
             layer.down = w.matrix(f"{p}.mlp.down_proj.weight", (H, I))
         layers.append(layer)
-    check_layer_count(cfg, layers)
-    return ModelWeights(embed=embed, output=output, final_norm=w.vector("model.norm.weight", H), layers=layers)
+    weights = ModelWeights(embed=embed, output=output, final_norm=w.vector("model.norm.weight", H), layers=layers)
+    w.check_no_extra_layers("model.layers.", cfg, "num_hidden_layers")
+    return weights

@@ -72,29 +72,42 @@ def row_slice(t: Tensor, start: int, stop: int) -> Tensor:
 
 
 class Lookup:
-    """Takes tensors by name from a file's table, checking shapes against the config."""
+    """Takes tensors by name from a file's table, checking shapes against the config.
+
+    The table may carry `unsupported` (name -> stored dtype) for tensors the reader skipped; asking
+    for one of those is an error naming its dtype, asking for none of them is fine."""
 
     def __init__(self, tensors: dict, where: str):
         self.tensors, self.where = tensors, where
+        self.unsupported = getattr(tensors, "unsupported", {})
 
     def has(self, name: str) -> bool:
-        return name in self.tensors
+        return name in self.tensors or name in self.unsupported
 
     def matrix(self, name: str, shape: tuple) -> Tensor:
         t = self.tensors.get(name)
         if t is None:
+            if name in self.unsupported:
+                raise InputError(f"{self.where}: tensor {name} has dtype {self.unsupported[name]}, "
+                                 f"which fuel does not read")
             raise InputError(f"{self.where}: missing tensor {name}")
         if tuple(t.shape) != tuple(shape):
             raise InputError(f"{self.where}: tensor {name} has shape {list(t.shape)}, the config implies {list(shape)}")
         return t
 
-    def vector(self, name: str, n: int, optional: bool = False) -> np.ndarray | None:
-        if optional and name not in self.tensors:
-            return None
+    def vector(self, name: str, n: int) -> np.ndarray:
         t = self.matrix(name, (n,))
         return np.ascontiguousarray(dequantize(t), dtype=np.float32)
 
-
-def check_layer_count(cfg: ModelConfig, layers: list):
-    if len(layers) != cfg.num_layers:
-        raise InputError(f"weights hold {len(layers)} layers, config says {cfg.num_layers}")
+    def check_no_extra_layers(self, prefix: str, cfg: ModelConfig, key: str):
+        """Error if the file holds tensors of a layer index >= cfg.num_layers (`{prefix}{L}.`)."""
+        extra = {}
+        for name in list(self.tensors) + list(self.unsupported):
+            if name.startswith(prefix):
+                index = name[len(prefix):].split(".", 1)[0]
+                if index.isdigit() and int(index) >= cfg.num_layers:
+                    extra.setdefault(int(index), name)
+        if extra:
+            top = max(extra)
+            raise InputError(f"{self.where}: the weights hold {top + 1} layers ({extra[top]} exists) but "
+                             f"{key}={cfg.num_layers}")
