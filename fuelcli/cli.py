@@ -9,7 +9,22 @@ import typer
 from .errors import FuelError, InputError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  context_settings={"help_option_names": ["-h", "--help"]},
                   help="Run, inspect, check and measure decoder LLMs on the CPU.")
+
+
+def _version(value: bool):
+    if value:
+        from . import __version__
+
+        print(f"fuel {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="print the version and exit")):
+    pass
 
 ModelArg = typer.Argument(..., help="hub repo id (owner/name), model directory, .gguf file or demo alias")
 Revision = typer.Option(None, "--revision", help="hub branch, tag or commit")
@@ -31,7 +46,8 @@ def run(
     repeat_penalty: float = typer.Option(1.0, "--repeat-penalty", help="penalise recent tokens; 1 = off"),
     repeat_last_n: int = typer.Option(64, "--repeat-last-n", help="how many recent tokens the penalty sees; 0 = off, -1 = the whole context"),
     seed: Optional[int] = typer.Option(None, "--seed", help="random seed for sampling"),
-    stop: list[str] = typer.Option([], "--stop", help="stop when this text appears (repeatable)"),
+    stop: list[str] = typer.Option([], "--stop", help="stop when this text appears (repeatable; \\n, \\t, \\\\ "
+                                   "are escapes, as in llama-cli)"),
     system: Optional[str] = typer.Option(None, "--system", help="system message for the chat template"),
     no_chat_template: bool = typer.Option(False, "--no-chat-template", help="send the prompt as raw text"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no stats line on stderr"),
@@ -55,7 +71,8 @@ def run(
     stats = Stats()
     interrupted = False
     try:
-        for piece in generate(engine, tok, ids, max_tokens, sampler, m.eos_ids(), stop, stats):
+        stops = [_unescape(s) for s in stop]
+        for piece in generate(engine, tok, ids, max_tokens, sampler, m.eos_ids(), stops, stats):
             sys.stdout.write(piece)
             sys.stdout.flush()
     except KeyboardInterrupt:
@@ -65,6 +82,22 @@ def run(
         _err(stats.line(peak_rss_bytes()) + (" | interrupted" if interrupted else ""))
     if interrupted:
         raise typer.Exit(130)
+
+
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"'}
+
+
+def _unescape(text: str) -> str:
+    """llama-cli's --stop escapes: a shell passes "\n" as backslash + n."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "\\" and i + 1 < len(text) and text[i + 1] in _ESCAPES:
+            out.append(_ESCAPES[text[i + 1]])
+            i += 2
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
 
 
 def _parse_tokens(text: str) -> list[int]:
@@ -105,7 +138,6 @@ def logits(
     result = logits_by_path(m, ids, path)
     tmp = out.with_name(out.name + ".partial")
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as f:
             np.save(f, result)
         tmp.replace(out)  # never a half-written file

@@ -101,7 +101,8 @@ class Stats:
         pp = self.prompt_tokens / self.prefill_s if self.prefill_s else 0.0
         tg = self.decode_steps / self.decode_s if self.decode_s else 0.0
         return (f"prompt: {self.prompt_tokens} tokens, {pp:.1f} tok/s | generated: {self.generated} tokens, "
-                f"{tg:.1f} tok/s | peak memory: {peak_bytes / 2**20:.0f} MiB")
+                f"{tg:.1f} tok/s | peak memory: {peak_bytes / 2**20:.0f} MiB"
+                + (f" | stop: {self.stop_reason}" if self.stop_reason else ""))
 
 
 class StopMatcher:

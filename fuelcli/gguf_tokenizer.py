@@ -104,8 +104,6 @@ def tokenizer_from_gguf(meta: dict) -> Tokenizer:
         i = meta.get(f"tokenizer.ggml.{key}")
         return tokens[i] if isinstance(i, int) and 0 <= i < len(tokens) else None
 
-    extra_eos = [meta[f"tokenizer.ggml.{k}"] for k in ("eos_token_id", "eot_token_id", "eom_token_id")
-                 if isinstance(meta.get(f"tokenizer.ggml.{k}"), int)]
     return Tokenizer.from_parts(
         tok,
         chat_template=meta.get("tokenizer.chat_template"),
@@ -113,5 +111,4 @@ def tokenizer_from_gguf(meta: dict) -> Tokenizer:
         eos_token=token("eos_token_id"),
         add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", False)),
         add_eos=bool(meta.get("tokenizer.ggml.add_eos_token", False)),
-        extra_eos_ids=extra_eos,
     )

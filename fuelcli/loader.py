@@ -34,7 +34,8 @@ class Model:
         return Tokenizer.from_dir(self.source.path)
 
     def eos_ids(self) -> set:
-        return set(self.cfg.eos_token_ids) | set(self.tokenizer.eos_token_ids)
+        own = self.tokenizer.eos_token_id
+        return set(self.cfg.eos_token_ids) | ({own} if own is not None else set())
 
 
 def open_model(model: str, revision: str | None = None) -> Model:

@@ -95,7 +95,6 @@ class Tokenizer:
         chat_template: str | None = None,
         bos_token: str | None = None,
         eos_token: str | None = None,
-        extra_eos_ids: list[int] | None = None,
         template_tokens: dict[str, str] | None = None,
     ):
         self._tok = tok
@@ -103,9 +102,8 @@ class Tokenizer:
         self.bos_token = bos_token
         self.eos_token = eos_token
         self.bos_token_id = tok.token_to_id(bos_token) if bos_token else None
-        eos_id = tok.token_to_id(eos_token) if eos_token else None
-        # Every id generation should stop on: the tokenizer's EOS plus config/generation_config ones.
-        self.eos_token_ids = list(dict.fromkeys(([eos_id] if eos_id is not None else []) + (extra_eos_ids or [])))
+        # The tokenizer's own EOS; config.json / generation_config.json / GGUF ones live in ModelConfig.
+        self.eos_token_id = tok.token_to_id(eos_token) if eos_token else None
         # Special-token strings the chat template sees (transformers passes its whole special_tokens_map).
         self._template_tokens = {k: v for k, v in (template_tokens or {}).items() if v is not None}
         self._template_tokens.update({k: v for k, v in (("bos_token", bos_token), ("eos_token", eos_token)) if v})
@@ -126,7 +124,6 @@ class Tokenizer:
             raise InputError(f"{tj}: cannot load tokenizer ({e})") from None
         tc = _read_json(path / "tokenizer_config.json")
         config = _read_json(path / "config.json")
-        gen = _read_json(path / "generation_config.json")
 
         def special(name: str) -> str | None:
             s = _token_str(tc.get(name))
@@ -140,9 +137,8 @@ class Tokenizer:
 
         jinja = path / "chat_template.jinja"  # transformers 5 saves the template here; it wins over the config
         template = jinja.read_text(encoding="utf-8") if jinja.is_file() else _pick_template(tc.get("chat_template"))
-        extra_eos = _ids(gen.get("eos_token_id")) + _ids(config.get("eos_token_id"))
         others = {k: _token_str(tc.get(k)) for k in ("unk_token", "pad_token")}
-        return cls(tok, template, bos, eos, extra_eos, others)
+        return cls(tok, template, bos, eos, others)
 
     @classmethod
     def from_parts(
@@ -153,11 +149,10 @@ class Tokenizer:
         eos_token: str | None,
         add_bos: bool,
         add_eos: bool = False,
-        extra_eos_ids: list[int] | None = None,
     ) -> "Tokenizer":
         """For tokenizers built in code (GGUF metadata): the post-processor follows add_bos/add_eos."""
         _set_post_processor(tok, bos_token, eos_token, add_bos, add_eos)
-        return cls(tok, chat_template, bos_token, eos_token, extra_eos_ids)
+        return cls(tok, chat_template, bos_token, eos_token)
 
     # --- ids <-> text ---------------------------------------------------------------------------
 
@@ -244,7 +239,8 @@ class StreamDecoder:
         if len(text) <= len(prefix_text) or text.endswith(_REPLACEMENT):
             return ""  # nothing new yet, or a character still incomplete
         self._prefix, self._read = self._read, len(self._ids)
-        return text[len(prefix_text) :]
+        # a multi-byte character cut off by the end of generation decodes to U+FFFD: drop it
+        return text[len(prefix_text) :].rstrip("\ufffd")
 
     def flush(self) -> str:
         prefix_text = self._decode(self._ids[self._prefix : self._read])

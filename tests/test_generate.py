@@ -232,3 +232,9 @@ def test_generate_stop_string_across_tokens():
 def test_generate_flushes_held_text_at_eos():
     text, stats, _ = run([1, 3, 4, 0], stops=["END"])
     assert text == "aEN" and stats.stop_reason == "eos"
+
+
+def test_stop_option_escapes_like_llama_cli():
+    from fuelcli.cli import _unescape
+
+    assert _unescape(r"\n\n") == "\n\n" and _unescape(r"a\tb\\n") == "a\tb\\n" and _unescape("日本\\") == "日本\\"

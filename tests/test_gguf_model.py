@@ -220,7 +220,7 @@ def test_tokenizer_matches_transformers(real):
         text = hf.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
         assert tok.render_chat(chat, add_generation_prompt=True) == text
         assert tok.encode(text, add_special_tokens=False) == hf.encode(text, add_special_tokens=False)
-    assert tok.bos_token_id == hf.bos_token_id and tok.eos_token_ids[0] == hf.eos_token_id
+    assert tok.bos_token_id == hf.bos_token_id and tok.eos_token_id == hf.eos_token_id
 
 
 # ----------------------------------------------------------------- real files: fidelity
@@ -368,3 +368,5 @@ def test_qwen_metadata_parse_time(qwen_coder_gguf):
     cfg = gguf_model.gguf_config(g)
     assert (cfg.family, cfg.num_layers, cfg.hidden_size, cfg.num_kv_heads, cfg.qkv_bias) == ("qwen2", 24, 896, 2, True)
     assert not cfg.tie_embeddings
+    # <|im_end|> from the metadata, <|endoftext|> as llama.cpp's end-of-generation control token
+    assert {151645, 151643} <= set(cfg.eos_token_ids)

@@ -84,10 +84,18 @@ def config_from_gguf(meta: dict, tensor_names=None) -> dict:
             d["attention_bias"] = "blk.0.attn_q.bias" in names
     if "tokenizer.ggml.bos_token_id" in meta:
         d["bos_token_id"] = meta["tokenizer.ggml.bos_token_id"]
-    eos = [meta[k] for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id") if k in meta]
+    eos = [meta[f"tokenizer.ggml.{k}_token_id"] for k in ("eos", "eot", "eom") if f"tokenizer.ggml.{k}_token_id" in meta]
+    # llama.cpp also ends generation on control tokens it knows by text (Qwen's file names only
+    # <|im_end|>, yet a base-style continuation ends in <|endoftext|>, which hub generation_config lists)
+    tokens, types = meta.get("tokenizer.ggml.tokens") or [], meta.get("tokenizer.ggml.token_type") or []
+    eos += [i for i, (t, ty) in enumerate(zip(tokens, types)) if ty == 3 and t in END_OF_GENERATION]
     if eos:
         d["eos_token_id"] = list(dict.fromkeys(eos))
     return d
+
+
+END_OF_GENERATION = {"<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end|>", "<end_of_turn>",
+                     "<|end_of_text|>", "<EOT>"}
 
 
 def gguf_config(gf: GGUFFile) -> ModelConfig:
