@@ -135,6 +135,8 @@ def logits(
         out_is_dir = False  # the write below reports the path
     if out_is_dir:  # checked before the forward, which may take a while
         raise InputError(f"--out {out} is a directory; give a file path")
+    if not out.parent.is_dir():  # a typo in the path should not create directories
+        raise InputError(f"--out {out}: directory {out.parent} does not exist")
     result = logits_by_path(m, ids, path)
     tmp = out.with_name(out.name + ".partial")
     try:

@@ -206,10 +206,12 @@ def test_logits_out_unwritable_or_a_directory(llama2, tmp_path):
     outdir.mkdir()
     one_line_error(fuel(*args, str(outdir)), str(outdir), "is a directory")
     assert list(outdir.iterdir()) == [] and not (tmp_path / "outdir.partial").exists()
-    r = fuel(*args, str(tmp_path / "sub" / "o.npy"))  # the good path still writes, atomically
+    one_line_error(fuel(*args, str(tmp_path / "sub" / "o.npy")), "does not exist")  # no directories made
+    assert not (tmp_path / "sub").exists()
+    r = fuel(*args, str(tmp_path / "o.npy"))  # the good path still writes, atomically
     assert r.returncode == 0, r.stderr
-    assert np.load(tmp_path / "sub" / "o.npy").shape == (2, 256)
-    assert not (tmp_path / "sub" / "o.npy.partial").exists()
+    assert np.load(tmp_path / "o.npy").shape == (2, 256)
+    assert not (tmp_path / "o.npy.partial").exists()
 
 
 def test_cli_wrong_type_config_and_extra_layers(llama2, tmp_path):

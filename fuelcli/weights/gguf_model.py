@@ -12,7 +12,7 @@ from ..config import ModelConfig, from_hf_config
 from ..errors import ConfigError
 from ..families import BY_GGUF_ARCH
 from .gguf import GGUFFile
-from .model import LayerWeights, Lookup, ModelWeights, expert_views
+from .model import Lookup, ModelWeights, Names, build_weights, expert_views
 from .tensor import Tensor
 
 # GGUF key suffix (after "{arch}.") -> HF config.json key
@@ -122,51 +122,30 @@ def _unpermuted(t: Tensor, n_head: int) -> Tensor:
     return Tensor(t.name, t.fmt, t.shape, data)
 
 
+GGUF_NAMES = Names(
+    embed="token_embd", output="output", final_norm="output_norm", attn_norm="blk.{i}.attn_norm",
+    q="blk.{i}.attn_q", k="blk.{i}.attn_k", v="blk.{i}.attn_v", o="blk.{i}.attn_output",
+    q_norm="blk.{i}.attn_q_norm", k_norm="blk.{i}.attn_k_norm", ffn_norm="blk.{i}.ffn_norm",
+    gate="blk.{i}.ffn_gate", up="blk.{i}.ffn_up", down="blk.{i}.ffn_down",
+    layer_prefix="blk.", layer_count_key="block_count",
+)
+
+
+def _experts(w: Lookup, cfg: ModelConfig, i: int):
+    """GGUF stacks each expert matrix into one [E, rows, cols] tensor."""
+    E, H, I = cfg.num_experts, cfg.hidden_size, cfg.moe_intermediate_size
+    p = f"blk.{i}"
+    return (w.matrix(f"{p}.ffn_gate_inp.weight", (E, H)),
+            expert_views(w.matrix(f"{p}.ffn_gate_exps.weight", (E, I, H))),
+            expert_views(w.matrix(f"{p}.ffn_up_exps.weight", (E, I, H))),
+            expert_views(w.matrix(f"{p}.ffn_down_exps.weight", (E, H, I))))
+
+
+def _unpermute(x, n_head: int):
+    return _unpermuted(x, n_head) if isinstance(x, Tensor) else unpermute_rows(x, n_head)
+
+
 def load_gguf_weights(gf: GGUFFile, cfg: ModelConfig) -> ModelWeights:
     w = Lookup(gf.tensors, gf.path)
-    H, V, D, E = cfg.hidden_size, cfg.vocab_size, cfg.head_dim, cfg.num_experts
     permuted = gf.meta.get("general.architecture") == "llama"  # qwen files keep the HF layout
-
-    def qk(t: Tensor, n_head: int) -> Tensor:
-        return _unpermuted(t, n_head) if permuted else t
-
-    def qk_vec(a, n_head):
-        return unpermute_rows(a, n_head) if permuted else a
-
-    embed = w.matrix("token_embd.weight", (V, H))
-    output = w.matrix("output.weight", (V, H)) if w.has("output.weight") else embed  # tied: same object
-    layers = []
-    for i in range(cfg.num_layers):
-        p = f"blk.{i}"
-        layer = LayerWeights(
-            attn_norm=w.vector(f"{p}.attn_norm.weight", H),
-            q=qk(w.matrix(f"{p}.attn_q.weight", (cfg.q_dim, H)), cfg.num_heads),
-            k=qk(w.matrix(f"{p}.attn_k.weight", (cfg.kv_dim, H)), cfg.num_kv_heads),
-            v=w.matrix(f"{p}.attn_v.weight", (cfg.kv_dim, H)),
-            o=w.matrix(f"{p}.attn_output.weight", (H, cfg.q_dim)),
-            ffn_norm=w.vector(f"{p}.ffn_norm.weight", H),
-        )
-        if cfg.qkv_bias:
-            layer.q_bias = qk_vec(w.vector(f"{p}.attn_q.bias", cfg.q_dim), cfg.num_heads)
-            layer.k_bias = qk_vec(w.vector(f"{p}.attn_k.bias", cfg.kv_dim), cfg.num_kv_heads)
-            layer.v_bias = w.vector(f"{p}.attn_v.bias", cfg.kv_dim)
-        if cfg.o_bias:
-            layer.o_bias = w.vector(f"{p}.attn_output.bias", H)
-        if cfg.qk_norm:
-            layer.q_norm = w.vector(f"{p}.attn_q_norm.weight", D)
-            layer.k_norm = w.vector(f"{p}.attn_k_norm.weight", D)
-        if cfg.moe_layers[i]:
-            I = cfg.moe_intermediate_size
-            layer.router = w.matrix(f"{p}.ffn_gate_inp.weight", (E, H))
-            layer.gate_exps = expert_views(w.matrix(f"{p}.ffn_gate_exps.weight", (E, I, H)))
-            layer.up_exps = expert_views(w.matrix(f"{p}.ffn_up_exps.weight", (E, I, H)))
-            layer.down_exps = expert_views(w.matrix(f"{p}.ffn_down_exps.weight", (E, H, I)))
-        else:
-            I = cfg.intermediate_size
-            layer.gate = w.matrix(f"{p}.ffn_gate.weight", (I, H))
-            layer.up = w.matrix(f"{p}.ffn_up.weight", (I, H))
-            layer.down = w.matrix(f"{p}.ffn_down.weight", (H, I))
-        layers.append(layer)
-    weights = ModelWeights(embed=embed, output=output, final_norm=w.vector("output_norm.weight", H), layers=layers)
-    w.check_no_extra_layers("blk.", cfg, "block_count")
-    return weights
+    return build_weights(w, GGUF_NAMES, cfg, lambda i: _experts(w, cfg, i), _unpermute if permuted else None)

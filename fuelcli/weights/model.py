@@ -111,3 +111,75 @@ class Lookup:
             top = max(extra)
             raise InputError(f"{self.where}: the weights hold {top + 1} layers ({extra[top]} exists) but "
                              f"{key}={cfg.num_layers}")
+
+
+@dataclass(frozen=True)
+class Names:
+    """Where a file kind keeps each weight: templates with {i} for the layer (".weight"/".bias" added)."""
+
+    embed: str
+    output: str
+    final_norm: str
+    attn_norm: str
+    q: str
+    k: str
+    v: str
+    o: str
+    q_norm: str
+    k_norm: str
+    ffn_norm: str
+    gate: str
+    up: str
+    down: str
+    layer_prefix: str  # for the extra-layers check
+    layer_count_key: str
+
+
+def build_weights(w: Lookup, n: Names, cfg: ModelConfig, experts, fix_qk=None) -> ModelWeights:
+    """The one place that knows which weights the shared decoder reads and their shapes.
+
+    experts(i) -> (router, gate_exps, up_exps, down_exps) for a MoE layer (file kinds store experts
+    differently); fix_qk(array, n_heads) -> array, applied to q/k rows and biases (GGUF llama's
+    un-permute), or None.
+    """
+    H, V, D = cfg.hidden_size, cfg.vocab_size, cfg.head_dim
+    fix = fix_qk or (lambda a, heads: a)
+    embed = w.matrix(f"{n.embed}.weight", (V, H))
+    if cfg.tie_embeddings:
+        output = embed  # the same object: no second copy
+    else:
+        output = w.matrix(f"{n.output}.weight", (V, H))
+    layers = []
+    for i in range(cfg.num_layers):
+        def name(template: str, kind: str = "weight") -> str:
+            return f"{template.format(i=i)}.{kind}"
+
+        layer = LayerWeights(
+            attn_norm=w.vector(name(n.attn_norm), H),
+            q=fix(w.matrix(name(n.q), (cfg.q_dim, H)), cfg.num_heads),
+            k=fix(w.matrix(name(n.k), (cfg.kv_dim, H)), cfg.num_kv_heads),
+            v=w.matrix(name(n.v), (cfg.kv_dim, H)),
+            o=w.matrix(name(n.o), (H, cfg.q_dim)),
+            ffn_norm=w.vector(name(n.ffn_norm), H),
+        )
+        if cfg.qkv_bias:
+            layer.q_bias = fix(w.vector(name(n.q, "bias"), cfg.q_dim), cfg.num_heads)
+            layer.k_bias = fix(w.vector(name(n.k, "bias"), cfg.kv_dim), cfg.num_kv_heads)
+            layer.v_bias = w.vector(name(n.v, "bias"), cfg.kv_dim)
+        if cfg.o_bias:
+            layer.o_bias = w.vector(name(n.o, "bias"), H)
+        if cfg.qk_norm:
+            layer.q_norm = w.vector(name(n.q_norm), D)
+            layer.k_norm = w.vector(name(n.k_norm), D)
+        if cfg.moe_layers[i]:
+            layer.router, layer.gate_exps, layer.up_exps, layer.down_exps = experts(i)
+        else:
+            I = cfg.intermediate_size
+            layer.gate = w.matrix(name(n.gate), (I, H))
+            layer.up = w.matrix(name(n.up), (I, H))
+            layer.down = w.matrix(name(n.down), (H, I))
+        layers.append(layer)
+    weights = ModelWeights(embed=embed, output=output, final_norm=w.vector(f"{n.final_norm}.weight", H),
+                           layers=layers)
+    w.check_no_extra_layers(n.layer_prefix, cfg, n.layer_count_key)
+    return weights
