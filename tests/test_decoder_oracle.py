@@ -103,3 +103,26 @@ def test_bf16_checkpoint_stays_bf16(tiny):
     assert {t.fmt for t in model.weights.tensors()} == {"bf16"}
     ids = tokens(model.cfg.vocab_size)
     assert max_diff(model, ids, "decode", hf_logits(d, ids)) <= TOL
+
+
+def test_sharded_checkpoint_matches_the_single_file(tiny, tmp_path):
+    """model.safetensors.index.json + shards, as hub checkpoints over a few GB come."""
+    import json
+
+    from safetensors.numpy import load_file, save_file
+
+    d = tiny("qwen2_window")
+    tensors = load_file(str(d / "model.safetensors"))
+    names = sorted(tensors)
+    shards = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+    out = tmp_path / "sharded"
+    out.mkdir()
+    for f in ("config.json", "generation_config.json"):
+        (out / f).write_text((d / f).read_text())
+    for shard, keys in shards.items():
+        save_file({k: tensors[k] for k in keys}, str(out / shard))
+    weight_map = {k: shard for shard, keys in shards.items() for k in keys}
+    (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    ids = tokens(256)
+    single = logits_by_path(open_model(str(d)), ids, "prefill")
+    assert np.array_equal(logits_by_path(open_model(str(out)), ids, "prefill"), single)
