@@ -26,6 +26,7 @@ def _main(version: bool = typer.Option(False, "--version", callback=_version, is
                                        help="print the version and exit")):
     pass
 
+
 ModelArg = typer.Argument(..., help="hub repo id (owner/name), model directory, .gguf file or demo alias")
 Revision = typer.Option(None, "--revision", help="hub branch, tag or commit")
 
@@ -64,14 +65,17 @@ def run(
     sampler = Sampler(SamplerParams(temp, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed))
     m = open_model(model, revision)
     tok = m.tokenizer
+    if system is not None and (no_chat_template or not tok.chat_template):
+        raise InputError("--system needs the model's chat template" +
+                         (" (drop --no-chat-template)" if no_chat_template else "; this model has none"))
     ids = tok.encode_prompt(prompt, system=system, chat=not no_chat_template)
     if len(ids) >= m.cfg.max_position:
         raise InputError(f"the prompt has {len(ids)} tokens; the model's context is {m.cfg.max_position}")
     engine = Engine(m.cfg, m.weights, n_ctx=len(ids) + max_tokens)
     stats = Stats()
     interrupted = False
+    stops = [_unescape(s) for s in stop]
     try:
-        stops = [_unescape(s) for s in stop]
         for piece in generate(engine, tok, ids, max_tokens, sampler, m.eos_ids(), stops, stats):
             sys.stdout.write(piece)
             sys.stdout.flush()
@@ -88,7 +92,7 @@ _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"'}
 
 
 def _unescape(text: str) -> str:
-    """llama-cli's --stop escapes: a shell passes "\n" as backslash + n."""
+    r"""llama-cli's --stop escapes: a shell passes "\n" as backslash + n."""
     out, i = [], 0
     while i < len(text):
         if text[i] == "\\" and i + 1 < len(text) and text[i + 1] in _ESCAPES:

@@ -103,3 +103,8 @@ def test_loading_adds_at_most_1_3x_the_checkpoint(smollm2_dir, tiny):
     ckpt, added, kv = map(int, r.stdout.split())
     assert ckpt > 250e6  # the bf16 checkpoint, held once
     assert added - kv <= 1.3 * ckpt, (added, ckpt)
+
+
+def test_system_without_template_is_an_error(smollm2_dir):
+    r = fuel("run", str(smollm2_dir), "hi", "--system", "Be terse.", "--no-chat-template")
+    assert r.returncode == 2 and r.stderr.strip() == "error: --system needs the model's chat template (drop --no-chat-template)"
