@@ -1,10 +1,16 @@
-"""Resident memory of this process, for stats lines and the memory budget tests."""
+"""Resident memory of this process, for stats lines and the memory budget tests (Linux /proc)."""
 
 import resource
 
 
 def peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+    """This process's high-water RSS (VmHWM). Not getrusage's ru_maxrss: after fork + exec that also
+    carries the parent's peak, so a child of a big process would report its parent's memory."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # no VmHWM: best effort
 
 
 def rss_bytes() -> int:
