@@ -1,8 +1,9 @@
 """Numba threading, set before numba is first imported (it reads these at import).
 
-Calling a parallel numba function wakes its thread pool; with OpenMP's default active wait that
-costs milliseconds here. fuel makes one call per forward, and the workqueue layer with passive
-OpenMP wait keeps both cheap. FUEL_THREADS overrides the thread count.
+fuel makes one numba call per forward; inside it every matmul is a parallel region. With OpenMP's
+default active wait, idle workers spin and steal the one real core here from the main thread, so
+the wait policy is passive (numba's tbb or workqueue layers, when chosen, are unaffected).
+FUEL_THREADS sets the thread count.
 """
 
 import os
