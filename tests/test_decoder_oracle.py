@@ -41,17 +41,20 @@ BREAKS = {
                                                                     norm_topk_prob=False),
     "renorm flipped": lambda c: dataclasses.replace(c, norm_topk_prob=not c.norm_topk_prob),
     "unscaled RoPE": lambda c: dataclasses.replace(c, rope=RopeConfig(theta=c.rope.theta)),
+    "QK-norm skipped": lambda c: dataclasses.replace(c, qk_norm=False),  # with the weights' norms dropped
+    "biases dropped": lambda c: dataclasses.replace(c, qkv_bias=False, o_bias=False),  # and the bias vectors
+    "rope_theta misread": lambda c: dataclasses.replace(c, rope=dataclasses.replace(c.rope, theta=c.rope.theta * 10)),
 }
 
 CASES = {
     # case: (write_tiny kwargs, the negative controls that apply)
     "qwen2_window": ({}, ["window direction inverted"]),
     "qwen2_window_legacy": ({}, ["window direction inverted"]),
-    "qwen3_bias_headdim": ({}, []),
+    "qwen3_bias_headdim": ({}, ["QK-norm skipped", "biases dropped"]),
     "qwen3_moe_norm_false": ({}, ["dense routing over all experts", "renorm flipped"]),
     "qwen3_moe_norm_true": ({"legacy_moe_key": True}, ["dense routing over all experts", "renorm flipped"]),
     "llama31": ({"legacy_rope": True}, ["unscaled RoPE"]),
-    "llama2": ({"legacy_rope": "type"}, []),
+    "llama2": ({"legacy_rope": "type"}, ["rope_theta misread"]),
 }
 
 
@@ -85,7 +88,10 @@ NEGATIVE = [(case, brk) for case, (_, breaks) in CASES.items() for brk in breaks
 def test_negative_control_fails(oracle, case, brk, path):
     model, ids, ref = oracle(case)
     broken = dataclasses.replace(model, cfg=BREAKS[brk](model.cfg))
-    broken.__dict__["weights"] = model.weights  # same weights, broken semantics
+    # the same weights, less whatever the broken config no longer reads
+    drop = {"QK-norm skipped": ("q_norm", "k_norm"), "biases dropped": ("q_bias", "k_bias", "v_bias", "o_bias")}
+    layers = [dataclasses.replace(layer, **{f: None for f in drop.get(brk, ())}) for layer in model.weights.layers]
+    broken.__dict__["weights"] = dataclasses.replace(model.weights, layers=layers)
     assert max_diff(broken, ids, path, ref) > 100 * TOL
 
 
