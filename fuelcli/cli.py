@@ -55,7 +55,7 @@ def run(
     revision: Optional[str] = Revision,
 ):
     """Generate text from PROMPT, streamed to stdout; a stats line goes to stderr."""
-    from .engine import Engine
+    from .engine import Engine, kernels_cached
     from .generate import Sampler, SamplerParams, Stats, generate
     from .loader import open_model
     from .memory import peak_rss_bytes
@@ -72,6 +72,8 @@ def run(
     if len(ids) >= m.cfg.max_position:
         raise InputError(f"the prompt has {len(ids)} tokens; the model's context is {m.cfg.max_position}")
     engine = Engine(m.cfg, m.weights, n_ctx=len(ids) + max_tokens)
+    if not quiet and not kernels_cached():
+        _err("compiling fuel's kernels (first run only, about a minute; cached afterwards)...")
     stats = Stats()
     interrupted = False
     stops = [_unescape(s) for s in stop]

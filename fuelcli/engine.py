@@ -15,6 +15,17 @@ from .weights.formats import FORMATS
 from .weights.model import ModelWeights
 
 
+def kernels_cached() -> bool:
+    """Whether the forward kernel is in numba's on-disk cache for this source (False: the first
+    call compiles, about a minute). Reads numba's cache index; says True when it cannot tell."""
+    from .kernels import cpu
+
+    try:
+        return bool(cpu.forward._cache._cache_file._load_index())
+    except Exception:  # private numba API: never let it break a run
+        return True
+
+
 class Engine:
     def __init__(self, cfg: ModelConfig, weights: ModelWeights, n_ctx: int | None = None):
         from .kernels import cpu

@@ -22,14 +22,15 @@ class RopeConfig:
 
 
 def base_inv_freq(head_dim: int, theta: float) -> np.ndarray:
-    # float64 then float32, as transformers computes int64 arange -> float then divides in f32
+    # as transformers: int64 arange -> float32, divided and raised in float32
     exponents = np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(head_dim)
     return (1.0 / (np.float32(theta) ** exponents)).astype(np.float32)
 
 
-def llama3_bands(rope: RopeConfig, inv_freq: np.ndarray) -> np.ndarray:
-    """Per frequency: 'kept' (short wavelengths), 'divided' (long) or 'smoothed' (between)."""
-    wavelen = 2 * math.pi / inv_freq.astype(np.float64)
+def llama3_bands(rope: RopeConfig, base: np.ndarray) -> np.ndarray:
+    """Per frequency: 'kept' (short wavelengths), 'divided' (long) or 'smoothed' (between); the
+    wavelengths in float32 as transformers compares them."""
+    wavelen = np.float32(2 * math.pi) / base
     low_wavelen = rope.original_max_position / rope.low_freq_factor
     high_wavelen = rope.original_max_position / rope.high_freq_factor
     return np.where(wavelen < high_wavelen, "kept", np.where(wavelen > low_wavelen, "divided", "smoothed"))
@@ -42,16 +43,13 @@ def inv_freq(rope: RopeConfig, head_dim: int) -> np.ndarray:
     if rope.type == "linear":
         return (base / np.float32(rope.factor)).astype(np.float32)
     # llama3: keep high frequencies, divide low ones by factor, interpolate between
-    wavelen = 2 * math.pi / base
-    low_wavelen = rope.original_max_position / rope.low_freq_factor
-    high_wavelen = rope.original_max_position / rope.high_freq_factor
-    scaled = np.where(wavelen > low_wavelen, base / rope.factor, base)
-    smooth = (rope.original_max_position / wavelen - rope.low_freq_factor) / (
+    bands = llama3_bands(rope, base)
+    divided = base / np.float32(rope.factor)
+    smooth = (rope.original_max_position / (np.float32(2 * math.pi) / base) - rope.low_freq_factor) / (
         rope.high_freq_factor - rope.low_freq_factor
     )
-    smoothed = (1 - smooth) * scaled / rope.factor + smooth * scaled
-    between = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
-    return np.where(between, smoothed, scaled).astype(np.float32)
+    smoothed = (1 - smooth) * base / np.float32(rope.factor) + smooth * base  # transformers' order
+    return np.where(bands == "kept", base, np.where(bands == "divided", divided, smoothed)).astype(np.float32)
 
 
 def cos_sin(rope: RopeConfig, head_dim: int, n_positions: int) -> tuple[np.ndarray, np.ndarray]:
