@@ -5,14 +5,14 @@
 
 import sys
 
-from fuelcli.engine import Engine
+from fuelcli.backends import make_engine
 from fuelcli.generate import Sampler, SamplerParams, Stats, generate
 from fuelcli.loader import open_model
 from fuelcli.memory import peak_rss_bytes
 
 model = open_model(sys.argv[1])
 ids = model.tokenizer.encode_prompt(sys.argv[2])
-engine = Engine(model.cfg, model.weights, n_ctx=len(ids) + 64)
+engine = make_engine(model.cfg, model.weights, n_ctx=len(ids) + 64)
 stats = Stats()
 for piece in generate(engine, model.tokenizer, ids, 64, Sampler(SamplerParams(temp=0.0)), model.eos_ids(), [], stats):
     print(piece, end="", flush=True)

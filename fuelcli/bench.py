@@ -33,7 +33,6 @@ import numpy as np
 
 from .errors import InputError, MissingDependency
 
-BACKEND = "cpu numba"
 PEERS = ("llama.cpp", "transformers")
 
 
@@ -316,7 +315,7 @@ class Report:
     peak_rss_fuel_bytes: int = 0  # before any peer was loaded
     kv_bytes: int = 0
     peer: dict | None = None  # {"name", "detail", "threads"}
-    backend: str = BACKEND
+    backend: str = "cpu numba"
 
     @property
     def peer_name(self) -> str | None:

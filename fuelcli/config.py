@@ -189,34 +189,6 @@ def _rope(r: _Reader) -> RopeConfig:
     )
 
 
-def _window_inputs(r: _Reader, family: Family) -> dict:
-    """Type-check the keys the family's window rule reads from the raw dict (it trusts them)."""
-    raw, keys = r.raw, family.window_keys
-    if "use_sliding_window" in keys and raw.get("use_sliding_window") is not None:
-        r.flag("use_sliding_window")
-    window = raw.get("sliding_window")
-    if "sliding_window" in keys and window is not None and (not _is_int(window) or window < 0):
-        raise ConfigError(f"sliding_window must be a non-negative integer or null, got {window!r}")
-    layer_types = raw.get("layer_types")
-    if "layer_types" in keys and layer_types is not None:
-        if not isinstance(layer_types, list) or not all(isinstance(t, str) for t in layer_types):
-            raise ConfigError(f"layer_types must be a list of strings, got {layer_types!r}")
-        bad = sorted(set(layer_types) - {"full_attention", "sliding_attention"})
-        if bad:
-            raise ConfigError(f"layer_types entries {bad} are not supported; supported: full_attention, "
-                              f"sliding_attention")
-    if "max_window_layers" in keys and "max_window_layers" in raw:
-        mwl = raw["max_window_layers"]
-        if mwl is None:
-            # Read only when windows are on and layer_types is absent; there null has no meaning.
-            if raw.get("use_sliding_window") and raw.get("sliding_window", 4096) and layer_types is None:
-                raise ConfigError("max_window_layers must be a non-negative integer when use_sliding_window "
-                                  "is true, got None")
-        elif not _is_int(mwl) or mwl < 0:
-            raise ConfigError(f"max_window_layers must be a non-negative integer, got {mwl!r}")
-    return raw
-
-
 def _eos_ids(*values: tuple) -> tuple:
     """(value, where) pairs: each an int, a list of ints or None."""
     ids = []
@@ -270,34 +242,14 @@ def from_hf_config(raw: dict, generation: dict | None = None, source: str = "con
     if head_dim == 0 or head_dim % 2:
         raise ConfigError(f"head_dim={head_dim} must be even and > 0 for rotary embeddings")
 
-    windows, rule = family.windows(_window_inputs(r, family), n_layers)
+    windows, rule = family.windows(r, n_layers)
     if len(windows) != n_layers:
         raise ConfigError(f"layer_types has {len(windows)} entries but num_hidden_layers={n_layers}")
     r.origin["windows"] = "derived"
     if raw.get("attention_bias") is not None:
         r.flag("attention_bias")  # the family's qkv_bias / o_bias read it raw
 
-    moe_layers = (False,) * n_layers
-    experts = k = moe_inter = 0
-    norm_topk = False
-    if family.moe:
-        if raw.get("num_experts") is None and raw.get("num_local_experts") is not None:
-            raw = {**raw, "num_experts": raw["num_local_experts"]}  # transformers 5 writes this name
-            r.raw = raw
-        experts = r.integer("num_experts")
-        k = r.integer("num_experts_per_tok", "experts_per_tok")
-        moe_inter = r.integer("moe_intermediate_size")
-        norm_topk = r.flag("norm_topk_prob")
-        step = r.integer("decoder_sparse_step")
-        mlp_only = set(r.int_list("mlp_only_layers"))
-        if k > experts:
-            raise ConfigError(f"num_experts_per_tok={k} > num_experts={experts}")
-        if experts and (k == 0 or step == 0):
-            raise ConfigError(f"num_experts_per_tok={k} and decoder_sparse_step={step} must be > 0")
-        moe_layers = tuple(
-            experts > 0 and i not in mlp_only and (i + 1) % step == 0 for i in range(n_layers)
-        )
-        r.origin["moe_layers"] = "derived"
+    ffn = family.ffn(r, n_layers)
 
     gen = generation or {}
     eos = _eos_ids((raw.get("eos_token_id"), source), (gen.get("eos_token_id"), "generation_config.json"))
@@ -324,11 +276,11 @@ def from_hf_config(raw: dict, generation: dict | None = None, source: str = "con
         qk_norm=family.qk_norm,
         windows=tuple(int(w) for w in windows),
         window_rule=rule,
-        moe_layers=moe_layers,
-        num_experts=experts,
-        experts_per_tok=k,
-        moe_intermediate_size=moe_inter,
-        norm_topk_prob=norm_topk,
+        moe_layers=ffn.moe_layers,
+        num_experts=ffn.num_experts,
+        experts_per_tok=ffn.experts_per_tok,
+        moe_intermediate_size=ffn.moe_intermediate_size,
+        norm_topk_prob=ffn.norm_topk_prob,
         bos_token_id=r.integer("bos_token_id", optional=True),
         eos_token_ids=eos,
         origin=r.origin,

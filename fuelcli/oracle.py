@@ -201,18 +201,19 @@ def split(n: int, path: str, decode_steps: int) -> int:
     return max(1, n - decode_steps)
 
 
-def fuel_side(model, ids: list, path: str, decode_steps: int = DEFAULT_DECODE_STEPS, hidden: bool = False):
+def fuel_side(model, ids: list, path: str, decode_steps: int = DEFAULT_DECODE_STEPS, hidden: bool = False,
+              device: str | None = None):
     """Logits [T, V] (and residual stream [L+1, T, H]) from the engine; returns (logits, states, prefill_len)."""
-    from .engine import Engine
-    from .run_paths import logits_by_path
+    from .backends import make_engine
+    from .forward_paths import logits_by_path
 
     # ids are validated by diff(); logits_by_path's "prefill" is exactly our prefill path.
     if path == "prefill":
-        out = logits_by_path(model, ids, "prefill", hidden=hidden)
+        out = logits_by_path(model, ids, "prefill", hidden=hidden, device=device)
         logits, states = out if hidden else (out, None)
         return np.asarray(logits, np.float32), states, len(ids)
     n_pre = split(len(ids), path, decode_steps)
-    engine = Engine(model.cfg, model.weights, n_ctx=len(ids))
+    engine = make_engine(model.cfg, model.weights, n_ctx=len(ids), device=device)
     out = engine.prefill(ids[:n_pre], all_logits=True, hidden=hidden)
     rows, states = ([out[0]], [out[1]]) if hidden else ([out], [])
     for t in ids[n_pre:]:
@@ -345,15 +346,16 @@ def load_saved_logits(path: Path, n_tokens: int, vocab: int) -> np.ndarray:
 
 def diff(model, ids: list, oracle: str = "self", path: str = "decode", tol: float = DEFAULT_TOL,
          min_top1: float = DEFAULT_MIN_TOP1, layers: bool = False, layer_tol: float = DEFAULT_LAYER_RTOL,
-         decode_steps: int = DEFAULT_DECODE_STEPS, atol: float | None = None) -> DiffResult:
+         decode_steps: int = DEFAULT_DECODE_STEPS, atol: float | None = None,
+         device: str | None = None) -> DiffResult:
     if path not in ("decode", "prefill"):
         raise InputError(f"--path must be decode or prefill, got {path!r}")
     if decode_steps < 1:
         raise InputError(f"--decode-steps must be at least 1, got {decode_steps}")
-    from .run_paths import validate_ids
+    from .forward_paths import validate_ids
 
     validate_ids(model, ids)
-    fuel_logits, fuel_states, n_pre = fuel_side(model, ids, path, decode_steps, hidden=layers)
+    fuel_logits, fuel_states, n_pre = fuel_side(model, ids, path, decode_steps, hidden=layers, device=device)
     if oracle == "self":
         ref_logits, ref_states = self_oracle(model, ids, hidden=layers)
         name, layer_oracle = "self (reference.py, full-prefix numpy forward)", "reference.py"

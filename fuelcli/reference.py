@@ -8,8 +8,8 @@ import numpy as np
 
 from .config import ModelConfig
 from .rope import cos_sin
-from .weights.formats import dequantize
-from .weights.model import ModelWeights
+from .formats import dequantize
+from .weights.build import ModelWeights
 from .weights.tensor import Tensor
 
 

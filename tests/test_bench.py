@@ -122,7 +122,7 @@ def test_parse_and_context():
 
 
 def test_fuel_runner_fills_depth_and_resets(tiny):
-    from fuelcli.engine import Engine
+    from fuelcli.backends.cpu.engine import CpuEngine as Engine
     from fuelcli.loader import open_model
 
     m = open_model(str(tiny))

@@ -76,6 +76,6 @@ def test_logits_paths_agree(tiny, tmp_path):
 
 def test_cold_kernel_cache_is_detected(tmp_path):
     """`fuel run` warns before a first-run compile; the check reads numba's cache index."""
-    r = subprocess.run([sys.executable, "-c", "from fuelcli.engine import kernels_cached; print(kernels_cached())"],
+    r = subprocess.run([sys.executable, "-c", "from fuelcli.backends.cpu.engine import kernels_cached; print(kernels_cached())"],
                        capture_output=True, text=True, env={**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)})
     assert r.stdout.strip() == "False", r.stderr

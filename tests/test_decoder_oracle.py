@@ -15,7 +15,7 @@ from hf_oracle import hf_logits
 
 from fuelcli.loader import open_model
 from fuelcli.rope import RopeConfig
-from fuelcli.run_paths import PATHS, logits_by_path
+from fuelcli.forward_paths import PATHS, logits_by_path
 
 TOL = 2e-4
 SEQ = 24  # longer than every window (4) and the llama31 original context bands (32 > SEQ is fine: wavelengths 6..1425)

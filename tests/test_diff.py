@@ -129,7 +129,7 @@ def test_config_break_invisible_to_self(tiny, break_config, case):
 
 
 def engine_break(monkeypatch, fn):
-    from fuelcli.engine import Engine
+    from fuelcli.backends.cpu.engine import CpuEngine as Engine
 
     real_init = Engine.__init__
 
@@ -146,9 +146,9 @@ def _invert_engine_windows(e):
 
 
 def _dense_engine_routing(e):
-    from fuelcli.kernels import cpu
+    from fuelcli.backends.cpu import forward
 
-    e.dims[cpu.D_TOPK] = e.cfg.num_experts
+    e.dims[forward.D_TOPK] = e.cfg.num_experts
 
 
 def _unscaled_engine_rope(e):
@@ -184,7 +184,7 @@ def test_engine_break_caught_by_transformers(tiny, monkeypatch):
 
 def test_decode_only_break_positions(tiny, monkeypatch):
     """A break only in single-token decode shows on the decode positions only, and the prefill path passes."""
-    from fuelcli.engine import Engine
+    from fuelcli.backends.cpu.engine import CpuEngine as Engine
 
     real = Engine.decode
 
@@ -211,7 +211,7 @@ def test_decode_only_break_positions(tiny, monkeypatch):
 @pytest.fixture(scope="module")
 def ref_logits(tiny):
     from fuelcli.loader import open_model
-    from fuelcli.run_paths import logits_by_path
+    from fuelcli.forward_paths import logits_by_path
 
     d = tiny("llama2")
     return d, logits_by_path(open_model(str(d)), IDS, "reference")

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from fuelcli.errors import InputError
-from fuelcli.weights.formats import FORMATS, dequantize, quantize, row_bytes
+from fuelcli.formats import FORMATS, dequantize, quantize, row_bytes
 from fuelcli.weights.tensor import Tensor
 
 # byte offsets of the f16 scales inside one block: random bytes there could be inf/NaN
@@ -102,9 +102,13 @@ def test_quantize_roundtrip(fmt):
 
 @pytest.fixture(scope="module")
 def kernels():
-    from fuelcli.kernels import quant
+    from types import SimpleNamespace
 
-    return quant
+    from fuelcli.backends.cpu import matmul, q16, rows
+
+    return SimpleNamespace(dequant_row=rows.dequant_row, dot_row=rows.dot_row, matvec=rows.matvec,
+                           tile_matmul=matmul.tile_matmul, quantize_x16=q16.quantize_x16,
+                           dot_row_q16=q16.dot_row_q16, matvec_q16=q16.matvec_q16)
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
@@ -161,7 +165,7 @@ def test_tile_matmul(kernels, T):
 
 @pytest.mark.parametrize("fmt", ["q8_0", "q4_1", "q5_0", "q4_k", "q6_k"])
 def test_matmul_prefill_and_decode(fmt):
-    from fuelcli.kernels.cpu import ROWS_PER_TASK, matmul
+    from fuelcli.backends.cpu.matmul import ROWS_PER_TASK, matmul
 
     ncols, nrows = 512, 2 * ROWS_PER_TASK + 3  # a partial last task
     raw = random_rows(fmt, nrows, ncols, seed=40 + FORMATS[fmt].code)
@@ -262,8 +266,8 @@ import sys
 import numpy as np
 sys.path.insert(0, %(tests)r)
 from test_formats import random_rows, Q16_FMTS
-from fuelcli.weights.formats import FORMATS
-from fuelcli.kernels import quant, cpu
+from fuelcli.formats import FORMATS
+from fuelcli.backends.cpu import q16 as quant
 assert not quant.Q16
 assert not any(quant.q16_supported(FORMATS[f].code) for f in Q16_FMTS)
 quant.HAVE_AVX2 = False  # read when the intrinsics are compiled
@@ -280,7 +284,7 @@ for fmt in Q16_FMTS:
     res = subprocess.run([sys.executable, "-c", code % {"tests": tests}], env=env, capture_output=True,
                          text=True, cwd=os.path.dirname(tests), timeout=600)
     assert res.returncode == 0, res.stderr
-    from fuelcli.kernels import quant
+    from fuelcli.backends.cpu import q16 as quant
 
     lines = res.stdout.split("\n")
     for fmt, line in zip(Q16_FMTS, lines):

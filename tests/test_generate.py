@@ -235,6 +235,6 @@ def test_generate_flushes_held_text_at_eos():
 
 
 def test_stop_option_escapes_like_llama_cli():
-    from fuelcli.cli import _unescape
+    from fuelcli.cli.options import unescape as _unescape
 
     assert _unescape(r"\n\n") == "\n\n" and _unescape(r"a\tb\\n") == "a\tb\\n" and _unescape("日本\\") == "日本\\"

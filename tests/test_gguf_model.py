@@ -19,7 +19,7 @@ from fuelcli.errors import ConfigError, InputError
 from fuelcli.gguf_tokenizer import tokenizer_from_gguf
 from fuelcli.loader import open_model
 from fuelcli.weights import gguf_model
-from fuelcli.weights.formats import dequantize
+from fuelcli.formats import dequantize
 from fuelcli.weights.gguf import read_gguf
 from fuelcli.weights.gguf_model import config_from_gguf
 
@@ -253,7 +253,7 @@ def _compare(ref: np.ndarray, got: np.ndarray) -> tuple[float, float]:
 
 
 def _fuel_decode_logits(path: Path, ids: list[int]) -> np.ndarray:
-    from fuelcli.run_paths import logits_by_path
+    from fuelcli.forward_paths import logits_by_path
 
     return logits_by_path(open_model(str(path)), ids, "decode")
 
@@ -305,7 +305,7 @@ def test_run_greedy_matches_transformers(real):
     if r.stdout[:-1] == ref_text:
         return
     # Not equal: find the first differing token and require a near tie there (quantisation noise).
-    from fuelcli.engine import Engine
+    from fuelcli.backends.cpu.engine import CpuEngine as Engine
 
     eng = Engine(m.cfg, m.weights, n_ctx=len(ids) + 33)
     logits, got = eng.prefill(ids), []
@@ -328,13 +328,14 @@ def test_run_greedy_matches_transformers(real):
 
 _MEMORY_SCRIPT = r"""
 import json, sys
-from fuelcli import engine, loader, memory
+from fuelcli import loader, memory
+from fuelcli.backends import make_engine
 from fuelcli.generate import Sampler, SamplerParams, Stats, generate
-from fuelcli.kernels import cpu  # imported (not compiled) before the baseline
+from fuelcli.backends.cpu import forward  # imported (not compiled) before the baseline
 base = memory.rss_bytes()
 m = loader.open_model(sys.argv[1])
 ids = m.tokenizer.encode("def quicksort(xs):")
-eng = engine.Engine(m.cfg, m.weights, n_ctx=len(ids) + 128)
+eng = make_engine(m.cfg, m.weights, n_ctx=len(ids) + 128)
 n = sum(1 for _ in generate(eng, m.tokenizer, ids, 128, Sampler(SamplerParams(0.0, 0, 1.0, 0.0, 1.0, 64, 0)),
                             set(), [], Stats()))
 print(json.dumps({"added": memory.rss_bytes() - base, "kv": eng.kv_bytes}))

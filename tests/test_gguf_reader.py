@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from fuelcli.errors import InputError
-from fuelcli.weights.formats import BY_GGML_TYPE, dequantize
+from fuelcli.formats import BY_GGML_TYPE, dequantize
 from fuelcli.weights.gguf import read_gguf
 
 Q = gguf.GGMLQuantizationType

@@ -17,7 +17,7 @@ import pytest
 from fuelcli.config import load_hf_config
 from fuelcli.errors import InputError
 from fuelcli.weights.hf import load_hf_weights
-from fuelcli.weights.model import Lookup
+from fuelcli.weights.build import Lookup
 from fuelcli.weights.safetensors import read_checkpoint, read_safetensors
 
 

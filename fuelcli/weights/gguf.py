@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fuelcli.errors import InputError
-from fuelcli.weights.formats import BY_GGML_TYPE, FORMATS, GGML_TYPE_NAMES
-from fuelcli.weights.tensor import Tensor
+from ..errors import InputError
+from ..formats import BY_GGML_TYPE, FORMATS, GGML_TYPE_NAMES
+from .tensor import Tensor
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)

@@ -10,9 +10,9 @@ import numpy as np
 
 from ..config import ModelConfig, from_hf_config
 from ..errors import ConfigError
-from ..families import BY_GGUF_ARCH
+from ..families import BY_GGUF_ARCH, FAMILIES
 from .gguf import GGUFFile
-from .model import Lookup, ModelWeights, Names, build_weights, expert_views
+from .build import Lookup, ModelWeights, Names, build_weights, expert_views
 from .tensor import Tensor
 
 # GGUF key suffix (after "{arch}.") -> HF config.json key
@@ -59,8 +59,7 @@ def config_from_gguf(meta: dict, tensor_names=None) -> dict:
         raise ConfigError(f"key_length {d['head_dim']} != value_length {vlen} is not supported")
     if "intermediate_size" not in d and "moe_intermediate_size" in d:
         d["intermediate_size"] = d["moe_intermediate_size"]  # all-MoE files may omit the dense size
-    if family.moe:
-        d["norm_topk_prob"] = True  # llama.cpp's qwen3moe always renormalises (transformers' GGUF default too)
+    d.update(family.gguf_defaults)
 
     stype = meta.get(f"{arch}.rope.scaling.type")
     if stype not in (None, "none"):
@@ -80,8 +79,7 @@ def config_from_gguf(meta: dict, tensor_names=None) -> dict:
         d["vocab_size"] = meta[f"{arch}.vocab_size"]
     if tensor_names is not None:
         d["tie_word_embeddings"] = "output.weight" not in names
-        if family.model_type in ("llama", "qwen3", "qwen3_moe"):
-            d["attention_bias"] = "blk.0.attn_q.bias" in names
+        d["attention_bias"] = "blk.0.attn_q.bias" in names  # families with fixed biases ignore it
     if "tokenizer.ggml.bos_token_id" in meta:
         d["bos_token_id"] = meta["tokenizer.ggml.bos_token_id"]
     eos = [meta[f"tokenizer.ggml.{k}_token_id"] for k in ("eos", "eot", "eom") if f"tokenizer.ggml.{k}_token_id" in meta]
@@ -147,5 +145,5 @@ def _unpermute(x, n_head: int):
 
 def load_gguf_weights(gf: GGUFFile, cfg: ModelConfig) -> ModelWeights:
     w = Lookup(gf.tensors, gf.path)
-    permuted = gf.meta.get("general.architecture") == "llama"  # qwen files keep the HF layout
+    permuted = FAMILIES[cfg.family].gguf_permuted_qk
     return build_weights(w, GGUF_NAMES, cfg, lambda i: _experts(w, cfg, i), _unpermute if permuted else None)

@@ -4,7 +4,7 @@ router and experts, stored per expert (hub files) or fused (files written by tra
 from pathlib import Path
 
 from ..config import ModelConfig
-from .model import Lookup, ModelWeights, Names, build_weights, expert_views, row_slice
+from .build import Lookup, ModelWeights, Names, build_weights, expert_views, row_slice
 from .safetensors import read_checkpoint
 
 

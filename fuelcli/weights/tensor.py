@@ -4,6 +4,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..formats import FORMATS, Format
+
 
 @dataclass(frozen=True)
 class Tensor:
@@ -18,6 +20,10 @@ class Tensor:
     fmt: str
     shape: tuple
     data: np.ndarray
+
+    @property
+    def format(self) -> Format:
+        return FORMATS[self.fmt]
 
     @property
     def nbytes(self) -> int:

@@ -10,9 +10,10 @@ from typing import Optional
 
 import typer
 
-from .cli import ModelArg, Revision, _parse_tokens, app
-from .errors import InputError, Mismatch
-from .oracle import DEFAULT_DECODE_STEPS, DEFAULT_LAYER_RTOL, DEFAULT_MIN_TOP1, DEFAULT_TOL
+from ..errors import InputError, Mismatch
+from ..oracle import DEFAULT_DECODE_STEPS, DEFAULT_LAYER_RTOL, DEFAULT_MIN_TOP1, DEFAULT_TOL
+from .app import app
+from .options import Device, Json, ModelArg, Revision, parse_tokens
 
 
 @app.command("diff")
@@ -35,20 +36,21 @@ def diff_cmd(
                                 "first layer out of tolerance"),
     layer_tol: float = typer.Option(DEFAULT_LAYER_RTOL, "--layer-tol",
                                     help="per-layer tolerance: max|Δ| / max|oracle state| of the layer"),
-    as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
+    as_json: bool = Json,
+    device: Optional[str] = Device,
     revision: Optional[str] = Revision,
 ):
     """Compare fuel's logits (per position) with an oracle; exit 3 on mismatch."""
-    from .loader import open_model
-    from .oracle import diff
+    from ..loader import open_model
+    from ..oracle import diff
 
     if (prompt is None) == (tokens is None):
         raise InputError("give exactly one of --prompt and --tokens")
     if tol < 0 or not 0 <= min_top1 <= 1 or layer_tol < 0 or (atol is not None and atol < 0):
         raise InputError("--tol, --atol and --layer-tol must be ≥ 0 and --min-top1 within 0..1")
     m = open_model(model, revision)
-    ids = _parse_tokens(tokens) if tokens is not None else m.tokenizer.encode(prompt)
-    r = diff(m, ids, oracle, path, tol, min_top1, layers, layer_tol, decode_steps, atol)
+    ids = parse_tokens(tokens) if tokens is not None else m.tokenizer.encode(prompt)
+    r = diff(m, ids, oracle, path, tol, min_top1, layers, layer_tol, decode_steps, atol, device)
     if as_json:
         print(json.dumps({"model": m.source.name, **r.to_json()}, indent=2))
     else:

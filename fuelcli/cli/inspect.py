@@ -5,17 +5,17 @@ from typing import Optional
 
 import typer
 
-from .cli import ModelArg, Revision, app
+from .app import app
+from .options import Json, ModelArg, Revision
 
 inspect_app = typer.Typer(no_args_is_help=True, add_completion=False,
                           help="Show how a model is built: mask plan, config, weights, RoPE.")
 app.add_typer(inspect_app, name="inspect")
 
-Json = typer.Option(False, "--json", help="print JSON instead of tables")
 
 
 def _open(model: str, revision):
-    from .loader import open_model
+    from ..loader import open_model
 
     return open_model(model, revision)
 
@@ -60,7 +60,7 @@ def _bytes(n: int) -> str:
 def mask_plan_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[str] = Revision):
     """Per layer: attention (full | window w), the mask variant it reads, FFN (dense | MoE k of n).
     Reads the config only."""
-    from .inspect import mask_plan_view
+    from ..inspect import mask_plan_view
 
     v = mask_plan_view(_open(model, revision))
     if as_json:
@@ -81,7 +81,7 @@ def mask_plan_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optiona
 @inspect_app.command("config")
 def config_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[str] = Revision):
     """Every resolved config value and where it came from (file, default, derived, family, gguf)."""
-    from .inspect import config_view
+    from ..inspect import config_view
 
     v = config_view(_open(model, revision))
     if as_json:
@@ -97,7 +97,7 @@ def config_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[s
 @inspect_app.command("weights")
 def weights_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[str] = Revision):
     """Name, shape, format and bytes of every stored tensor; totals per format; parameter count."""
-    from .inspect import weights_view
+    from ..inspect import weights_view
 
     v = weights_view(_open(model, revision))
     if as_json:
@@ -122,7 +122,7 @@ def weights_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[
 @inspect_app.command("rope")
 def rope_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[str] = Revision):
     """Per frequency index: base inverse frequency, the scaled one, wavelength, llama3 band."""
-    from .inspect import rope_view
+    from ..inspect import rope_view
 
     v = rope_view(_open(model, revision))
     if as_json:

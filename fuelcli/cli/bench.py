@@ -5,8 +5,9 @@ from typing import Optional
 
 import typer
 
-from .cli import ModelArg, Revision, app
-from .errors import InputError
+from ..errors import InputError
+from .app import app
+from .options import Device, ModelArg, Revision
 
 
 @app.command()
@@ -22,13 +23,14 @@ def bench(
                                           "llama.cpp (GGUF, needs llama-cpp-python) | transformers (float32)"),
     seed: int = typer.Option(0, "--seed", help="seed of the random token ids"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bar on stderr"),
+    device: Optional[str] = Device,
     revision: Optional[str] = Revision,
 ):
     """Measure prefill (pp<N>) and decode (tg<N>) speed in tokens/s: mean ± std over -r runs.
 
     The table (or JSON / CSV) goes to stdout, the progress bar to stderr.
     """
-    from . import bench as B
+    from .. import bench as B
 
     if output not in B.RENDERERS:
         raise InputError(f"-o must be one of {', '.join(B.RENDERERS)}, got {output!r}")
@@ -39,9 +41,9 @@ def bench(
     tests = B.make_tests(B.parse_int_list(n_prompt, "-p"), B.parse_int_list(n_gen, "-n"),
                          B.parse_int_list(depth, "-d"))
 
-    from .engine import Engine  # sets numba's threading environment first
-    from .loader import open_model
-    from .memory import peak_rss_bytes
+    from ..backends import make_engine  # sets numba's threading environment first
+    from ..loader import open_model
+    from ..memory import peak_rss_bytes
 
     import numba
 
@@ -60,7 +62,7 @@ def bench(
     n_ctx = B.context_needed(tests)
     if n_ctx > m.cfg.max_position:
         raise InputError(f"the tests need a context of {n_ctx} (depth + tokens + 1); the model's is {m.cfg.max_position}")
-    engine = Engine(m.cfg, m.weights, n_ctx=n_ctx)
+    engine = make_engine(m.cfg, m.weights, n_ctx=n_ctx, device=device)
     info = B.model_info(m.source, m.cfg, m.weights)
 
     peer_factory = None
@@ -91,7 +93,7 @@ def bench(
                                     peer_factory, None, mark)
 
     report = B.Report(info, n_threads, repetitions, seed, n_ctx, results, peak_rss_bytes(), rss_fuel["v"],
-                      engine.kv_bytes)
+                      engine.kv_bytes, backend=engine.backend)
     if peer is not None:
         report.peer = {"name": peer.name, "detail": peer.detail, "threads": peer.threads}
     sys.stdout.write(B.RENDERERS[output](report))

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..config import ModelConfig
 from ..errors import InputError
-from .formats import dequantize
+from ..formats import dequantize
 from .tensor import Tensor
 
 

@@ -1,4 +1,4 @@
-"""Logits of a whole sequence by each of fuel's three paths (for `fuel logits` and `fuel diff`)."""
+"""Logits of a whole sequence by each of fuel's three forward paths (`fuel logits`, `fuel diff`)."""
 
 import numpy as np
 
@@ -18,16 +18,16 @@ def validate_ids(model, ids: list[int]):
         raise InputError(f"token id {bad[0]} is outside the vocabulary 0..{model.cfg.vocab_size - 1}")
 
 
-def logits_by_path(model, ids: list[int], path: str, hidden: bool = False):
+def logits_by_path(model, ids: list[int], path: str, hidden: bool = False, device: str | None = None):
     """float32 [seq, vocab]; with hidden=True also the residual stream [L+1, seq, H]."""
     validate_ids(model, ids)
     if path == "reference":
         from . import reference
 
         return reference.forward(model.cfg, model.weights, ids, hidden=hidden)
-    from .engine import Engine
+    from .backends import make_engine
 
-    engine = Engine(model.cfg, model.weights, n_ctx=len(ids))
+    engine = make_engine(model.cfg, model.weights, n_ctx=len(ids), device=device)
     if path == "prefill":
         return engine.prefill(ids, all_logits=True, hidden=hidden)
     rows, states = [], []

@@ -4,7 +4,7 @@ from typing import Optional
 
 import typer
 
-from .cli import app
+from .app import app
 
 
 @app.command()
@@ -18,8 +18,8 @@ def pull(
     from rich.console import Console
     from rich.table import Table
 
-    from . import demo
-    from .errors import InputError
+    from .. import demo
+    from ..errors import InputError
 
     if list_ or not aliases:
         if not list_:

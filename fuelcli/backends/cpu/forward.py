@@ -1,4 +1,4 @@
-"""Numba CPU kernels: the whole decoder forward in one njit call.
+"""The numba CPU forward: the whole decoder in one njit call.
 
 Calling a parallel numba function from Python costs milliseconds of thread wake-up here, so the
 engine makes one call per forward (prefill of T tokens or decode of one). Weight matrices stay where
@@ -20,18 +20,16 @@ from llvmlite import ir
 from numba import carray, njit, prange, types
 from numba.extending import intrinsic
 
-from .quant import dequant_row, dot_row, dot_row_q16, q16_supported, quantize_x16, tile_matmul
+from .matmul import matmul
+from .rows import dequant_row
 
 M_Q, M_K, M_V, M_O, M_GATE, M_UP, M_DOWN, M_ROUTER = range(8)
 N_MATS = 8
 V_ATTN_NORM, V_FFN_NORM, V_QB, V_KB, V_VB, V_OB, V_QN, V_KN = range(8)
 N_VECS = 8
 # dims[] layout
-D_H, D_NH, D_NKV, D_HD, D_I, D_MOE_I, D_NEXP, D_TOPK, D_NORM_TOPK, D_VOCAB = range(10)
-N_DIMS = 10
-
-ROWS_PER_TASK = 16  # rows a parallel task decodes into its f32 tile before the micro-kernel
-
+D_H, D_NH, D_NKV, D_HD, D_TOPK, D_NORM_TOPK = range(6)
+N_DIMS = 6
 
 @intrinsic
 def _u8_ptr(typingctx, addr):
@@ -53,41 +51,6 @@ def mat(mats, i):
 @njit(inline="always")
 def vec(vecs, vec_tab, i):
     return vecs[vec_tab[i, 0] : vec_tab[i, 0] + vec_tab[i, 1]]
-
-
-@njit(parallel=True, fastmath=True, cache=True)
-def matmul(x, w, code, out, q16=True):
-    """out[t, n] = sum_k x[t, k] * W[n, k] for the stored rows W (format `code`).
-
-    One token, quantised formats (with AVX2): x is quantised once to int16 per 32-block
-    (`quantize_x16`) and each row dotted in integers by `dot_row_q16` (vpmaddwd; 2.5-3.9x the f32
-    dots, error ~1e-5 of sum|w*x|). q16=False, float formats or no AVX2: fused f32 `dot_row` per
-    row. Several tokens: each task dequantises ROWS_PER_TASK rows into an f32 tile once and runs
-    the 4-row x 2-token register-blocked `tile_matmul` over all tokens (2.3-2.7x the row-at-a-time
-    dots at T=128; as fast as SciPy's sgemm on the same tiles)."""
-    T, K = x.shape
-    N = w.shape[0]
-    if T == 1:
-        x0 = x[0]
-        if q16 and q16_supported(code):
-            xq = np.empty(K, np.int16)
-            xs = np.empty(K // 32, np.float32)
-            xf = np.empty(K // 32, np.float32)
-            quantize_x16(x0, xq, xs, xf)
-            for n in prange(N):
-                out[0, n] = dot_row_q16(code, w[n], xq, xs, xf)
-            return
-        for n in prange(N):
-            out[0, n] = dot_row(code, w[n], x0)
-        return
-    n_tasks = (N + ROWS_PER_TASK - 1) // ROWS_PER_TASK
-    for task in prange(n_tasks):
-        tile = np.empty((ROWS_PER_TASK, K), np.float32)
-        n0 = task * ROWS_PER_TASK
-        nr = min(N, n0 + ROWS_PER_TASK) - n0
-        for r in range(nr):
-            dequant_row(code, w[n0 + r], tile[r])
-        tile_matmul(tile, nr, x, out, n0)
 
 
 @njit(fastmath=True, cache=True)
@@ -209,16 +172,12 @@ def route(logits, k, renorm, experts, weights):
 
 
 @njit(fastmath=True, cache=True)
-def moe(h, router, router_code, mats, exp_idx_l, k, renorm, moe_i, out):
+def moe(h, router, router_code, mats, exp_idx_l, k, renorm, act, out):
+    """Sparse FFN of one layer; act's router/expert buffers are the engine's, allocated once."""
     T, H = h.shape
-    n_exp = router.shape[0]
-    logits = np.empty((T, n_exp), np.float32)
+    logits = act.router[:T]
     matmul(h, router, router_code, logits)
-    experts = np.empty(k, np.int64)
-    weights = np.empty(k, np.float32)
-    gate = np.empty((1, moe_i), np.float32)
-    up = np.empty((1, moe_i), np.float32)
-    y = np.empty((1, H), np.float32)
+    experts, weights = act.experts, act.expert_w
     out[:, :] = 0.0
     for t in range(T):
         route(logits[t], k, renorm, experts, weights)
@@ -226,38 +185,31 @@ def moe(h, router, router_code, mats, exp_idx_l, k, renorm, moe_i, out):
         for i in range(k):
             e = exp_idx_l[experts[i]]
             swiglu(ht, mat(mats, e[0]), mats[e[0], 3], mat(mats, e[1]), mats[e[1], 3], mat(mats, e[2]),
-                   mats[e[2], 3], gate, up, y)
+                   mats[e[2], 3], act.egate, act.eup, act.ey)
             for j in range(H):
-                out[t, j] += weights[i] * y[0, j]
+                out[t, j] += weights[i] * act.ey[0, j]
 
 
 @njit(fastmath=True, cache=True)
 def forward(tokens, pos0, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, embed_i, out_i, final_norm_i,
-            dims, eps, windows, cos, sin, k_cache, v_cache, all_logits, logits, hidden_out):
+            dims, eps, windows, cos, sin, k_cache, v_cache, act, all_logits, logits, hidden_out):
     """One forward over T new tokens at positions pos0..pos0+T-1, writing K/V into the cache.
 
-    logits: [T or 1, vocab] (all positions, or the last one). hidden_out: [L+1, T, H] residual
-    stream after the embedding and after each layer, or an empty array to skip it.
+    act: the engine's activations (activations.py), at least T rows each. logits: [T or 1, vocab]
+    (all positions, or the last one). hidden_out: [L+1, T, H] residual stream after the embedding
+    and after each layer, or an empty array to skip it.
     """
     T = tokens.shape[0]
     H, nh, nkv, hd = dims[D_H], dims[D_NH], dims[D_NKV], dims[D_HD]
     L = mat_idx.shape[0]
-    x = np.empty((T, H), np.float32)
+    x, h, q, k, v = act.x[:T], act.h[:T], act.q[:T], act.k[:T], act.v[:T]
+    att, o, gate, up = act.att[:T], act.o[:T], act.gate[:T], act.up[:T]
     embed = mat(mats, embed_i)
     for t in range(T):
         dequant_row(mats[embed_i, 3], embed[tokens[t]], x[t])
     keep_hidden = hidden_out.shape[0] > 0
     if keep_hidden:
         hidden_out[0] = x
-    h = np.empty((T, H), np.float32)
-    q = np.empty((T, nh * hd), np.float32)
-    k = np.empty((T, nkv * hd), np.float32)
-    v = np.empty((T, nkv * hd), np.float32)
-    att = np.empty((T, nh * hd), np.float32)
-    o = np.empty((T, H), np.float32)
-    I = dims[D_I]
-    gate = np.empty((T, I), np.float32)
-    up = np.empty((T, I), np.float32)
     for l in range(L):
         mi = mat_idx[l]
         vi = vec_idx[l]
@@ -287,7 +239,7 @@ def forward(tokens, pos0, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, embed_
         rmsnorm(x, vec(vecs, vec_tab, vi[V_FFN_NORM]), eps, h)
         if mi[M_ROUTER] >= 0:
             moe(h, mat(mats, mi[M_ROUTER]), mats[mi[M_ROUTER], 3], mats, exp_idx[l], dims[D_TOPK],
-                dims[D_NORM_TOPK] != 0, dims[D_MOE_I], o)
+                dims[D_NORM_TOPK] != 0, act, o)
         else:
             swiglu(h, mat(mats, mi[M_GATE]), mats[mi[M_GATE], 3], mat(mats, mi[M_UP]), mats[mi[M_UP], 3],
                    mat(mats, mi[M_DOWN]), mats[mi[M_DOWN], 3], gate, up, o)

@@ -1,0 +1,46 @@
+"""Every activation of the CPU forward, allocated once per engine for up to `rows` tokens at a time
+(llama.cpp's ubatch): the forward takes views of the first T rows."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from ...config import ModelConfig
+
+
+class Activations(NamedTuple):
+    x: np.ndarray  # [rows, H] residual stream
+    h: np.ndarray  # [rows, H] normed input of attention / FFN
+    q: np.ndarray  # [rows, heads * head_dim]
+    k: np.ndarray  # [rows, kv_heads * head_dim]
+    v: np.ndarray  # [rows, kv_heads * head_dim]
+    att: np.ndarray  # [rows, heads * head_dim] attention output before o_proj
+    o: np.ndarray  # [rows, H] output of o_proj, then of the FFN
+    gate: np.ndarray  # [rows, I] dense FFN gate (then silu(gate) * up)
+    up: np.ndarray  # [rows, I]
+    router: np.ndarray  # [rows, experts] router logits (MoE layers)
+    experts: np.ndarray  # [k] int64 chosen experts of one token
+    expert_w: np.ndarray  # [k] their weights
+    egate: np.ndarray  # [1, moe_I] one expert's gate, up and output
+    eup: np.ndarray  # [1, moe_I]
+    ey: np.ndarray  # [1, H]
+
+
+def allocate(cfg: ModelConfig, rows: int) -> Activations:
+    def f32(*shape):
+        return np.zeros(shape, np.float32)
+
+    H, E, k = cfg.hidden_size, max(cfg.num_experts, 1), max(cfg.experts_per_tok, 1)
+    return Activations(
+        x=f32(rows, H), h=f32(rows, H), q=f32(rows, cfg.q_dim), k=f32(rows, cfg.kv_dim), v=f32(rows, cfg.kv_dim),
+        att=f32(rows, cfg.q_dim), o=f32(rows, H), gate=f32(rows, cfg.intermediate_size),
+        up=f32(rows, cfg.intermediate_size), router=f32(rows, E), experts=np.zeros(k, np.int64),
+        expert_w=f32(k), egate=f32(1, max(cfg.moe_intermediate_size, 1)),
+        eup=f32(1, max(cfg.moe_intermediate_size, 1)), ey=f32(1, H),
+    )
+
+    
+def nbytes(act: Activations) -> int:
+    return sum(int(a.nbytes) for a in act)

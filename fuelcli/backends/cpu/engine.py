@@ -1,0 +1,116 @@
+"""The CPU engine: the weights as an address table for forward.py, activations and KV cache once.
+
+It flattens ModelWeights into the slot tables the forward reads (once, at load): matrices stay in
+their stored format where they are (mmap'd files), norms and biases become one f32 array. Prefill
+runs in chunks of `n_batch` tokens, so activations are sized once whatever the prompt length.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ... import threads  # noqa: F401  (configures numba's threading before numba is imported)
+from ...config import ModelConfig
+from ...rope import cos_sin
+from ...weights.build import ModelWeights
+from ..base import Engine
+from ..kv_cache import KVCache
+from .activations import allocate
+
+N_BATCH = 512  # tokens per forward call of a long prefill
+
+
+def kernels_cached() -> bool:
+    """Whether the forward kernel is in numba's on-disk cache for this source (False: the first
+    call compiles, about a minute). Reads numba's cache index; says True when it cannot tell."""
+    from . import forward
+
+    try:
+        return bool(forward.forward._cache._cache_file._load_index())
+    except Exception:  # private numba API: never let it break a run
+        return True
+
+
+class CpuEngine(Engine):
+    device = "cpu"
+    backend = "cpu numba"
+
+    def __init__(self, cfg: ModelConfig, weights: ModelWeights, n_ctx: int | None = None,
+                 n_batch: int = N_BATCH):
+        from . import forward as F
+
+        super().__init__(cfg, n_ctx)
+        self.weights, self._forward = weights, F.forward
+        mats, vecs, vec_tab = [], [], []
+        self._keep = []  # the arrays whose addresses the kernel reads must outlive it
+
+        def mat(t):
+            if t is None:
+                return -1
+            data = t.data
+            if not data.flags.c_contiguous:
+                raise ValueError(f"{t.name}: weight rows must be C-contiguous")
+            self._keep.append(data)
+            mats.append((data.ctypes.data, data.shape[0], data.shape[1], t.format.code))
+            return len(mats) - 1
+
+        def vec(a):
+            if a is None:
+                return -1
+            vec_tab.append((sum(len(v) for v in vecs), len(a)))
+            vecs.append(np.asarray(a, np.float32))
+            return len(vec_tab) - 1
+
+        L = cfg.num_layers
+        self.mat_idx = np.full((L, F.N_MATS), -1, np.int64)
+        self.vec_idx = np.full((L, F.N_VECS), -1, np.int64)
+        self.exp_idx = np.full((L, max(cfg.num_experts, 1), 3), -1, np.int64)
+        self.embed_i = mat(weights.embed)
+        self.out_i = self.embed_i if weights.output is weights.embed else mat(weights.output)
+        self.final_norm_i = vec(weights.final_norm)
+        for l, w in enumerate(weights.layers):
+            for slot, t in ((F.M_Q, w.q), (F.M_K, w.k), (F.M_V, w.v), (F.M_O, w.o), (F.M_GATE, w.gate),
+                            (F.M_UP, w.up), (F.M_DOWN, w.down), (F.M_ROUTER, w.router)):
+                self.mat_idx[l, slot] = mat(t)
+            for e, (g, u, d) in enumerate(zip(w.gate_exps, w.up_exps, w.down_exps)):
+                self.exp_idx[l, e] = (mat(g), mat(u), mat(d))
+            for slot, a in ((F.V_ATTN_NORM, w.attn_norm), (F.V_FFN_NORM, w.ffn_norm), (F.V_QB, w.q_bias),
+                            (F.V_KB, w.k_bias), (F.V_VB, w.v_bias), (F.V_OB, w.o_bias),
+                            (F.V_QN, w.q_norm), (F.V_KN, w.k_norm)):
+                self.vec_idx[l, slot] = vec(a)
+        self.mats = np.array(mats, np.int64).reshape(-1, 4)
+        self.vecs = np.concatenate(vecs).astype(np.float32)
+        self.vec_tab = np.array(vec_tab, np.int64).reshape(-1, 2)
+        dims = np.zeros(F.N_DIMS, np.int64)
+        dims[F.D_H], dims[F.D_NH], dims[F.D_NKV] = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads
+        dims[F.D_HD], dims[F.D_TOPK], dims[F.D_NORM_TOPK] = cfg.head_dim, cfg.experts_per_tok, cfg.norm_topk_prob
+        self.dims = dims
+        self.windows = np.array(cfg.windows, np.int64)
+        self.cos, self.sin = cos_sin(cfg.rope, cfg.head_dim, self.n_ctx)
+        self.kv = KVCache(L, self.n_ctx, cfg.num_kv_heads, cfg.head_dim)
+        self.n_batch = max(1, min(n_batch, self.n_ctx))
+        self.act = allocate(cfg, self.n_batch)
+        self._last = np.empty((1, cfg.vocab_size), np.float32)
+
+    @property
+    def kv_bytes(self) -> int:
+        return self.kv.nbytes
+
+    def prefill(self, tokens, all_logits: bool = False, hidden: bool = False):
+        tokens = self.check(tokens)
+        T, cfg = len(tokens), self.cfg
+        logits = np.empty((T, cfg.vocab_size), np.float32) if all_logits else self._last
+        hidden_out = np.empty((cfg.num_layers + 1, T, cfg.hidden_size) if hidden else (0, 1, 1), np.float32)
+        for s in range(0, T, self.n_batch):
+            e = min(T, s + self.n_batch)
+            states = np.empty((cfg.num_layers + 1, e - s, cfg.hidden_size), np.float32) if hidden else hidden_out
+            self._forward(tokens[s:e], self.pos, self.mats, self.mat_idx, self.exp_idx, self.vecs, self.vec_tab,
+                          self.vec_idx, self.embed_i, self.out_i, self.final_norm_i, self.dims,
+                          np.float32(cfg.rms_norm_eps), self.windows, self.cos, self.sin, self.kv.k, self.kv.v,
+                          self.act, all_logits, logits[s:e] if all_logits else logits,
+                          states)
+            if hidden:
+                hidden_out[:, s:e] = states
+            self.pos += e - s
+        logits = logits if all_logits else logits.copy()
+        return (logits, hidden_out) if hidden else logits

@@ -1,0 +1,86 @@
+"""ggml's K-quants: 256-element super-blocks of sub-blocks with their own scales (ggml-common.h).
+
+q4_k, 144 B: | d f16 | dmin f16 | scales: 12 B | qs: 128 B |
+    8 sub-blocks of 32; sub-block i has a 6-bit scale sc_i and a 6-bit min m_i packed in the 12
+    scale bytes (get_scale_min_k4: i < 4 -> low 6 bits of bytes i and i+4; i >= 4 -> low/high
+    nibble of byte i+4 plus the top 2 bits of bytes i-4 and i). x = (d * sc_i) * q - dmin * m_i.
+    qs holds 4 chunks of 32 bytes; chunk c carries sub-block 2c in its low nibbles and 2c+1 in its
+    high nibbles.
+
+q6_k, 210 B: | ql: 128 B | qh: 64 B | scales: 16 x int8 | d f16 |
+    16 sub-blocks of 16, x = (d * scale_s) * (q - 32), q 6 bits: two halves of 128 elements; in
+    half h, element l + 32k (l < 32, k < 4) takes its low 4 bits from ql[64h + l + 32(k & 1)]
+    (low nibble for k < 2, high for k >= 2) and its top 2 bits from qh[32h + l] at bit 2k; its
+    sub-block is 8h + 2k + l // 16.
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+
+from .base import Format, f16_at
+
+
+class Q4_KLayout(NamedTuple):
+    code: int = 7
+    block_elems: int = 256
+    block_bytes: int = 144
+    d: int = 0
+    dmin: int = 2
+    scales: int = 4
+    qs: int = 16
+    sub_blocks: int = 8
+    sub_elems: int = 32
+
+
+class Q6_KLayout(NamedTuple):
+    code: int = 8
+    block_elems: int = 256
+    block_bytes: int = 210
+    ql: int = 0
+    qh: int = 128
+    scales: int = 192
+    d: int = 208
+    sub_blocks: int = 16
+    sub_elems: int = 16
+    half: int = 128  # elements per half
+    zero: int = 32
+
+
+L4_K, L6_K = Q4_KLayout(), Q6_KLayout()
+
+
+def k_scale_min(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Q4_K's 12 scale bytes (n, 12) -> (scale, min) of the 8 sub-blocks, two (n, 8) uint8."""
+    d, m, md = scales[:, 0:4], scales[:, 4:8], scales[:, 8:12]
+    sc = np.concatenate([d & 0x3F, (md & 0x0F) | ((d >> 2) & 0x30)], axis=-1)
+    mn = np.concatenate([m & 0x3F, (md >> 4) | ((m >> 2) & 0x30)], axis=-1)
+    return sc, mn
+
+
+def _q4_k(b):
+    L, n = L4_K, b.shape[0]
+    d, dmin = f16_at(b, L.d), f16_at(b, L.dmin)
+    sc, mn = k_scale_min(b[:, L.scales : L.qs])
+    ds = (d * sc.astype(np.float32)).reshape(n, L.sub_blocks, 1)
+    dm = (dmin * mn.astype(np.float32)).reshape(n, L.sub_blocks, 1)
+    chunks = L.sub_blocks // 2
+    qs = b[:, L.qs :].reshape(n, chunks, 1, L.sub_elems) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)
+    q = (qs & 0x0F).reshape(n, L.sub_blocks, L.sub_elems).astype(np.float32)
+    return (ds * q - dm).reshape(n, L.block_elems)
+
+
+def _q6_k(b):
+    L, n = L6_K, b.shape[0]
+    ql, qh = b[:, L.ql : L.qh], b[:, L.qh : L.scales]
+    ds = (f16_at(b, L.d) * b[:, L.scales : L.d].view(np.int8).astype(np.float32)).reshape(n, L.sub_blocks, 1)
+    lo = ql.reshape(n, 2, 1, 64) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)
+    lo = (lo & 0x0F).reshape(n, 2, 4, 32)
+    hi = qh.reshape(n, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 1, 4, 1)
+    hi = (hi & 0x03).reshape(n, 2, 4, 32)
+    q = (lo | (hi << 4)).astype(np.int8) - np.int8(L.zero)
+    return (ds * q.reshape(n, L.sub_blocks, L.sub_elems).astype(np.float32)).reshape(n, L.block_elems)
+
+
+Q4_K = Format("q4_k", 12, L4_K, _q4_k)
+Q6_K = Format("q6_k", 14, L6_K, _q6_k)
