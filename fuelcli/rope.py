@@ -22,9 +22,13 @@ class RopeConfig:
 
 
 def base_inv_freq(head_dim: int, theta: float) -> np.ndarray:
-    # as transformers: int64 arange -> float32, divided and raised in float32
+    """As transformers: exponents 2i/d in float32, theta ** e in float32, 1 / that in float32. The
+    power is taken in float64 and rounded once (the correctly rounded float32 result): torch's
+    vectorised float32 pow is within 1 ulp of it, and which way its last bit falls depends on the
+    CPU's vector width, so no float32 formula matches torch's bits on every machine."""
     exponents = np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(head_dim)
-    return (1.0 / (np.float32(theta) ** exponents)).astype(np.float32)
+    power = (np.float64(np.float32(theta)) ** exponents.astype(np.float64)).astype(np.float32)
+    return (np.float32(1.0) / power).astype(np.float32)
 
 
 def llama3_bands(rope: RopeConfig, base: np.ndarray) -> np.ndarray:

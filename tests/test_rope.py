@@ -1,4 +1,7 @@
-"""RoPE inverse frequencies equal transformers' own, bit for bit, for every scaling fuel reads."""
+"""RoPE inverse frequencies equal transformers' own for every scaling fuel reads, to the last bit but
+one: torch's float32 pow is vectorised (Sleef, <= 1 ulp) and its last bit depends on the CPU's vector
+width (bit-exact against numpy's float32 pow on an AVX2 machine; 13 of 64 frequencies 1 ulp apart on
+an AVX-512 one). A wrong formula or operation order is off by far more: see the negative control."""
 
 import numpy as np
 import pytest
@@ -33,4 +36,16 @@ def test_inv_freq_equals_transformers(kind):
         ref = LlamaRotaryEmbedding.compute_default_rope_parameters(hf_cfg)[0]
     else:
         ref = ROPE_INIT_FUNCTIONS[kind](hf_cfg, "cpu")[0]
-    assert np.array_equal(inv_freq(cfg.rope, cfg.head_dim), ref.numpy())
+    np.testing.assert_array_max_ulp(inv_freq(cfg.rope, cfg.head_dim), ref.numpy(), maxulp=1)
+
+
+def test_inv_freq_comparison_discriminates():
+    """Negative control: a factor off by 1e-5 or another low_freq_factor is more than 1 ulp away."""
+    import dataclasses
+
+    raw = {**LLAMA31, "rope_scaling": SCALINGS["llama3"]}
+    cfg = from_hf_config(raw)
+    good = inv_freq(cfg.rope, cfg.head_dim)
+    for rope in (dataclasses.replace(cfg.rope, low_freq_factor=1.5), dataclasses.replace(cfg.rope, factor=8.0001)):
+        with pytest.raises(AssertionError):
+            np.testing.assert_array_max_ulp(inv_freq(rope, cfg.head_dim), good, maxulp=1)
