@@ -146,9 +146,13 @@ def _invert_engine_windows(e):
 
 
 def _dense_engine_routing(e):
+    import dataclasses
+
     from fuelcli.backends.cpu import forward
+    from fuelcli.backends.cpu.activations import allocate
 
     e.dims[forward.D_TOPK] = e.cfg.num_experts
+    e.act = allocate(dataclasses.replace(e.cfg, experts_per_tok=e.cfg.num_experts), e.n_batch)  # room for all
 
 
 def _unscaled_engine_rope(e):

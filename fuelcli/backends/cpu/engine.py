@@ -82,7 +82,7 @@ class CpuEngine(Engine):
         self.vecs = np.concatenate(vecs).astype(np.float32)
         self.vec_tab = np.array(vec_tab, np.int64).reshape(-1, 2)
         dims = np.zeros(F.N_DIMS, np.int64)
-        dims[F.D_H], dims[F.D_NH], dims[F.D_NKV] = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads
+        dims[F.D_NH], dims[F.D_NKV] = cfg.num_heads, cfg.num_kv_heads
         dims[F.D_HD], dims[F.D_TOPK], dims[F.D_NORM_TOPK] = cfg.head_dim, cfg.experts_per_tok, cfg.norm_topk_prob
         self.dims = dims
         self.windows = np.array(cfg.windows, np.int64)

@@ -20,6 +20,7 @@ from llvmlite import ir
 from numba import carray, njit, prange, types
 from numba.extending import intrinsic
 
+from .jit import EXACT, FAST, PARALLEL
 from .matmul import matmul
 from .rows import dequant_row
 
@@ -28,8 +29,8 @@ N_MATS = 8
 V_ATTN_NORM, V_FFN_NORM, V_QB, V_KB, V_VB, V_OB, V_QN, V_KN = range(8)
 N_VECS = 8
 # dims[] layout
-D_H, D_NH, D_NKV, D_HD, D_TOPK, D_NORM_TOPK = range(6)
-N_DIMS = 6
+D_NH, D_NKV, D_HD, D_TOPK, D_NORM_TOPK = range(5)
+N_DIMS = 5
 
 @intrinsic
 def _u8_ptr(typingctx, addr):
@@ -53,7 +54,7 @@ def vec(vecs, vec_tab, i):
     return vecs[vec_tab[i, 0] : vec_tab[i, 0] + vec_tab[i, 1]]
 
 
-@njit(fastmath=True, cache=True)
+@njit(**FAST)
 def rmsnorm(x, weight, eps, out):
     for t in range(x.shape[0]):
         ss = np.float32(0.0)
@@ -64,7 +65,7 @@ def rmsnorm(x, weight, eps, out):
             out[t, i] = weight[i] * (x[t, i] * inv)
 
 
-@njit(fastmath=True, cache=True)
+@njit(**FAST)
 def head_rmsnorm(x, n_heads, head_dim, weight, eps):
     """In-place RMSNorm over each head's head_dim slice (Qwen3 q_norm / k_norm)."""
     for t in range(x.shape[0]):
@@ -78,7 +79,7 @@ def head_rmsnorm(x, n_heads, head_dim, weight, eps):
                 x[t, base + i] = weight[i] * (x[t, base + i] * inv)
 
 
-@njit(fastmath=True, cache=True)
+@njit(**FAST)
 def rope(x, n_heads, head_dim, pos0, cos, sin):
     """Rotate-half RoPE in place: dimension i pairs with i + head_dim/2."""
     half = head_dim // 2
@@ -93,7 +94,7 @@ def rope(x, n_heads, head_dim, pos0, cos, sin):
                 x[t, base + half + i] = b * cos[p, i] + a * sin[p, i]
 
 
-@njit(parallel=True, fastmath=True, cache=True)
+@njit(**PARALLEL)
 def attention(q, k_cache, v_cache, pos0, window, n_heads, n_kv, head_dim, out):
     """Causal attention of T queries at positions pos0.. over the cache; window w>0 keeps keys
     j with p - w < j <= p (transformers' sliding-window direction)."""
@@ -130,14 +131,14 @@ def attention(q, k_cache, v_cache, pos0, window, n_heads, n_kv, head_dim, out):
                 out[t, qb + d] += pj * v_cache[start + j, kvh, d]
 
 
-@njit(fastmath=True, cache=True)
+@njit(**FAST)
 def add_bias(x, bias):
     for t in range(x.shape[0]):
         for i in range(x.shape[1]):
             x[t, i] += bias[i]
 
 
-@njit(fastmath=True, cache=True)
+@njit(**FAST)
 def silu_mul(gate, up):
     """gate <- silu(gate) * up."""
     for t in range(gate.shape[0]):
@@ -146,7 +147,7 @@ def silu_mul(gate, up):
             gate[t, i] = g / (np.float32(1.0) + np.exp(-g)) * up[t, i]
 
 
-@njit(fastmath=True, cache=True)
+@njit(**FAST)
 def swiglu(h, wg, cg, wu, cu, wd, cd, gate, up, out):
     matmul(h, wg, cg, gate)
     matmul(h, wu, cu, up)
@@ -154,7 +155,7 @@ def swiglu(h, wg, cg, wu, cu, wd, cd, gate, up, out):
     matmul(gate, wd, cd, out)
 
 
-@njit(cache=True)
+@njit(**EXACT)
 def route(logits, k, renorm, experts, weights):
     """softmax over all experts in f32, take the top k, renormalise only if asked."""
     m = logits.max()
@@ -171,7 +172,7 @@ def route(logits, k, renorm, experts, weights):
             weights[i] /= s
 
 
-@njit(fastmath=True, cache=True)
+@njit(**FAST)
 def moe(h, router, router_code, mats, exp_idx_l, k, renorm, act, out):
     """Sparse FFN of one layer; act's router/expert buffers are the engine's, allocated once."""
     T, H = h.shape
@@ -190,7 +191,7 @@ def moe(h, router, router_code, mats, exp_idx_l, k, renorm, act, out):
                 out[t, j] += weights[i] * act.ey[0, j]
 
 
-@njit(fastmath=True, cache=True)
+@njit(**FAST)
 def forward(tokens, pos0, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, embed_i, out_i, final_norm_i,
             dims, eps, windows, cos, sin, k_cache, v_cache, act, all_logits, logits, hidden_out):
     """One forward over T new tokens at positions pos0..pos0+T-1, writing K/V into the cache.
@@ -200,7 +201,7 @@ def forward(tokens, pos0, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, embed_
     and after each layer, or an empty array to skip it.
     """
     T = tokens.shape[0]
-    H, nh, nkv, hd = dims[D_H], dims[D_NH], dims[D_NKV], dims[D_HD]
+    nh, nkv, hd = dims[D_NH], dims[D_NKV], dims[D_HD]
     L = mat_idx.shape[0]
     x, h, q, k, v = act.x[:T], act.h[:T], act.q[:T], act.k[:T], act.v[:T]
     att, o, gate, up = act.att[:T], act.o[:T], act.gate[:T], act.up[:T]

@@ -4,13 +4,14 @@ import numpy as np
 from numba import njit, prange
 
 from ...formats import ACTIVATION_BLOCK
+from .jit import FAST, PARALLEL
 from .q16 import dot_row_q16, q16_supported, quantize_x16
 from .rows import dequant_row, dot_row
 
 ROWS_PER_TASK = 16  # rows a parallel task decodes into its f32 tile before the micro-kernel
 
 
-@njit(parallel=True, fastmath=True, cache=True)
+@njit(**PARALLEL)
 def matmul(x, w, code, out, q16=True):
     """out[t, n] = sum_k x[t, k] * W[n, k] for the stored rows W (format `code`).
 
@@ -45,7 +46,7 @@ def matmul(x, w, code, out, q16=True):
         tile_matmul(tile, nr, x, out, n0)
 
 
-@njit(fastmath=True, cache=True)
+@njit(**FAST)
 def tile_matmul(tile, nrows, x, out, n0):
     """out[t, n0 + r] = dot(tile[r], x[t]) for r < nrows: the prefill micro-kernel.
 

@@ -27,6 +27,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ...formats import ACTIVATION_BLOCK, Q4_0, Q4_1, Q4_K, Q5_0, Q6_K, Q8_0
+from .jit import FAST
 
 L8, L40, L41, L50 = Q8_0.layout, Q4_0.layout, Q4_1.layout, Q5_0.layout
 L4K, L6K = Q4_K.layout, Q6_K.layout
@@ -36,7 +37,6 @@ HALF = AB // 2  # one <16 x i16> vector: half an activation block
 HAVE_AVX2 = bool(llb.get_host_cpu_features().get("avx2", False))
 Q16 = HAVE_AVX2 and not os.environ.get("FUEL_NO_Q16")
 
-_FAST = dict(cache=True, fastmath=True)
 _I8, _I16, _I32, _I64 = ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64)
 _F32 = ir.FloatType()
 _V16I8 = ir.VectorType(_I8, HALF)
@@ -45,7 +45,7 @@ _V8I32 = ir.VectorType(_I32, HALF // 2)
 _V8F32 = ir.VectorType(_F32, HALF // 2)
 
 
-@njit(**_FAST)
+@njit(**FAST)
 def quantize_x16(x, xq, xs, xf):
     """x (f32, K multiple of AB) -> xq int16 (K), xs f32 block scales (K/AB), xf f32 block sums."""
     for b in range(x.size // AB):
@@ -308,7 +308,7 @@ _q16_q4_k = _row_intrinsic(L4K.block_elems, _emit_q4_k)
 _q16_q6_k = _row_intrinsic(L6K.block_elems, _emit_q6_k)
 
 
-@njit(**_FAST)
+@njit(**FAST)
 def dot_row_q16(code, row, xq, xs, xf):
     """Dot of one stored row with the int16-quantised x of `quantize_x16` -> float32.
     Only for the codes q16_supported accepts."""
@@ -327,13 +327,13 @@ def dot_row_q16(code, row, xq, xs, xf):
     raise ValueError("no q16 dot for this weight format code")
 
 
-@njit(**_FAST)
+@njit(**FAST)
 def q16_supported(code):
     return Q16 and (code == L8.code or code == L40.code or code == L41.code or code == L50.code
                     or code == L4K.code or code == L6K.code)
 
 
-@njit(**_FAST)
+@njit(**FAST)
 def matvec_q16(code, w, x, out):
     """`matvec` through the int16-activation path (single-threaded; benchmarks and tests)."""
     K = x.size

@@ -19,14 +19,13 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 from ...formats import BF16, F16, F32, Q4_0, Q4_1, Q4_K, Q5_0, Q6_K, Q8_0
+from .jit import EXACT, FAST
 
 # layouts as module constants: numba folds their fields at compile time
 LF32, LF16, LBF16 = F32.layout, F16.layout, BF16.layout
 L8, L40, L41, L50 = Q8_0.layout, Q4_0.layout, Q4_1.layout, Q5_0.layout
 L4K, L6K = Q4_K.layout, Q6_K.layout
 
-_EXACT = dict(cache=True, fastmath=False)
-_FAST = dict(cache=True, fastmath=True)
 
 
 @intrinsic
@@ -40,7 +39,7 @@ def _f32_from_bits(typingctx, bits):
     return sig, codegen
 
 
-@njit(**_EXACT)
+@njit(**EXACT)
 def _f16_bits_to_f32_bits(h):
     """IEEE half bits -> float bits, exact for every input (subnormals, inf, NaN payloads), as numpy."""
     h = np.uint32(h)
@@ -60,13 +59,13 @@ def _f16_bits_to_f32_bits(h):
     return np.uint32(s | (e << np.uint32(23)) | ((m & np.uint32(0x3FF)) << np.uint32(13)))
 
 
-@njit(**_EXACT)
+@njit(**EXACT)
 def _f16_at(row, p):
     """The little-endian f16 at byte p of row, as float32 (block scales)."""
     return _f32_from_bits(_f16_bits_to_f32_bits(np.uint32(row[p]) | (np.uint32(row[p + 1]) << np.uint32(8))))
 
 
-@njit(**_FAST)
+@njit(**FAST)
 def _f16_fast(h):
     """Half bits -> float32 without branches, for f16 weight rows (vectorises; inf/NaN not handled).
 
@@ -76,14 +75,14 @@ def _f16_fast(h):
     return -v if (h & 0x8000) else v
 
 
-@njit(**_FAST)
+@njit(**FAST)
 def _scale16(row, p):
     """Block scale at byte p for dot_row: branchless (exact for finite halves); the branchy exact
     decoder, called once per 32-element block, cost 3x the whole q8_0 dot."""
     return _f16_fast(np.uint32(row[p]) | (np.uint32(row[p + 1]) << np.uint32(8)))
 
 
-@njit(**_EXACT)
+@njit(**EXACT)
 def k_scale_min(row, p, i):
     """Q4_K sub-block i's 6-bit (scale, min) from the scale bytes at row[p:] (get_scale_min_k4)."""
     if i < 4:
@@ -96,7 +95,7 @@ def k_scale_min(row, p, i):
 # ------------------------------------------------------------------ dequant_row (exact)
 
 
-@njit(**_EXACT)
+@njit(**EXACT)
 def _dq_q8_0(row, out):
     L = L8
     for b in range(out.size // L.block_elems):
@@ -106,7 +105,7 @@ def _dq_q8_0(row, out):
             out[b * L.block_elems + j] = np.float32(np.int8(row[p + L.qs + j])) * d
 
 
-@njit(**_EXACT)
+@njit(**EXACT)
 def _dq_q4_0(row, out):
     L = L40
     half = L.block_elems // 2
@@ -120,7 +119,7 @@ def _dq_q4_0(row, out):
             out[o + j + half] = d * np.float32((q >> 4) - L.zero)
 
 
-@njit(**_EXACT)
+@njit(**EXACT)
 def _dq_q4_1(row, out):
     L = L41
     half = L.block_elems // 2
@@ -135,7 +134,7 @@ def _dq_q4_1(row, out):
             out[o + j + half] = d * np.float32(q >> 4) + m
 
 
-@njit(**_EXACT)
+@njit(**EXACT)
 def _dq_q5_0(row, out):
     L = L50
     half = L.block_elems // 2
@@ -153,7 +152,7 @@ def _dq_q5_0(row, out):
             out[o + j + half] = d * np.float32(hi - L.zero)
 
 
-@njit(**_EXACT)
+@njit(**EXACT)
 def _dq_q4_k(row, out):
     L = L4K
     n = L.sub_elems
@@ -173,7 +172,7 @@ def _dq_q4_k(row, out):
                 out[o + n + l] = d1 * np.float32(q >> 4) - dm1
 
 
-@njit(**_EXACT)
+@njit(**EXACT)
 def _dq_q6_k(row, out):
     L = L6K
     quarter = L.half // 4  # 32: elements l + quarter*k of a half share their ql/qh bytes
@@ -200,7 +199,7 @@ def _dq_q6_k(row, out):
                 out[o + l + 3 * quarter] = (d * np.float32(np.int8(row[sc + g + 6]))) * np.float32(q4)
 
 
-@njit(**_EXACT)
+@njit(**EXACT)
 def dequant_row(code, row, out):
     """Decode one stored row (uint8, C-contiguous) into out (float32, ncols), exactly."""
     if code == LF32.code:
@@ -237,7 +236,7 @@ def dequant_row(code, row, out):
 # formats with an offset (q4_1 min, q4_k dmin) instead of dequantising q*d + m per element.
 
 
-@njit(**_FAST)
+@njit(**FAST)
 def _dot_f32(row, x):
     w = row.view(np.float32)
     acc = np.float32(0.0)
@@ -246,7 +245,7 @@ def _dot_f32(row, x):
     return acc
 
 
-@njit(**_FAST)
+@njit(**FAST)
 def _dot_f16(row, x):
     h = row.view(np.uint16)
     acc = np.float32(0.0)
@@ -255,7 +254,7 @@ def _dot_f16(row, x):
     return acc
 
 
-@njit(**_FAST)
+@njit(**FAST)
 def _dot_bf16(row, x):
     h = row.view(np.uint16)
     acc = np.float32(0.0)
@@ -264,7 +263,7 @@ def _dot_bf16(row, x):
     return acc
 
 
-@njit(**_FAST)
+@njit(**FAST)
 def _dot_q8_0(row, x):
     L = L8
     lane = np.zeros(L.block_elems, np.float32)  # see _dot_q4_0
@@ -277,7 +276,7 @@ def _dot_q8_0(row, x):
     return lane.sum()
 
 
-@njit(**_FAST)
+@njit(**FAST)
 def _dot_q4_0(row, x):
     # Per-lane accumulators reduced once per row: for these 16-byte blocks this measured up to 2x
     # faster than a horizontal sum per block (one small heap array per row is negligible).
@@ -297,7 +296,7 @@ def _dot_q4_0(row, x):
     return lane.sum()
 
 
-@njit(**_FAST)
+@njit(**FAST)
 def _dot_q4_1(row, x):
     L = L41
     half = L.block_elems // 2
@@ -314,7 +313,7 @@ def _dot_q4_1(row, x):
     return lane.sum()
 
 
-@njit(**_FAST)
+@njit(**FAST)
 def _dot_q5_0(row, x):
     L = L50
     half = L.block_elems // 2
@@ -335,7 +334,7 @@ def _dot_q5_0(row, x):
     return acc
 
 
-@njit(**_FAST)
+@njit(**FAST)
 def _dot_q4_k(row, x):
     # per-lane accumulators (see _dot_q4_0) with the sub-block scale and min folded in per element:
     # 1.5-1.7x the per-sub-block scalar sums it replaced
@@ -362,7 +361,7 @@ def _dot_q4_k(row, x):
     return lane.sum()
 
 
-@njit(**_FAST)
+@njit(**FAST)
 def _dot_q6_k(row, x):
     L = L6K
     quarter = L.half // 4
@@ -399,7 +398,7 @@ def _dot_q6_k(row, x):
     return lane.sum()
 
 
-@njit(**_FAST)
+@njit(**FAST)
 def dot_row(code, row, x):
     """Dot of one stored row (uint8, C-contiguous) with float32 x (ncols) -> float32."""
     if code == L4K.code:
@@ -423,7 +422,7 @@ def dot_row(code, row, x):
     raise ValueError("unknown weight format code")
 
 
-@njit(**_FAST)
+@njit(**FAST)
 def matvec(code, w, x, out):
     """out[i] = dot(row i of w, x) for a 2-D stored matrix w (rows, row_bytes); single-threaded."""
     for i in range(w.shape[0]):
