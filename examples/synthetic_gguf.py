@@ -1,0 +1,152 @@
+"""Write a GGUF of random weights in a real model's shape, for benchmarking every weight format.
+
+    python examples/synthetic_gguf.py OUT.gguf --shape qwen2-1.5b --type q4_k_m
+    python examples/synthetic_gguf.py OUT.gguf --shape llama-8b --type q8_0 [--layers 4]
+
+The demo files are mostly Q5_0 (Qwen2.5-Coder) and Q4_1 (SmolLM2); the files people download are
+mostly Q4_K + Q6_K. This writes any mix fuel reads, in the shapes of the models people run, so that
+no format is tuned for its demo file only. `--type q4_k_m` follows llama.cpp's Q4_K_M recipe: Q6_K
+for attn_v and ffn_down on the "more bits" layers and for the embedding, Q4_K elsewhere.
+
+Values are random (finite, N(0, 0.02) like an initialised model); the text they generate is noise, but
+fuel and llama.cpp run exactly the same arithmetic as on a trained model. One random block of rows is
+quantised per (type, row length) and tiled, so an 8B file is written in seconds. The vocabulary is a
+byte-level placeholder (gpt2 model: the 256 byte tokens, some two-byte merges, then `<tok N>`), enough for llama.cpp to load it.
+
+Needs: gguf (fuel's test extra) and libgguf (PyPI; quantises the K-quants that gguf.quants cannot).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+SHAPES = {
+    # arch, hidden, layers, heads, kv heads, intermediate, vocab, tied, qkv bias, rope theta, context
+    "qwen2-0.5b": ("qwen2", 896, 24, 14, 2, 4864, 151936, True, True, 1e6, 32768),
+    "qwen2-1.5b": ("qwen2", 1536, 28, 12, 2, 8960, 151936, True, True, 1e6, 32768),
+    "llama-1b": ("llama", 2048, 16, 32, 8, 8192, 128256, True, False, 5e5, 131072),
+    "llama-8b": ("llama", 4096, 32, 32, 8, 14336, 128256, False, False, 5e5, 131072),
+}
+TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q6_k", "q4_k_m")
+
+
+def _more_bits(i: int, n: int) -> bool:
+    """llama.cpp's use_more_bits: the first and last eighth of the layers and every third between."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def tensor_type(name: str, layer: int, n_layers: int, qtype: str) -> str:
+    if qtype != "q4_k_m":
+        return qtype
+    if name in ("token_embd", "output") or (name in ("attn_v", "ffn_down") and _more_bits(layer, n_layers)):
+        return "q6_k"
+    return "q4_k"
+
+
+_TILE_ROWS = 64
+
+
+def _byte_alphabet() -> list:
+    """GPT-2's printable stand-in for each byte (bytes_to_unicode), in byte order."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    extra = iter(range(256, 512))
+    return [chr(b) if b in keep else chr(next(extra)) for b in range(256)]
+
+
+def _random_rows(qtype: str, rows: int, cols: int, rng, cache: dict) -> tuple[np.ndarray, object]:
+    """(data, raw_dtype) for GGUFWriter.add_tensor: rows x cols of N(0, 0.02) in qtype."""
+    import gguf
+    import libgguf
+
+    gt = gguf.GGMLQuantizationType[qtype.upper()]
+    key = (qtype, cols)
+    if key not in cache:
+        block = (0.02 * rng.standard_normal((_TILE_ROWS, cols))).astype(np.float32)
+        if qtype == "f32":
+            cache[key] = block.view(np.uint8)
+        elif qtype == "f16":
+            cache[key] = block.astype(np.float16).view(np.uint8)
+        else:
+            cache[key] = np.asarray(libgguf.quantize_rows(block, int(gt)), np.uint8).reshape(_TILE_ROWS, -1)
+    tile = cache[key]
+    data = np.ascontiguousarray(np.resize(tile, (rows, tile.shape[1])))  # rows cycle through the tile
+    return data, gt
+
+
+def write(path: str, shape: str, qtype: str, layers: int | None = None, seed: int = 0) -> None:
+    import gguf
+
+    arch, H, L, nh, nkv, inter, vocab, tied, bias, theta, ctx = SHAPES[shape]
+    L = layers or L
+    hd = H // nh
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(path, arch)
+    w.add_name(f"synthetic {shape} {qtype}")
+    w.add_block_count(L)
+    w.add_context_length(ctx)
+    w.add_embedding_length(H)
+    w.add_feed_forward_length(inter)
+    w.add_head_count(nh)
+    w.add_head_count_kv(nkv)
+    w.add_rope_freq_base(theta)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2" if arch == "qwen2" else "llama-bpe")
+    alphabet = _byte_alphabet()
+    pairs = [(a, b) for a in alphabet[:64] for b in alphabet[:64]][: min(4096, vocab - 256)]
+    tokens = alphabet + [a + b for a, b in pairs]
+    tokens += [f"<tok {i}>" for i in range(len(tokens), vocab)]
+    w.add_token_list(tokens)
+    w.add_token_types([1] * vocab)
+    w.add_token_merges([f"{a} {b}" for a, b in pairs])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+
+    cache: dict = {}
+
+    def matrix(name, layer, rows, cols):
+        data, gt = _random_rows(tensor_type(name.split(".")[-1], layer, L, qtype), rows, cols, rng, cache)
+        full = name if layer < 0 else f"blk.{layer}.{name}"
+        w.add_tensor(f"{full}.weight", data, raw_shape=data.shape, raw_dtype=gt)
+
+    def vector(name, n, value=None):
+        v = np.full(n, value, np.float32) if value is not None else (0.02 * rng.standard_normal(n)).astype(np.float32)
+        w.add_tensor(name, v)
+
+    matrix("token_embd", -1, vocab, H)
+    if not tied:
+        matrix("output", -1, vocab, H)
+    vector("output_norm.weight", H, 1.0)
+    for i in range(L):
+        vector(f"blk.{i}.attn_norm.weight", H, 1.0)
+        vector(f"blk.{i}.ffn_norm.weight", H, 1.0)
+        for name, rows, cols in (("attn_q", nh * hd, H), ("attn_k", nkv * hd, H), ("attn_v", nkv * hd, H),
+                                 ("attn_output", H, nh * hd), ("ffn_gate", inter, H), ("ffn_up", inter, H),
+                                 ("ffn_down", H, inter)):
+            matrix(name, i, rows, cols)
+        if bias:
+            for name, n in (("attn_q", nh * hd), ("attn_k", nkv * hd), ("attn_v", nkv * hd)):
+                vector(f"blk.{i}.{name}.bias", n)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("out")
+    p.add_argument("--shape", choices=sorted(SHAPES), default="qwen2-1.5b")
+    p.add_argument("--type", dest="qtype", choices=TYPES, default="q4_k_m")
+    p.add_argument("--layers", type=int, default=None, help="fewer layers than the shape has (a smaller file)")
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args(argv)
+    write(a.out, a.shape, a.qtype, a.layers, a.seed)
+    print(a.out, file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
