@@ -118,6 +118,18 @@ def test_scripted_answers_and_usage(served):
     assert r.usage.completion_tokens == 5 and r.usage.prompt_tokens == len(s.engine.prefills[0])
 
 
+def test_stop_string_cuts_the_text_and_its_logprobs(served):
+    """The tokens reported are those that start before the cut, streamed or not."""
+    s = served()
+    r = chat(s, "hi", max_tokens=20, temperature=0, stop=["#$", "zz"], logprobs=True, top_logprobs=1)
+    assert (r.choices[0].message.content, r.choices[0].finish_reason) == (' !"', "stop")
+    assert [e.token for e in r.choices[0].logprobs.content] == [" ", "!", '"']
+    chunks = list(chat(s, "hi", max_tokens=20, temperature=0, stop="#$", logprobs=True, stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == ' !"'
+    assert [e.token for c in chunks if c.choices[0].logprobs for e in c.choices[0].logprobs.content] == [" ", "!", '"']
+    assert chunks[-1].choices[0].finish_reason == "stop"
+
+
 def test_common_prefix():
     assert common_prefix([1, 2, 3], [1, 2, 4]) == 2
     assert common_prefix([1, 2], [1, 2, 3]) == 2 and common_prefix([], [1]) == 0 and common_prefix([5], [6]) == 0
