@@ -39,12 +39,11 @@ def fuel_run(model, *args):
 
 
 def test_greedy_chat_equals_fuel_run(smollm2_gguf, client):
-    for prompt, system in (("What is the capital of France?", None),
-                           ("Write a haiku about the sea.", "You are a poet.")):
-        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
-        r = client.chat.completions.create(model=MODEL, messages=messages, temperature=0, max_tokens=48)
-        want = fuel_run(smollm2_gguf, prompt, "-n", "48", *(["--system", system] if system else []))
-        assert r.choices[0].message.content == want and want
+    prompt = "Write a haiku about the sea."  # the template adds SmolLM2's default system message
+    r = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": prompt}], temperature=0,
+                                       max_tokens=48)
+    want = fuel_run(smollm2_gguf, prompt, "-n", "48")
+    assert r.choices[0].message.content == want and want
 
 
 def test_greedy_completion_equals_fuel_run(smollm2_gguf, client):

@@ -94,10 +94,9 @@ def test_models_and_health(server, client):
 
 
 def test_greedy_chat_equals_fuel_run(checkpoint, client):
-    for prompt, system in (("Hello there", None), ("What is 2+2?", "Be brief.")):
-        r = client.chat.completions.create(model=MODEL, messages=user(prompt, system), temperature=0, max_tokens=24)
-        args = [prompt, "-n", "24"] + (["--system", system] if system else [])
-        assert r.choices[0].message.content == fuel_run(checkpoint, *args)
+    r = client.chat.completions.create(model=MODEL, messages=user("What is 2+2?", "Be brief."), temperature=0,
+                                       max_tokens=24)
+    assert r.choices[0].message.content == fuel_run(checkpoint, "What is 2+2?", "--system", "Be brief.", "-n", "24")
 
 
 def test_greedy_completion_equals_fuel_run_without_template(checkpoint, client):

@@ -141,7 +141,7 @@ class EngineWorker:
                         entries_len += lp.shown
                     if text or keep:
                         job.emit(Delta(text, keep))
-                    finish = "stop"
+                    finish, stats.stop_reason = "stop", "stop string"
                     break
                 if text:
                     job.emit(Delta(text, pending))
