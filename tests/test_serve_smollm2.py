@@ -62,7 +62,8 @@ def test_five_turn_conversation_reuses_the_cache(smollm2_gguf, client):
     m = open_model(str(smollm2_gguf))
     engine = make_engine(m.cfg, m.weights, n_ctx=2048)
     questions = ["Name a fruit.", "What colour is it?", "Where does it grow?", "Is it sweet?", "Thank you!"]
-    messages, total, cached = [], 0, 0
+    system = "You are a friendly assistant who answers in plain words. " * 20  # a long fixed system prompt
+    messages, total, cached = [{"role": "system", "content": system}], 0, 0
     for q in questions:
         messages.append({"role": "user", "content": q})
         r = client.chat.completions.create(model=MODEL, messages=messages, temperature=0, max_tokens=40)
@@ -80,6 +81,12 @@ def test_five_turn_conversation_reuses_the_cache(smollm2_gguf, client):
         cached += r.usage.prompt_tokens_details.cached_tokens
         messages.append({"role": "assistant", "content": answer})
     assert cached > 0.6 * total
+    # the last turn again after another prompt has evicted the cache: prefilled afresh, in chunks of
+    # 256 tokens (worker.PREFILL_CHUNK), and the same answer
+    client.completions.create(model=MODEL, prompt="Something else entirely.", max_tokens=1)
+    r = client.chat.completions.create(model=MODEL, messages=messages[:-1], temperature=0, max_tokens=40)
+    assert r.usage.prompt_tokens > 256 and r.usage.prompt_tokens_details.cached_tokens == 0
+    assert r.choices[0].message.content == fresh
 
 
 def test_logprob_bytes_rebuild_the_text(client):

@@ -58,11 +58,11 @@ class ScriptedEngine(Engine):
 class Served:
     """The app + worker on a uvicorn thread at a free port."""
 
-    def __init__(self, engine, queue=8, api_key=None):
+    def __init__(self, engine, queue=8, api_key=None, prefill_chunk=256):
         tok = Tokenizer(char_tokenizer(), CHAT_TEMPLATE, "<s>", "</s>")
         self.engine = engine
         self.model = ServedModel("scripted", {"scripted"}, tok, engine.n_ctx, VOCAB, {EOS}, 0)
-        self.worker = EngineWorker(engine, tok, {EOS}, queue_size=queue)
+        self.worker = EngineWorker(engine, tok, {EOS}, queue_size=queue, prefill_chunk=prefill_chunk)
         sock = bind("127.0.0.1", 0)
         self.url, self.port = url(sock), sock.getsockname()[1]
         self.server = make_server(self.model, self.worker, api_key, log_level="info")
@@ -161,6 +161,24 @@ def test_prompt_cache_prefills_only_what_is_new(served):
     first = chat(s, "hello", max_tokens=3, temperature=0)
     assert again.choices[0].message.content == first.choices[0].message.content
     assert first.usage.prompt_tokens_details.cached_tokens == first.usage.prompt_tokens - 1
+
+
+def test_long_prompt_is_prefilled_in_chunks_and_a_cancel_stops_it(served):
+    s = served(delay_s=0.05, prefill_chunk=8)
+    r = chat(s, "x" * 30, max_tokens=2, temperature=0)
+    ids = s.model.tokenizer.encode(s.model.tokenizer.render_chat([{"role": "user", "content": "x" * 30}]),
+                                   add_special_tokens=False)
+    assert [len(p) for p in s.engine.prefills] == [8] * ((len(ids) - 1) // 8) + [(len(ids) - 1) % 8 + 1]
+    assert sum(s.engine.prefills, []) == ids and r.usage.prompt_tokens == len(ids)
+    assert r.choices[0].message.content == ' !'
+    # a client that gives up during a long prefill stops it between chunks
+    quick = openai.OpenAI(base_url=s.url + "/v1", api_key="none", max_retries=0, timeout=0.3)
+    before = s.engine.forwards
+    with pytest.raises(openai.APITimeoutError):
+        chat(SimpleNamespace(client=quick), "y" * 200, max_tokens=5)  # 27 chunks of 50 ms
+    wait_for(lambda: s.worker.current is None)
+    assert s.engine.forwards - before < 15
+    assert any("cancelled" in r.getMessage() for r in s.records)
 
 
 def test_queue_overflow_is_503_with_retry_after(served):

@@ -7,6 +7,9 @@ Prompt cache (llama-server's): the engine keeps the KV of the last job's tokens.
 shares a prefix with them rewinds the cache to the common prefix and prefills only the rest, so a
 multi-turn conversation does not re-prefill its history. At least one prompt token is always
 prefilled, since its logits start the generation.
+
+A long prompt is prefilled a chunk per forward call: the forward holds the GIL, so between calls
+the event loop gets to answer other requests (health, 503s), and a cancelled job stops there.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from .logprobs import TokenBytes, logprobs_of
 
 log = logging.getLogger("fuel.serve")
 
+PREFILL_CHUNK = 256  # tokens per forward call of a long prompt
+
 FINISH = {"eos": "stop", "stop string": "stop", "max tokens": "length", "context full": "length"}
 
 
@@ -36,8 +41,10 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 
 class EngineWorker:
-    def __init__(self, engine, tokenizer, eos_ids: set, queue_size: int, threads: int | None = None):
+    def __init__(self, engine, tokenizer, eos_ids: set, queue_size: int, threads: int | None = None,
+                 prefill_chunk: int = PREFILL_CHUNK):
         self.engine, self.tokenizer, self.eos_ids, self.threads = engine, tokenizer, set(eos_ids), threads
+        self.prefill_chunk = prefill_chunk
         self.jobs: queue.Queue = queue.Queue(maxsize=queue_size)
         self.cached: list[int] = []  # the tokens whose KV the engine holds; len == engine.pos
         self.token_bytes = TokenBytes(tokenizer)
@@ -116,10 +123,26 @@ class EngineWorker:
         self.cached = self.cached[:n]
         return n
 
+    def _prefill_ahead(self, job: Job, ids: list[int], pos: int) -> tuple[int, float]:
+        """Feeds ids[pos:] a chunk per call, all but the last chunk (sample_steps prefills that one and
+        takes its logits); stops early when the job is cancelled. Returns (tokens held, seconds)."""
+        t0 = time.perf_counter()
+        while len(ids) - pos > self.prefill_chunk and not job.cancelled:
+            self.engine.prefill(ids[pos: pos + self.prefill_chunk])
+            pos += self.prefill_chunk
+            self.cached = ids[:pos]
+        return pos, time.perf_counter() - t0
+
     def _serve(self, job: Job) -> None:
         ids, stats = job.prompt_ids, Stats()
-        cached = self._reuse(ids)
-        steps = sample_steps(self.engine, ids, job.max_tokens, Sampler(job.params), self.eos_ids, stats, cached)
+        hit = self._reuse(ids)
+        ahead, ahead_s = self._prefill_ahead(job, ids, hit)
+        if job.cancelled:
+            stats.prompt_tokens, stats.cached_tokens, stats.prefill_s = len(ids), hit, ahead_s
+            job.emit(Done("cancelled", stats))
+            self._log(job, stats, "cancelled")
+            return
+        steps = sample_steps(self.engine, ids, job.max_tokens, Sampler(job.params), self.eos_ids, stats, ahead)
         stream, matcher = self.tokenizer.stream(skip_special_tokens=True), StopMatcher(job.stops)
         pending, sent, entries_len = [], 0, 0  # logprobs not yet sent; characters sent; their tokens' length
         finish = None
@@ -130,8 +153,8 @@ class EngineWorker:
                     break
                 if job.n_logprobs is not None:
                     pending.append(logprobs_of(step.logits, step.token, job.n_logprobs, self.token_bytes))
-                text, hit = matcher.feed(stream.push(step.token))
-                if hit:
+                text, stopped = matcher.feed(stream.push(step.token))
+                if stopped:
                     # report the tokens that start before the cut (not those wholly inside the stop string)
                     keep = []
                     for lp in pending:
@@ -151,6 +174,7 @@ class EngineWorker:
         finally:
             steps.close()
             self.cached = (ids + stats.tokens)[: self.engine.pos]
+            stats.cached_tokens, stats.prefill_s = hit, stats.prefill_s + ahead_s
         if finish is None:
             tail, _ = matcher.feed(stream.flush())
             tail += matcher.flush()
