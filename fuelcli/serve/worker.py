@@ -8,8 +8,8 @@ shares a prefix with them rewinds the cache to the common prefix and prefills on
 multi-turn conversation does not re-prefill its history. At least one prompt token is always
 prefilled, since its logits start the generation.
 
-A long prompt is prefilled a chunk per forward call: the forward holds the GIL, so between calls
-the event loop gets to answer other requests (health, 503s), and a cancelled job stops there.
+A long prompt is prefilled a chunk per forward call, so a cancelled job (client gone, server
+stopping) stops after the current chunk rather than after the whole prompt.
 """
 
 from __future__ import annotations
