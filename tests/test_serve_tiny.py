@@ -325,6 +325,25 @@ def test_http_errors_in_openai_shape(server):
                             {**auth, "Content-Length": str(1 << 30)})[::2], 413, "MiB")
 
 
+def test_broken_http_is_refused_and_the_server_carries_on(server, client):
+    """Garbage, TLS to a plain port, a body cut short: uvicorn's one-line warnings, no traceback (the
+    module's teardown checks the whole log), and the next request is served."""
+    import socket
+
+    for payload in (b"GARBAGE\r\n\r\n", b"\x16\x03\x01\x00\xa5\x01\x00\x00",
+                    b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode()
+                    + b"\r\nContent-Length: 100\r\n\r\n{\"mo"):
+        with socket.create_connection(("127.0.0.1", server.port)) as s:
+            s.sendall(payload)
+            s.settimeout(0.5)
+            try:
+                s.recv(100)
+            except socket.timeout:
+                pass  # the cut body: the server still waits for the rest; closing ends it
+    assert client.completions.create(model=MODEL, prompt="ok", max_tokens=2).usage.completion_tokens == 2
+    assert not server.wait_log(r"ERROR", timeout=1.0), server.log
+
+
 def test_prompt_longer_than_the_context(server, client):
     auth = {"Authorization": f"Bearer {KEY}"}
     long_chat = _with(CHAT, messages=[{"role": "user", "content": "x" * 400}])

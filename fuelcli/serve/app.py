@@ -14,7 +14,7 @@ import logging
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
@@ -40,10 +40,13 @@ async def read_body(request: Request, limit: int = MAX_BODY) -> bytes:
     if length.isdigit() and int(length) > limit:
         raise too_big
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise too_big
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                raise too_big
+    except ClientDisconnect:  # nobody will read the answer; not a server error
+        raise APIError(400, "the client closed the connection before sending the whole body") from None
     return bytes(body)
 
 
