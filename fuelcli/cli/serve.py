@@ -22,8 +22,8 @@ def serve(
     port: int = typer.Option(8080, "--port", help="port to listen on (0: any free port)"),
     api_key: Optional[str] = typer.Option(None, "--api-key", help="require `Authorization: Bearer KEY` "
                                           "(FUEL_API_KEY also sets it)"),
-    ctx_size: Optional[int] = typer.Option(None, "-c", "--ctx-size", help=f"context (KV cache) size in tokens; "
-                                           f"0 = the model's [default: {DEFAULT_CTX} or the model's if smaller]"),
+    ctx_size: Optional[int] = typer.Option(None, "-c", "--ctx-size", help=f"context (KV cache) size in tokens: default {DEFAULT_CTX} "
+                                           "or the model's if smaller; 0 = the model's"),
     threads: Optional[int] = typer.Option(None, "-t", "--threads", help="numba threads (default: numba's)"),
     queue: int = typer.Option(32, "--queue", help="requests that may wait for the engine; more get 503"),
     log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error"),
@@ -32,6 +32,7 @@ def serve(
 ):
     """Serve MODEL over HTTP with OpenAI's API: /v1/chat/completions, /v1/completions, /v1/models."""
     try:
+        import pydantic  # noqa: F401
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as e:
