@@ -54,37 +54,35 @@ def test_greedy_completion_equals_fuel_run(smollm2_gguf, client):
 
 def test_five_turn_conversation_reuses_the_cache(smollm2_gguf, client):
     """Each turn's prompt holds the whole history: the cache has all of it but the new user message
-    (and the last answer's final token), and the answers equal those of a fresh engine."""
+    (and the last answer's final token). The last answer, built on four turns of cached KV, equals a
+    fresh engine's, and so does the same prompt sent again after the cache was evicted."""
     from fuelcli.backends import make_engine
     from fuelcli.generate import Sampler, SamplerParams, Stats, generate
     from fuelcli.loader import open_model
 
     m = open_model(str(smollm2_gguf))
-    engine = make_engine(m.cfg, m.weights, n_ctx=2048)
     questions = ["Name a fruit.", "What colour is it?", "Where does it grow?", "Is it sweet?", "Thank you!"]
     system = "You are a friendly assistant who answers in plain words. " * 20  # a long fixed system prompt
-    messages, total, cached = [{"role": "system", "content": system}], 0, 0
+    messages, total, cached, n = [{"role": "system", "content": system}], 0, 0, 24
     for q in questions:
         messages.append({"role": "user", "content": q})
-        r = client.chat.completions.create(model=MODEL, messages=messages, temperature=0, max_tokens=40)
-        answer = r.choices[0].message.content
-        ids = m.tokenizer.encode(m.tokenizer.render_chat(messages), add_special_tokens=False)
-        engine.reset()
-        fresh = "".join(generate(engine, m.tokenizer, ids, 40, Sampler(SamplerParams(temp=0)), m.eos_ids(), [],
-                                 Stats()))
-        assert answer == fresh
+        r = client.chat.completions.create(model=MODEL, messages=messages, temperature=0, max_tokens=n)
         if total:
             new = len(m.tokenizer.encode(f"<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n",
                                          add_special_tokens=False))
             assert r.usage.prompt_tokens_details.cached_tokens >= r.usage.prompt_tokens - new - 3
         total += r.usage.prompt_tokens
         cached += r.usage.prompt_tokens_details.cached_tokens
-        messages.append({"role": "assistant", "content": answer})
+        messages.append({"role": "assistant", "content": r.choices[0].message.content})
     assert cached > 0.6 * total
-    # the last turn again after another prompt has evicted the cache: prefilled afresh, in chunks of
-    # 256 tokens (worker.PREFILL_CHUNK), and the same answer
+    ids = m.tokenizer.encode(m.tokenizer.render_chat(messages[:-1]), add_special_tokens=False)
+    engine = make_engine(m.cfg, m.weights, n_ctx=len(ids) + n)
+    fresh = "".join(generate(engine, m.tokenizer, ids, n, Sampler(SamplerParams(temp=0)), m.eos_ids(), [], Stats()))
+    assert messages[-1]["content"] == fresh
+    # evicted by another prompt, the last turn is prefilled afresh, in chunks of 256 tokens
+    # (worker.PREFILL_CHUNK), to the same answer
     client.completions.create(model=MODEL, prompt="Something else entirely.", max_tokens=1)
-    r = client.chat.completions.create(model=MODEL, messages=messages[:-1], temperature=0, max_tokens=40)
+    r = client.chat.completions.create(model=MODEL, messages=messages[:-1], temperature=0, max_tokens=n)
     assert r.usage.prompt_tokens > 256 and r.usage.prompt_tokens_details.cached_tokens == 0
     assert r.choices[0].message.content == fresh
 
