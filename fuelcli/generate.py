@@ -94,6 +94,7 @@ class Stats:
     generated: int = 0
     decode_steps: int = 0  # engine.decode calls; counted, not derived from `generated` (EOS, stops)
     decode_s: float = 0.0
+    cached_tokens: int = 0  # prompt tokens the engine already held (not prefilled)
     stop_reason: str = ""
     tokens: list = field(default_factory=list)
 
@@ -137,42 +138,64 @@ class StopMatcher:
         return out
 
 
+@dataclass
+class Step:
+    token: int  # the sampled token (never an EOS id)
+    logits: np.ndarray  # [vocab] the model's logits it was drawn from, before any processor
+
+
+def sample_steps(engine, prompt_ids: list[int], max_tokens: int, sampler: Sampler, eos_ids: set,
+                 stats: Stats, cached: int = 0):
+    """Yields one Step per generated token, the token-level half of generate(); fills `stats`.
+
+    The engine already holds the first `cached` prompt tokens (a prefix kept from an earlier call:
+    the server's prompt cache); only the rest are prefilled. A Step is yielded before its token is
+    fed back, so a caller that stops consuming leaves the engine holding prompt + earlier tokens.
+    """
+    stats.prompt_tokens, stats.cached_tokens = len(prompt_ids), cached
+    t0 = time.perf_counter()
+    logits = engine.prefill(prompt_ids[cached:])[0]
+    stats.prefill_s = time.perf_counter() - t0
+    history = list(prompt_ids)
+    t0 = time.perf_counter()
+    try:
+        while True:
+            token = sampler(logits, history)
+            if token in eos_ids:
+                stats.stop_reason = "eos"
+                break
+            history.append(token)
+            stats.tokens.append(token)
+            stats.generated += 1
+            yield Step(token, logits)
+            if stats.generated >= max_tokens:
+                stats.stop_reason = "max tokens"
+                break
+            if engine.pos >= engine.n_ctx:
+                stats.stop_reason = "context full"
+                break
+            logits = engine.decode(token)
+            stats.decode_steps += 1
+            stats.decode_s = time.perf_counter() - t0
+    finally:  # also when the caller closes the generator early (a stop string, a cancelled request)
+        stats.decode_s = time.perf_counter() - t0
+
+
 def generate(engine, tokenizer, prompt_ids: list[int], max_tokens: int, sampler: Sampler,
              eos_ids: set, stops: list[str], stats: Stats):
     """Yields text pieces; fills `stats` as it goes (so an interrupted run still reports)."""
-    stats.prompt_tokens = len(prompt_ids)
-    t0 = time.perf_counter()
-    logits = engine.prefill(prompt_ids)[0]
-    stats.prefill_s = time.perf_counter() - t0
-    history = list(prompt_ids)
+    steps = sample_steps(engine, prompt_ids, max_tokens, sampler, eos_ids, stats)
     stream, matcher = tokenizer.stream(skip_special_tokens=True), StopMatcher(stops)
-    t0 = time.perf_counter()
-    while True:
-        token = sampler(logits, history)
-        if token in eos_ids:
-            stats.stop_reason = "eos"
-            break
-        history.append(token)
-        stats.tokens.append(token)
-        stats.generated += 1
-        text, hit = matcher.feed(stream.push(token))
+    for step in steps:
+        text, hit = matcher.feed(stream.push(step.token))
         if text:
             yield text
         if hit:
             stats.stop_reason = "stop string"
+            steps.close()
             break
-        if stats.generated >= max_tokens:
-            stats.stop_reason = "max tokens"
-            break
-        if engine.pos >= engine.n_ctx:
-            stats.stop_reason = "context full"
-            break
-        logits = engine.decode(token)
-        stats.decode_steps += 1
-        stats.decode_s = time.perf_counter() - t0
     if stats.stop_reason != "stop string":
         tail, _ = matcher.feed(stream.flush())
         tail += matcher.flush()
         if tail:
             yield tail
-    stats.decode_s = time.perf_counter() - t0

@@ -1,0 +1,77 @@
+"""`fuel serve MODEL`: an OpenAI-compatible HTTP server (fuelcli/serve) for one model."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Optional
+
+import typer
+
+from ..errors import InputError, MissingDependency
+from .app import app
+from .options import Device, ModelArg, Revision, err
+
+DEFAULT_CTX = 4096  # as llama-server: the KV cache of a model's full context can be far larger
+
+
+@app.command()
+def serve(
+    model: str = ModelArg,
+    host: str = typer.Option("127.0.0.1", "--host", help="address to listen on (0.0.0.0: every interface)"),
+    port: int = typer.Option(8080, "--port", help="port to listen on (0: any free port)"),
+    api_key: Optional[str] = typer.Option(None, "--api-key", help="require `Authorization: Bearer KEY` "
+                                          "(FUEL_API_KEY also sets it)"),
+    ctx_size: Optional[int] = typer.Option(None, "-c", "--ctx-size", help=f"context (KV cache) size in tokens: default {DEFAULT_CTX} "
+                                           "or the model's if smaller; 0 = the model's"),
+    threads: Optional[int] = typer.Option(None, "-t", "--threads", help="numba threads (default: numba's)"),
+    queue: int = typer.Option(32, "--queue", help="requests that may wait for the engine; more get 503"),
+    log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error"),
+    device: Optional[str] = Device,
+    revision: Optional[str] = Revision,
+):
+    """Serve MODEL over HTTP with OpenAI's API: /v1/chat/completions, /v1/completions, /v1/models."""
+    try:
+        import pydantic  # noqa: F401
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as e:
+        raise MissingDependency(f"fuel serve needs {e.name}: pip install 'fuel[serve]'") from None
+    if ctx_size is not None and ctx_size < 0:
+        raise InputError(f"-c must be >= 0 (0 = the model's context), got {ctx_size}")
+    if queue < 1:
+        raise InputError(f"--queue must be at least 1, got {queue}")
+    if log_level.lower() not in ("debug", "info", "warning", "error"):
+        raise InputError(f"--log-level must be debug, info, warning or error, got {log_level!r}")
+    api_key = api_key if api_key is not None else os.environ.get("FUEL_API_KEY") or None
+
+    from ..backends import make_engine  # sets numba's threading environment first
+    from ..backends.cpu.engine import kernels_cached
+    from ..loader import open_model
+    from ..serve.jobs import ServedModel
+    from ..serve.server import bind, run, url
+    from ..serve.worker import EngineWorker
+
+    import numba
+
+    if threads is not None and not 1 <= threads <= numba.config.NUMBA_NUM_THREADS:
+        raise InputError(f"-t must be in 1..{numba.config.NUMBA_NUM_THREADS} (numba's pool; FUEL_THREADS "
+                         f"enlarges it), got {threads}")
+    m = open_model(model, revision)
+    limit = m.cfg.max_position
+    if ctx_size is not None and ctx_size > limit:
+        raise InputError(f"-c {ctx_size} exceeds the model's context of {limit} tokens")
+    n_ctx = min(DEFAULT_CTX, limit) if ctx_size is None else (ctx_size or limit)
+    sock = bind(host, port)  # before loading: a port in use fails fast
+    tok = m.tokenizer
+    engine = make_engine(m.cfg, m.weights, n_ctx=n_ctx, device=device)
+    if engine.device == "cpu" and not kernels_cached():
+        err("compiling fuel's kernels (first run only, about a minute; cached afterwards)...")
+    engine.prefill([tok.bos_token_id or 0])  # warm up (loads or compiles the kernels) before serving
+    engine.reset()
+    served = ServedModel(id=m.source.name, names={m.source.name, model}, tokenizer=tok, n_ctx=n_ctx,
+                         vocab_size=m.cfg.vocab_size, eos_ids=m.eos_ids(), created=int(time.time()))
+    worker = EngineWorker(engine, tok, served.eos_ids, queue_size=queue, threads=threads)
+    err(f"fuel serve: {served.id} on {url(sock)} (context {n_ctx} tokens"
+        + (", API key required" if api_key else "") + "); Ctrl-C stops")
+    run(served, worker, sock, api_key, log_level.lower())

@@ -1,0 +1,54 @@
+"""A job's events as server-sent events: `data: {chunk}` frames ending with `data: [DONE]`.
+
+Once the headers are out an error can no longer change the status, so it goes as a frame holding
+OpenAI's error object (the openai client raises it). When the client disconnects, starlette
+cancels this generator, and `finally` cancels the job so the engine stops generating for nobody.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from .errors import APIError
+from .jobs import Delta, Failed, Job
+
+log = logging.getLogger("fuel.serve")
+
+DONE = "data: [DONE]\n\n"
+
+
+def frame(data: dict) -> str:
+    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+def shutting_down() -> APIError:
+    return APIError(503, "the server is shutting down", type="server_error")
+
+
+async def sse_stream(job: Job, fmt, include_usage: bool):
+    try:
+        start = fmt.start_chunk()
+        if start is not None:
+            yield frame(start)
+        while True:
+            event = await job.events.get()
+            if isinstance(event, Delta):
+                yield frame(fmt.delta_chunk(event.text, event.logprobs))
+            elif isinstance(event, Failed):
+                yield frame(event.error.body())
+                break
+            elif event.finish_reason == "cancelled":
+                yield frame(shutting_down().body())
+                break
+            else:
+                yield frame(fmt.finish_chunk(event.finish_reason))
+                if include_usage:
+                    yield frame(fmt.usage_chunk(event.stats))
+                break
+        yield DONE
+    except Exception as e:  # a bug of ours: one line in the log, an error frame, no traceback
+        log.error("streaming a response: %s: %s", type(e).__name__, e)
+        yield frame(APIError(500, f"internal error: {type(e).__name__}", type="server_error").body())
+    finally:
+        job.cancel()
