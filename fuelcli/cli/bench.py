@@ -10,7 +10,7 @@ from .app import app
 from .options import Device, ModelArg, Revision
 
 
-@app.command()
+@app.command(short_help="Measure prefill and decode speed (llama-bench style).")
 def bench(
     model: str = ModelArg,
     n_prompt: str = typer.Option("512", "-p", "--n-prompt", help="pp tests: prompt sizes, comma list; 0 = none"),

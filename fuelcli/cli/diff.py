@@ -16,7 +16,7 @@ from .app import app
 from .options import Device, Json, ModelArg, Revision, parse_tokens
 
 
-@app.command("diff")
+@app.command("diff", short_help="Compare fuel's logits with an oracle; exit 3 on mismatch.")
 def diff_cmd(
     model: str = ModelArg,
     oracle: str = typer.Option("self", "--oracle", help="self (fuel's numpy reference, full-prefix forward) | "

@@ -8,7 +8,7 @@ import typer
 from .app import app
 from .options import Json, ModelArg, Revision
 
-inspect_app = typer.Typer(no_args_is_help=True, add_completion=False,
+inspect_app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
                           help="Show how a model is built: mask plan, config, weights, RoPE.")
 app.add_typer(inspect_app, name="inspect")
 

@@ -10,7 +10,7 @@ from .app import app
 from .options import Device, ModelArg, Revision, err, parse_tokens
 
 
-@app.command()
+@app.command(short_help="Write the logits of every position of a sequence.")
 def logits(
     model: str = ModelArg,
     out: Path = typer.Option(..., "--out", help="where to write float32 [seq, vocab] (.npy)"),
