@@ -8,8 +8,21 @@ import typer
 
 from ..errors import InputError
 
-ModelArg = typer.Argument(..., metavar="MODEL", help="hub repo id (owner/name; owner/name:QUANT picks a .gguf of "
-                          "a GGUF repo), model directory, .gguf file or demo alias (fuel ls lists them)")
+
+def _complete_models(incomplete: str) -> list[str]:
+    """Shell completion of MODEL: the names `fuel ls` shows (the shell completes paths itself)."""
+    from ..local_models import list_models
+
+    try:
+        names = [m.name for m in list_models() if " " not in m.name]
+    except Exception:  # a broken cache must not break the shell
+        return []
+    return [n for n in names if n.startswith(incomplete)]
+
+
+ModelArg = typer.Argument(..., metavar="MODEL", autocompletion=_complete_models,
+                          help="hub repo id (owner/name; owner/name:QUANT picks a .gguf of a GGUF repo), model "
+                          "directory, .gguf file or demo alias (fuel ls lists them)")
 Revision = typer.Option(None, "--revision", help="hub branch, tag or commit")
 HfFile = typer.Option(None, "--hf-file", metavar="NAME", help="with a hub repo id: the .gguf file of the repo to "
                       "run (a split file's first part), as llama.cpp's --hf-file")

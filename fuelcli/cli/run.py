@@ -65,7 +65,7 @@ def run(
     sampler = Sampler(SamplerParams(temp, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed, min_keep))
     text = prompt_text(prompt, file)
     system = system_text(system, system_file)
-    set_threads(threads)
+    n_threads = set_threads(threads)
     m = open_model(model, revision, hf_file)
     tok = m.tokenizer
     kwargs = template_options(tok, chat_template, chat_template_kwargs)
@@ -94,8 +94,8 @@ def run(
     except KeyboardInterrupt:
         interrupted = True
     if as_json:
-        out = {"model": m.source.name, "text": "".join(pieces), "tokens": stats.tokens,
-               "stats": stats.to_json(peak_rss_bytes()), "interrupted": interrupted}
+        out = {"model": m.source.name, "text": "".join(pieces), "tokens": stats.tokens, "n_ctx": engine.n_ctx,
+               "threads": n_threads, "stats": stats.to_json(peak_rss_bytes()), "interrupted": interrupted}
         print(json.dumps(out, ensure_ascii=False, indent=2))
     else:
         sys.stdout.write("\n")

@@ -62,6 +62,8 @@ def template_options(tok, template_file: Path | None, kwargs_json: str | None) -
     """Install --chat-template FILE on the tokenizer; parse --chat-template-kwargs."""
     if template_file is not None:
         tok.chat_template = read_text(template_file, "--chat-template", strip_newline=False)
+        if not tok.chat_template.strip():
+            raise InputError(f"--chat-template {template_file} is empty")
     if kwargs_json is None:
         return None
     try:
