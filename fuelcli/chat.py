@@ -20,7 +20,6 @@ from .generate import Sampler, Stats, common_prefix, generate
 class Turn:
     """One user message, rendered: the ids of the whole conversation and how many are cached."""
 
-    text: str
     messages: list  # the user/assistant messages the ids render (oldest dropped to fit)
     ids: list
     cached: int  # leading ids the engine already holds
@@ -61,7 +60,7 @@ class ChatSession:
             ids, dropped = self._ids(messages), dropped + 1
         if len(ids) >= n_ctx:
             raise InputError(f"the message needs {len(ids)} tokens with the chat template; the context is {n_ctx} (-c)")
-        return Turn(text, messages, ids, common_prefix(self.held, ids), dropped)
+        return Turn(messages, ids, common_prefix(self.held, ids), dropped)
 
     def reply(self, turn: Turn, stats: Stats):
         """Generate the reply, yielding text; the conversation keeps what was yielded, also when

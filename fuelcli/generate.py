@@ -14,9 +14,6 @@ import numpy as np
 
 from .errors import InputError
 
-CHAIN = "repetition penalty -> top-k -> top-p -> min-p -> temperature (llama.cpp's order)"
-
-
 @dataclass
 class SamplerParams:
     temp: float = 0.8

@@ -92,10 +92,11 @@ def fetch(repo: str, quant: str | None, hf_file: str | None, revision: str | Non
     from the cached snapshot, as huggingface_hub's snapshot_download falls back to it.
     """
     import huggingface_hub
+    from huggingface_hub import constants
 
-    files, commit = _hub_files(repo, revision)
+    files = _hub_files(repo, revision)
     if files is None:
-        offline = huggingface_hub.constants.HF_HUB_OFFLINE
+        offline = constants.HF_HUB_OFFLINE
         missing = f"{what}: not in the local hub cache and {'HF_HUB_OFFLINE is set' if offline else 'the hub cannot be reached'}"
         folder = _cached_snapshot(repo, revision)
         if folder is None:
@@ -118,12 +119,12 @@ def fetch(repo: str, quant: str | None, hf_file: str | None, revision: str | Non
 
 
 def _hub_files(repo: str, revision: str | None):
-    """(file names, commit) from the hub; (None, None) when it cannot be reached (or offline)."""
+    """The repo's file names from the hub; None when it cannot be reached (or offline)."""
     import huggingface_hub
-    from huggingface_hub import errors
+    from huggingface_hub import constants, errors
 
-    if huggingface_hub.constants.HF_HUB_OFFLINE:
-        return None, None
+    if constants.HF_HUB_OFFLINE:
+        return None
     try:
         info = huggingface_hub.HfApi().model_info(repo, revision=revision)
     except errors.HfHubHTTPError as e:  # an answer from the hub
@@ -131,10 +132,10 @@ def _hub_files(repo: str, revision: str | None):
         if isinstance(e, (errors.RepositoryNotFoundError, errors.RevisionNotFoundError, errors.GatedRepoError)) \
                 or status in (401, 403, 404):
             raise  # the caller names it in one line
-        return None, None  # the hub is down: use the cache
+        return None  # the hub is down: use the cache
     except _unreachable():
-        return None, None
-    return [s.rfilename for s in info.siblings or []], info.sha
+        return None
+    return [s.rfilename for s in info.siblings or []]
 
 
 def _unreachable() -> tuple:

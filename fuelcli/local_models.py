@@ -110,7 +110,7 @@ def remove(name: str, hf_file: str | None = None) -> tuple[str, int]:
         path = demo.path_of(name)
         if not path.exists():
             raise ModelNotFound(f"{name}: demo model not pulled")
-        size = path.stat().st_size
+        size = path.lstat().st_size  # a symlinked file frees only its link
         path.unlink()
         return str(path), size
     repo_id, _, quant = name.partition(":")

@@ -85,8 +85,7 @@ def _demo(alias: str) -> ModelSource | None:
 @contextmanager
 def _hub_errors(what: str):
     """huggingface_hub's errors as one line naming the repo."""
-    import huggingface_hub
-    from huggingface_hub import errors
+    from huggingface_hub import constants, errors
 
     try:
         yield
@@ -99,7 +98,7 @@ def _hub_errors(what: str):
     except errors.IncompleteSnapshotError as e:
         raise ModelNotFound(f"{what}: the cached snapshot is incomplete and the hub cannot be reached") from e
     except errors.LocalEntryNotFoundError as e:
-        offline = huggingface_hub.constants.HF_HUB_OFFLINE
+        offline = constants.HF_HUB_OFFLINE
         why = "HF_HUB_OFFLINE is set" if offline else "the hub cannot be reached"
         raise ModelNotFound(f"{what}: not in the local hub cache and {why}") from e
     except InputError:

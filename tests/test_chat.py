@@ -18,6 +18,8 @@ from fuelcli.chat import ChatSession
 from fuelcli.generate import Sampler, SamplerParams, Stats, common_prefix
 from fuelcli.loader import open_model
 
+pytestmark = pytest.mark.slow  # the real SmolLM2 GGUF (tests/conftest.py)
+
 GREEDY = SamplerParams(temp=0)
 
 

@@ -196,3 +196,16 @@ def test_ls_lists_demo_models_and_safetensors_repos(fake_hub_server, tmp_path, m
     rows = [(m.name, m.kind, m.format) for m in list_models()]
     assert rows == [("smollm2-135m", "demo", "gguf"), ("fuel-test/st", "hub", "safetensors")]  # no gpt2
     assert remove("smollm2-135m")[1] == d.size and not demo.path_of(d.alias).exists()
+
+
+def test_uncached_quant_offline_is_one_error(tmp_path):
+    """In a fresh process (huggingface_hub's submodules not imported yet), as a user runs it."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "HF_HOME": str(tmp_path), "HF_HUB_OFFLINE": "1"}
+    r = subprocess.run([sys.executable, "-m", "fuelcli", "run", "fuel-test/absent:Q4_K_M", "hi"], env=env,
+                       capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300)
+    assert r.returncode == 2 and r.stderr == ("error: fuel-test/absent:Q4_K_M: not in the local hub cache and "
+                                              "HF_HUB_OFFLINE is set\n")

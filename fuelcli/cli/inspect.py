@@ -81,7 +81,7 @@ def mask_plan_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optiona
 
 @inspect_app.command("config")
 def config_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[str] = Revision,
-                  hf_file: Optional[str] = HfFile):
+               hf_file: Optional[str] = HfFile):
     """Every resolved config value and where it came from (file, default, derived, family, gguf)."""
     from ..inspect import config_view
 
@@ -98,7 +98,7 @@ def config_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[s
 
 @inspect_app.command("weights")
 def weights_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[str] = Revision,
-                  hf_file: Optional[str] = HfFile):
+                hf_file: Optional[str] = HfFile):
     """Name, shape, format and bytes of every stored tensor; totals per format; parameter count."""
     from ..inspect import weights_view
 
@@ -124,7 +124,7 @@ def weights_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[
 
 @inspect_app.command("rope")
 def rope_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[str] = Revision,
-                  hf_file: Optional[str] = HfFile):
+             hf_file: Optional[str] = HfFile):
     """Per frequency index: base inverse frequency, the scaled one, wavelength, llama3 band."""
     from ..inspect import rope_view
 
