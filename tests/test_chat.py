@@ -63,10 +63,12 @@ def turn(session, text):
     return t, st, reply
 
 
-# Measured on SmolLM2 Q4_1: the logits of a turn prefilled after the cached conversation and of the
-# whole conversation prefilled at once differ by max|Δ| ≤ 2e-5, KL ≤ 1e-10 (the batch size changes
-# the order of some sums); dropping the cached turns instead gives KL > 1.
-TOL_KL = 1e-6
+# Measured on SmolLM2 Q4_1 (2 vCPU AVX2): the logits of a turn prefilled after the cached
+# conversation and of the whole conversation prefilled at once differ by max|Δ| 1.5e-3, KL 1.3e-7
+# (second turn) and 1.3e-4, 3e-9 (after /clear): the batch size changes the order of some sums. The
+# negative controls (the new tokens without the cache; after the old conversation, not rewound)
+# give KL 0.34 and 0.80.
+TOL_KL = 1e-5
 
 
 def test_turn_prefills_only_its_own_tokens_with_the_same_logits(smol):
