@@ -1,7 +1,10 @@
 """Sampling and stopping, llama-cli / mlx_lm style: yields text as it is generated.
 
-Order of the logit processors (transformers' order): repetition penalty over the last
-`repeat_last_n` tokens, temperature, top-k, top-p, min-p; temperature 0 is greedy argmax.
+The sampler chain is llama.cpp's default (common/sampling.cpp), restricted to the samplers fuel
+offers: repetition penalty over the last `repeat_last_n` tokens -> top-k -> top-p -> min-p ->
+temperature -> a draw. So top-p and min-p see the distribution at temperature 1, and the
+temperature only reshapes what survives them; transformers divides by the temperature first, and
+the same flags then keep a different set of tokens. Temperature 0 is greedy: argmax after the penalty.
 """
 
 import time
@@ -10,7 +13,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import InputError
-
 
 @dataclass
 class SamplerParams:
@@ -21,6 +23,7 @@ class SamplerParams:
     repeat_penalty: float = 1.0
     repeat_last_n: int = 64  # as llama.cpp: 0 = penalty off, -1 = the whole context (prompt included)
     seed: int | None = None
+    min_keep: int = 0  # as llama.cpp: top-p and min-p keep at least this many tokens (0 = at least one)
 
     def __post_init__(self):
         # Checked here, not in the CLI, so every caller gets a one-line error instead of NaN
@@ -34,10 +37,21 @@ class SamplerParams:
             (self.repeat_last_n >= -1, "--repeat-last-n must be >= -1 (-1 = whole context, 0 = off)",
              self.repeat_last_n),
             (self.seed is None or self.seed >= 0, "--seed must be >= 0", self.seed),
+            (self.min_keep >= 0, "--min-keep must be >= 0", self.min_keep),
         ]
         for ok, msg, value in checks:
             if not ok:
                 raise InputError(f"{msg}, got {value}")
+
+
+def _top_k_ids(logits: np.ndarray, k: int) -> np.ndarray:
+    """Ids of the k largest logits, in id order. Exactly k survive (as llama.cpp; transformers keeps
+    every tie of the k-th value); ties at the k-th value go to the lower ids, where llama.cpp's
+    partial sort leaves the choice unspecified."""
+    kth = np.partition(logits, -k)[-k]
+    above = np.flatnonzero(logits > kth)
+    ties = np.flatnonzero(logits == kth)[: k - above.size]
+    return np.sort(np.concatenate([above, ties]))
 
 
 class Sampler:
@@ -57,27 +71,33 @@ class Sampler:
         return logits
 
     def probs(self, logits: np.ndarray, history: list[int]) -> np.ndarray:
-        """The distribution a token is drawn from (temp > 0), after every processor."""
+        """The distribution a token is drawn from (temp > 0), after the whole chain."""
         p = self.p
-        logits = self.penalize(logits, history) / p.temp
-        if 0 < p.top_k < logits.size:
-            # exactly k survive (as llama.cpp; transformers keeps every tie of the k-th value):
-            # ties at the k-th logit go to the lower token ids, so the result is deterministic
-            kth = np.partition(logits, -p.top_k)[-p.top_k]
-            keep = logits > kth
-            keep[np.flatnonzero(logits == kth)[: p.top_k - keep.sum()]] = True
-            logits = np.where(keep, logits, -np.inf)
-        probs = np.exp(logits - logits.max())
-        probs /= probs.sum()
+        logits = self.penalize(logits, history)
+        n = logits.size
+        ids = _top_k_ids(logits, p.top_k) if 0 < p.top_k < n else np.arange(n)
+        cand = logits[ids]  # the candidates' logits, at temperature 1 until the last step
         if p.top_p < 1.0:
-            order = np.argsort(-probs, kind="stable")
-            cum = np.cumsum(probs[order])
-            # keep the smallest prefix whose mass reaches top_p (at least one token); the 1e-9 lets a
-            # prefix that reaches it exactly count despite rounding in the cumulative sum
-            probs[order[int(np.searchsorted(cum, p.top_p - 1e-9)) + 1 :]] = 0.0
+            # the smallest prefix, by probability (ties: lower id first), whose mass reaches top_p,
+            # and at least min_keep tokens; the 1e-9 lets a prefix that reaches top_p exactly count
+            # despite rounding in the cumulative sum
+            order = np.argsort(-cand, kind="stable")
+            mass = np.exp(cand[order] - cand[order[0]])
+            cum = np.cumsum(mass / mass.sum())
+            n_keep = max(int(np.searchsorted(cum, p.top_p - 1e-9)) + 1, p.min_keep)
+            keep = np.sort(order[:n_keep])
+            ids, cand = ids[keep], cand[keep]
         if p.min_p > 0.0:
-            # relative to the top probability, so no renormalisation after top-p is needed first
-            probs[probs < p.min_p * probs.max()] = 0.0
+            # p_i >= min_p * p_max, i.e. logit_i >= max logit + log(min_p): relative to the top, so
+            # it needs no normalisation; at least min_keep tokens (the most likely) survive
+            keep = cand >= cand.max() + np.log(p.min_p)
+            if keep.sum() < p.min_keep:
+                keep = np.zeros_like(keep)
+                keep[np.argsort(-cand, kind="stable")[: p.min_keep]] = True
+            ids, cand = ids[keep], cand[keep]
+        scaled = cand / p.temp
+        probs = np.zeros(n)
+        probs[ids] = np.exp(scaled - scaled.max())
         return probs / probs.sum()
 
     def __call__(self, logits: np.ndarray, history: list[int]) -> int:
@@ -89,21 +109,38 @@ class Sampler:
 
 @dataclass
 class Stats:
-    prompt_tokens: int = 0
+    prompt_tokens: int = 0  # the whole prompt, cached tokens included
     prefill_s: float = 0.0
     generated: int = 0
     decode_steps: int = 0  # engine.decode calls; counted, not derived from `generated` (EOS, stops)
     decode_s: float = 0.0
-    cached_tokens: int = 0  # prompt tokens the engine already held (not prefilled)
     stop_reason: str = ""
     tokens: list = field(default_factory=list)
+    cached_tokens: int = 0  # leading prompt tokens the KV cache already held (a chat's earlier turns)
+    compile_s: float = 0.0  # one-time kernel compile before the clock started (0: none)
+
+    @property
+    def prefilled(self) -> int:
+        return self.prompt_tokens - self.cached_tokens
 
     def line(self, peak_bytes: int) -> str:
-        pp = self.prompt_tokens / self.prefill_s if self.prefill_s else 0.0
+        pp = self.prefilled / self.prefill_s if self.prefill_s else 0.0
         tg = self.decode_steps / self.decode_s if self.decode_s else 0.0
-        return (f"prompt: {self.prompt_tokens} tokens, {pp:.1f} tok/s | generated: {self.generated} tokens, "
+        cached = f" (+{self.cached_tokens} cached)" if self.cached_tokens else ""
+        return (f"prompt: {self.prefilled} tokens{cached}, {pp:.1f} tok/s | generated: {self.generated} tokens, "
                 f"{tg:.1f} tok/s | peak memory: {peak_bytes / 2**20:.0f} MiB"
-                + (f" | stop: {self.stop_reason}" if self.stop_reason else ""))
+                + (f" | stop: {self.stop_reason}" if self.stop_reason else "")
+                + (f" | kernels compiled first: {self.compile_s:.1f} s, not counted" if self.compile_s else ""))
+
+    def to_json(self, peak_bytes: int) -> dict:
+        return {
+            "prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens,
+            "prefill_s": self.prefill_s,
+            "prefill_tok_s": self.prefilled / self.prefill_s if self.prefill_s else None,
+            "generated_tokens": self.generated, "decode_steps": self.decode_steps, "decode_s": self.decode_s,
+            "decode_tok_s": self.decode_steps / self.decode_s if self.decode_s else None,
+            "stop_reason": self.stop_reason, "peak_memory_bytes": peak_bytes, "compile_s": self.compile_s,
+        }
 
 
 class StopMatcher:
@@ -138,6 +175,13 @@ class StopMatcher:
         return out
 
 
+def common_prefix(a, b) -> int:
+    """How many leading ids two token sequences share."""
+    n = min(len(a), len(b))
+    diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
+    return int(diff[0]) if diff.size else n
+
+
 @dataclass
 class Step:
     token: int  # the sampled token (never an EOS id)
@@ -148,8 +192,9 @@ def sample_steps(engine, prompt_ids: list[int], max_tokens: int, sampler: Sample
                  stats: Stats, cached: int = 0):
     """Yields one Step per generated token, the token-level half of generate(); fills `stats`.
 
-    The engine already holds the first `cached` prompt tokens (a prefix kept from an earlier call:
-    the server's prompt cache); only the rest are prefilled. A Step is yielded before its token is
+    The engine already holds the first `cached` prompt ids (a prefix kept from an earlier call: a
+    chat's earlier turns, the server's prompt cache; the caller rewound it there); only the rest is
+    prefilled, at least one id, whose logits start the reply. A Step is yielded before its token is
     fed back, so a caller that stops consuming leaves the engine holding prompt + earlier tokens.
     """
     stats.prompt_tokens, stats.cached_tokens = len(prompt_ids), cached
@@ -182,9 +227,10 @@ def sample_steps(engine, prompt_ids: list[int], max_tokens: int, sampler: Sample
 
 
 def generate(engine, tokenizer, prompt_ids: list[int], max_tokens: int, sampler: Sampler,
-             eos_ids: set, stops: list[str], stats: Stats):
-    """Yields text pieces; fills `stats` as it goes (so an interrupted run still reports)."""
-    steps = sample_steps(engine, prompt_ids, max_tokens, sampler, eos_ids, stats)
+             eos_ids: set, stops: list[str], stats: Stats, cached: int = 0):
+    """Yields text pieces; fills `stats` as it goes (so an interrupted run still reports).
+    `cached` as in sample_steps."""
+    steps = sample_steps(engine, prompt_ids, max_tokens, sampler, eos_ids, stats, cached)
     stream, matcher = tokenizer.stream(skip_special_tokens=True), StopMatcher(stops)
     for step in steps:
         text, hit = matcher.feed(stream.push(step.token))

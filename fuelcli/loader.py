@@ -38,9 +38,9 @@ class Model:
         return set(self.cfg.eos_token_ids) | ({own} if own is not None else set())
 
 
-def open_model(model: str, revision: str | None = None) -> Model:
+def open_model(model: str, revision: str | None = None, hf_file: str | None = None) -> Model:
     """Resolves MODEL and reads its config; weights and tokenizer load on first use."""
-    source = resolve(model, revision)
+    source = resolve(model, revision, hf_file)
     if source.kind == "gguf":
         from .weights.gguf import read_gguf
         from .weights.gguf_model import gguf_config

@@ -1,12 +1,16 @@
 """Turn the MODEL argument into files on disk.
 
 MODEL is, in this order: a local path (model directory or .gguf file), a demo alias pulled with
-`fuel pull`, or a hub repo id fetched (or found in the cache) by huggingface_hub.
+`fuel pull`, or a hub repo id fetched (or found in the cache) by huggingface_hub: `owner/name`
+(safetensors; a repo of GGUF files only gets llama.cpp's default quant), `owner/name:QUANT` or
+`owner/name` with --hf-file (a GGUF file of the repo, hub_gguf.py).
 """
 
 from __future__ import annotations
 
+import os
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +29,7 @@ HUB_PATTERNS = [
 
 # owner/name as the hub spells them; anything path-like ("./x", "/x", "a/b/c") is not a repo id.
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[A-Za-z0-9][\w.\-]*$")
+_QUANT_TAG = re.compile(r"^[A-Za-z0-9][\w.\-]*$")
 
 
 @dataclass(frozen=True)
@@ -34,16 +39,28 @@ class ModelSource:
     name: str  # display name: repo id, directory name or file name
 
 
-def resolve(model: str, revision: str | None = None) -> ModelSource:
+def resolve(model: str, revision: str | None = None, hf_file: str | None = None) -> ModelSource:
     path = Path(model).expanduser()
     if path.exists():
+        _no_hf_file(hf_file, model)
         return _local(path)
     demo = _demo(model)
     if demo is not None:
+        _no_hf_file(hf_file, model)
         return demo
-    if _REPO_ID.match(model) and not model.endswith(".gguf"):
-        return _hub(model, revision)
+    repo, _, quant = model.partition(":")
+    if _REPO_ID.match(repo) and not repo.endswith(".gguf") and (not quant or _QUANT_TAG.match(quant)):
+        if quant and hf_file:
+            raise InputError(f"give {model} or --hf-file, not both")
+        if quant or hf_file:
+            return _hub_gguf(repo, quant or None, hf_file, revision)
+        return _hub(repo, revision)
     raise ModelNotFound(f"{model}: no such file or directory, demo alias or hub repo id (owner/name)")
+
+
+def _no_hf_file(hf_file: str | None, model: str):
+    if hf_file is not None:
+        raise InputError(f"--hf-file picks a file of a hub repo; {model} is a local path or demo alias")
 
 
 def _local(path: Path) -> ModelSource:
@@ -52,7 +69,9 @@ def _local(path: Path) -> ModelSource:
             raise InputError(f"{path}: directory has no config.json (expected an HF model directory)")
         return ModelSource("dir", path.resolve(), path.resolve().name)
     if path.suffix.lower() == ".gguf":
-        return ModelSource("gguf", path.resolve(), path.name)
+        # abspath, not resolve(): a hub cache entry is a symlink to a blob named by its hash, and a
+        # split file's other parts are found by name beside it
+        return ModelSource("gguf", Path(os.path.abspath(path)), path.name)
     raise InputError(f"{path}: not a .gguf file nor a model directory with config.json")
 
 
@@ -63,15 +82,13 @@ def _demo(alias: str) -> ModelSource | None:
     return None if path is None else ModelSource("gguf", Path(path), alias)
 
 
-def _hub(repo_id: str, revision: str | None) -> ModelSource:
-    # Imported here: it is slow to import and only this path needs it.
-    import huggingface_hub
-    from huggingface_hub import errors
+@contextmanager
+def _hub_errors(what: str):
+    """huggingface_hub's errors as one line naming the repo."""
+    from huggingface_hub import constants, errors
 
-    what = repo_id + (f" (revision {revision})" if revision else "")
     try:
-        # huggingface_hub itself honours HF_HOME / HF_HUB_CACHE / HF_HUB_OFFLINE / HF_ENDPOINT / HF_TOKEN.
-        folder = huggingface_hub.snapshot_download(repo_id, revision=revision, allow_patterns=HUB_PATTERNS)
+        yield
     except errors.RevisionNotFoundError:
         raise ModelNotFound(f"{what}: no such revision on the hub") from None
     except errors.GatedRepoError:
@@ -81,13 +98,35 @@ def _hub(repo_id: str, revision: str | None) -> ModelSource:
     except errors.IncompleteSnapshotError as e:
         raise ModelNotFound(f"{what}: the cached snapshot is incomplete and the hub cannot be reached") from e
     except errors.LocalEntryNotFoundError as e:
-        offline = huggingface_hub.constants.HF_HUB_OFFLINE
+        offline = constants.HF_HUB_OFFLINE
         why = "HF_HUB_OFFLINE is set" if offline else "the hub cannot be reached"
         raise ModelNotFound(f"{what}: not in the local hub cache and {why}") from e
+    except InputError:
+        raise
     except Exception as e:  # any other hub/network/validation error: one line naming the repo
         first = (str(e).strip().splitlines() or [""])[0][:200]
         raise ModelNotFound(f"{what}: hub error: {type(e).__name__}: {first}") from e
-    folder = Path(folder)
+
+
+def _hub(repo_id: str, revision: str | None) -> ModelSource:
+    # Imported here: it is slow to import and only this path needs it.
+    import huggingface_hub
+
+    what = repo_id + (f" (revision {revision})" if revision else "")
+    with _hub_errors(what):
+        # huggingface_hub itself honours HF_HOME / HF_HUB_CACHE / HF_HUB_OFFLINE / HF_ENDPOINT / HF_TOKEN.
+        folder = Path(huggingface_hub.snapshot_download(repo_id, revision=revision, allow_patterns=HUB_PATTERNS))
     if not (folder / "config.json").is_file():
-        raise ModelNotFound(f"{what}: the repo has no config.json (fuel reads HF safetensors repos)")
+        # a repo of GGUF files: llama.cpp's default quant, as `llama-cli -hf owner/name` would take
+        return _hub_gguf(repo_id, None, None, revision)
     return ModelSource("dir", folder, repo_id)
+
+
+def _hub_gguf(repo_id: str, quant: str | None, hf_file: str | None, revision: str | None) -> ModelSource:
+    from .hub_gguf import fetch, quant_tag
+
+    what = repo_id + (f":{quant}" if quant else "") + (f" (revision {revision})" if revision else "")
+    with _hub_errors(what):
+        path = fetch(repo_id, quant, hf_file, revision, what)
+    name = f"{repo_id}:{quant or quant_tag(path.name) or path.name}" if hf_file is None else f"{repo_id}/{hf_file}"
+    return ModelSource("gguf", path, name)

@@ -80,12 +80,33 @@ def _jinja_env():
             # Not jinja's own tojson: that one HTML-escapes, and templates expect plain JSON.
             return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                            extensions=[jinja2.ext.loopcontrols, _generation_tag()])
         env.filters["tojson"] = tojson
         env.globals["raise_exception"] = raise_exception
         env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
         _JINJA_ENV = env
     return _JINJA_ENV
+
+
+def _generation_tag():
+    """transformers' `{% generation %}...{% endgeneration %}` (AssistantTracker): it marks the
+    assistant's part for training masks; rendering a prompt keeps the body as it is."""
+    import jinja2.ext
+    import jinja2.nodes
+
+    class GenerationTag(jinja2.ext.Extension):
+        tags = {"generation"}
+
+        def parse(self, parser):
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
+
+        def _body(self, caller):
+            return caller()
+
+    return GenerationTag
 
 
 class Tokenizer:
@@ -176,7 +197,14 @@ class Tokenizer:
 
     # --- chat -----------------------------------------------------------------------------------
 
-    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+    def render_chat(self, messages: list[dict], add_generation_prompt: bool = True,
+                    template_kwargs: dict | None = None) -> str:
+        """`template_kwargs`: extra template variables (transformers' apply_chat_template **kwargs,
+        llama-server's chat_template_kwargs), e.g. Qwen3's enable_thinking; they win over the
+        special-token strings."""
+        reserved = {"messages", "add_generation_prompt"} & set(template_kwargs or {})
+        if reserved:
+            raise InputError(f"chat template kwargs cannot set {', '.join(sorted(reserved))}")
         if self.chat_template is None:
             raise InputError("the model has no chat template (use --no-chat for a raw prompt)")
         import jinja2
@@ -188,19 +216,26 @@ class Tokenizer:
                 add_generation_prompt=add_generation_prompt,
                 tools=None,
                 documents=None,
-                **self._template_tokens,
+                **{**self._template_tokens, **(template_kwargs or {})},
             )
         except jinja2.TemplateError as e:
             raise InputError(f"chat template error: {e}") from None
 
-    def encode_prompt(self, prompt: str, system: str | None = None, chat: bool = True) -> list[int]:
+    def encode_prompt(self, prompt: str, system: str | None = None, chat: bool = True,
+                      template_kwargs: dict | None = None) -> list[int]:
         if chat and self.chat_template is not None:
             messages = ([{"role": "system", "content": system}] if system is not None else []) + [
                 {"role": "user", "content": prompt}
             ]
-            # The template writes BOS itself where the model wants it, as apply_chat_template(tokenize=True).
-            return self.encode(self.render_chat(messages, add_generation_prompt=True), add_special_tokens=False)
+            return self.encode_messages(messages, template_kwargs=template_kwargs)
         return self.encode(prompt, add_special_tokens=True)
+
+    def encode_messages(self, messages: list[dict], add_generation_prompt: bool = True,
+                        template_kwargs: dict | None = None) -> list[int]:
+        """A conversation rendered by the chat template, as ids. The template writes BOS itself
+        where the model wants it, as apply_chat_template(tokenize=True)."""
+        text = self.render_chat(messages, add_generation_prompt, template_kwargs)
+        return self.encode(text, add_special_tokens=False)
 
     # --- streaming ------------------------------------------------------------------------------
 

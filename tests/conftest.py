@@ -124,3 +124,47 @@ def qwen_coder_gguf() -> Path:
 
     d = demo.DEMOS["qwen2.5-coder-0.5b"]
     return cached(QWEN_CODER_GGUF, lambda out: demo.assemble(d, out, progress=False))
+
+
+# --- the hub: a private HF_HOME, and a fake hub server (tests/fake_hub.py) ------------------------
+
+@pytest.fixture
+def hf_home(tmp_path, monkeypatch):
+    """A private HF_HOME. huggingface_hub reads its env vars once at import into `constants`,
+    so the constants are patched too, not only os.environ."""
+    from huggingface_hub import constants
+
+    home = tmp_path / "hf"
+    for var in ("HF_HUB_CACHE", "HF_TOKEN", "HF_TOKEN_PATH", "HF_ASSETS_CACHE", "HF_XET_CACHE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_HOME", str(home))
+    # Every path constant derived from HF_HOME (hub cache, token, xet cache, update stamps, ...).
+    for name, value in vars(constants).items():
+        if name.isupper() and isinstance(value, str) and value.startswith(constants.HF_HOME):
+            monkeypatch.setattr(constants, name, str(home) + value[len(constants.HF_HOME) :])
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(home / "hub"))
+    return home
+
+
+def set_offline(monkeypatch, offline: bool):
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1" if offline else "0")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", offline)
+
+
+@pytest.fixture
+def fake_hub_server(hf_home, monkeypatch):
+    """A fake hub on 127.0.0.1 that huggingface_hub talks to; add repos to its `repos`."""
+    import fake_hub
+    from huggingface_hub import constants
+
+    server = fake_hub.start()
+    endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    monkeypatch.setattr(constants, "ENDPOINT", endpoint)
+    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", endpoint + "/{repo_id}/resolve/{revision}/{filename}")
+    set_offline(monkeypatch, False)
+    yield server
+    server.shutdown()
+    server.server_close()

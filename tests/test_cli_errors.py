@@ -9,7 +9,7 @@ import pytest
 
 
 def fuel(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "fuelcli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "fuelcli", *args], capture_output=True, text=True, stdin=subprocess.DEVNULL,
                           timeout=300, env={**os.environ, "HF_HUB_OFFLINE": "1", **(env or {})})
 
 

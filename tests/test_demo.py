@@ -104,7 +104,7 @@ def test_cli_pull_list_and_unknown(tmp_path):
     r = subprocess.run([sys.executable, "-m", "fuelcli", "pull", "llama-70b"], capture_output=True, text=True, env=env)
     assert r.returncode == 2 and "unknown demo alias 'llama-70b'" in r.stderr
     r = subprocess.run([sys.executable, "-m", "fuelcli", "run", "smollm2-135m", "hi"], capture_output=True,
-                       text=True, env=env)
+                       text=True, env=env, stdin=subprocess.DEVNULL)
     assert r.returncode == 2 and "run `fuel pull smollm2-135m`" in r.stderr
 
 

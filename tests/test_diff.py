@@ -95,8 +95,8 @@ def break_config(monkeypatch):
     def apply(fn):
         real = fuelcli.loader.open_model
 
-        def broken(model, revision=None):
-            m = real(model, revision)
+        def broken(model, revision=None, hf_file=None):
+            m = real(model, revision, hf_file)
             m.cfg = fn(m.cfg)
             return m
 

@@ -82,18 +82,29 @@ def test_min_p_is_relative_to_the_top_probability():
 
 
 def test_processor_order():
-    """penalty -> temperature -> top-k -> top-p -> min-p; each case changes if two steps swap."""
+    """llama.cpp's chain: penalty -> top-k -> top-p -> min-p -> temperature; each case changes if
+    two steps swap (test_sampling_chain.py pins whole distributions)."""
     # penalty before top-k: the penalised token 0 drops out of the top 2
     assert kept(logits=[3.0, 2.0, 1.0], history=[0], repeat_penalty=4.0, top_k=2) == {1, 2}
-    # temperature before top-p: at t=1 token 0 alone (0.6) covers 0.6; flattened by t=3 it does not
+    # top-p before temperature: token 0 alone (0.6 at t=1) covers 0.6 whatever the temperature;
+    # transformers' order (t=3 first flattens it to 0.44) would keep {0, 1}
     probs = [0.6, 0.3, 0.1]
-    assert kept(probs=probs, top_p=0.6) == {0}
-    assert kept(probs=probs, top_p=0.6, temp=3.0) == {0, 1}
+    assert kept(probs=probs, top_p=0.6) == kept(probs=probs, top_p=0.6, temp=3.0) == {0}
+    # min-p before temperature: 0.2 < 0.5 x 0.5 is dropped at any temperature; at t=3 first it would survive
+    assert kept(probs=[0.5, 0.3, 0.2], min_p=0.5, temp=3.0) == {0, 1}
     # top-k before top-p: top-p sees the renormalised top 2 (4/7 >= 0.5), not 0.4 < 0.5
     assert kept(probs=[0.4, 0.3, 0.2, 0.1], top_k=2, top_p=0.5) == {0}
     # top-p before min-p: top-p keeps {0, 1}; min-p first would drop 2 and renormalise, and then
     # top-p would keep {0} alone (0.625 >= 0.6)
     assert kept(probs=[0.5, 0.3, 0.2], top_p=0.6, min_p=0.5) == {0, 1}
+
+
+def test_min_keep():
+    """As llama.cpp: top-p and min-p keep at least min_keep tokens, the most likely ones."""
+    probs = [0.7, 0.2, 0.06, 0.04]
+    assert kept(probs=probs, top_p=0.5) == {0} and kept(probs=probs, top_p=0.5, min_keep=3) == {0, 1, 2}
+    assert kept(probs=probs, min_p=0.5) == {0} and kept(probs=probs, min_p=0.5, min_keep=2) == {0, 1}
+    assert kept(probs=probs, top_p=0.5, min_keep=9) == {0, 1, 2, 3}  # more than there are: all
 
 
 def test_repetition_penalty():

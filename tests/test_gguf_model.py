@@ -295,7 +295,8 @@ def test_run_greedy_matches_transformers(real):
 
     prompt = PROMPTS["qwen" if "Qwen" in real.name else "smollm2"]
     r = subprocess.run([sys.executable, "-m", "fuelcli", "run", str(real), prompt, "--temp", "0", "-n", "32",
-                        "--no-chat-template", "--quiet"], capture_output=True, text=True, env=_env())
+                        "--no-chat-template", "--quiet"], capture_output=True, text=True, env=_env(),
+                       stdin=subprocess.DEVNULL)
     assert r.returncode == 0, r.stderr
     m = open_model(str(real))
     ids = m.tokenizer.encode(prompt)

@@ -18,7 +18,8 @@ import pytest
 from fuelcli.backends.base import Engine
 from fuelcli.serve.jobs import ServedModel
 from fuelcli.serve.server import bind, make_server, url
-from fuelcli.serve.worker import EngineWorker, common_prefix
+from fuelcli.generate import common_prefix
+from fuelcli.serve.worker import EngineWorker
 from fuelcli.tokenizer import Tokenizer
 from serve_helpers import CHAT_TEMPLATE, assert_error_shape, char_tokenizer, raw
 

@@ -23,7 +23,7 @@ TEXT = (
 
 
 def fuel(*args, env=None, timeout=600):
-    return subprocess.run([sys.executable, "-m", "fuelcli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "fuelcli", *args], capture_output=True, text=True, stdin=subprocess.DEVNULL,
                           timeout=timeout, env={**os.environ, **(env or {})})
 
 

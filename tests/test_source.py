@@ -1,21 +1,17 @@
 """fuelcli.source: local paths, and the hub path against a cache written by huggingface_hub itself.
 
 The hub cache is filled by running the real huggingface_hub.snapshot_download against a tiny fake
-hub on 127.0.0.1 serving the routes it calls (repo info, tree listing, file HEAD/GET); then
+hub on 127.0.0.1 serving the routes it calls (tests/fake_hub.py; fixtures in conftest.py); then
 resolve() must find that snapshot with HF_HUB_OFFLINE=1.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import sys
-import threading
 import types
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from huggingface_hub import constants
+from conftest import set_offline
 
 from fuelcli.errors import InputError, ModelNotFound
 from fuelcli.source import ModelSource, resolve
@@ -30,82 +26,10 @@ FILES = {
 }
 
 
-class _FakeHub(BaseHTTPRequestHandler):
-    """Just the routes snapshot_download uses; anything else is a 404 so a new route shows up."""
-
-    def _send(self, status: int, body: bytes = b"", headers: dict | None = None, head: bool = False):
-        self.send_response(status)
-        for k, v in {"Content-Length": str(len(body)), **(headers or {})}.items():
-            self.send_header(k, v)
-        self.end_headers()
-        if not head:
-            self.wfile.write(body)
-
-    def _route(self, head: bool):
-        path = self.path.split("?")[0]
-        api = f"/api/models/{REPO}"
-        if path in (f"{api}/revision/main", f"{api}/revision/{COMMIT}"):
-            info = {"id": REPO, "sha": COMMIT, "siblings": [{"rfilename": f} for f in FILES]}
-            return self._send(200, json.dumps(info).encode(), {"Content-Type": "application/json"}, head)
-        if path == f"{api}/tree/{COMMIT}":
-            tree = [
-                {"type": "file", "path": f, "size": len(b), "oid": hashlib.sha1(b).hexdigest()}
-                for f, b in FILES.items()
-            ]
-            return self._send(200, json.dumps(tree).encode(), {"Content-Type": "application/json"}, head)
-        prefix = f"/{REPO}/resolve/{COMMIT}/"
-        if path.startswith(prefix) and path[len(prefix) :] in FILES:
-            body = FILES[path[len(prefix) :]]
-            headers = {"X-Repo-Commit": COMMIT, "ETag": f'"{hashlib.sha1(body).hexdigest()}"'}
-            return self._send(200, body, headers, head)
-        self.server.unknown.append(f"{self.command} {self.path}")
-        code = "RevisionNotFound" if path.startswith(f"{api}/revision/") else "RepoNotFound"  # as the hub answers
-        self._send(404, b'{"error": "not found"}', {"X-Error-Code": code}, head)
-
-    def do_GET(self):
-        self._route(head=False)
-
-    def do_HEAD(self):
-        self._route(head=True)
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
-def hf_home(tmp_path, monkeypatch):
-    """A private HF_HOME. huggingface_hub reads its env vars once at import into `constants`,
-    so the constants are patched too, not only os.environ."""
-    home = tmp_path / "hf"
-    for var in ("HF_HUB_CACHE", "HF_TOKEN", "HF_TOKEN_PATH", "HF_ASSETS_CACHE", "HF_XET_CACHE"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("HF_HOME", str(home))
-    # Every path constant derived from HF_HOME (hub cache, token, xet cache, update stamps, ...).
-    for name, value in vars(constants).items():
-        if name.isupper() and isinstance(value, str) and value.startswith(constants.HF_HOME):
-            monkeypatch.setattr(constants, name, str(home) + value[len(constants.HF_HOME) :])
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(home / "hub"))
-    return home
-
-
-def set_offline(monkeypatch, offline: bool):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1" if offline else "0")
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", offline)
-
-
-@pytest.fixture
-def fake_hub(hf_home, monkeypatch):
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeHub)
-    server.unknown = []
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    endpoint = f"http://127.0.0.1:{server.server_address[1]}"
-    monkeypatch.setenv("HF_ENDPOINT", endpoint)
-    monkeypatch.setattr(constants, "ENDPOINT", endpoint)
-    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE", endpoint + "/{repo_id}/resolve/{revision}/{filename}")
-    set_offline(monkeypatch, False)
-    yield server
-    server.shutdown()
-    server.server_close()
+def fake_hub(fake_hub_server):
+    fake_hub_server.repos[REPO] = (COMMIT, FILES)
+    return fake_hub_server
 
 
 def test_hub_snapshot_found_offline(fake_hub, hf_home, monkeypatch):

@@ -41,6 +41,14 @@ class Engine(ABC):
             raise InputError(f"cannot rewind to {pos}: the cache holds {self.pos} tokens")
         self.pos = pos
 
+    def warm_up(self):
+        """One token through the model, then forgotten: the one-time costs of a first forward (a JIT
+        compile or loading compiled kernels, paging in the weights) are paid here, before any timing."""
+        pos = self.pos
+        if pos < self.n_ctx:
+            self.prefill([0])
+            self.rewind(pos)
+
     def check(self, tokens) -> np.ndarray:
         """Token ids this engine can take after what it holds, as int64."""
         tokens = np.asarray(tokens, np.int64).reshape(-1)

@@ -1,5 +1,10 @@
 """The Typer app, the --version flag and `main()`, which turns fuel's errors into one line and an
-exit code. The commands live one per module beside this one and register themselves on `app`."""
+exit code. The commands live one per module beside this one and register themselves on `app`.
+
+Help is plain text (rich_markup_mode=None): typer's rich help prints a `<bool>` type after every
+flag, --help included, which reads as if `--json true` were the syntax; click's plain layout shows
+flags bare, needs no colour (NO_COLOR) and pipes cleanly.
+"""
 
 import sys
 
@@ -8,9 +13,13 @@ import typer
 from ..errors import FuelError
 from .options import err
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  context_settings={"help_option_names": ["-h", "--help"]},
-                  help="Run, inspect, check and measure decoder LLMs on the CPU.")
+EXIT_CODES = ("Exit codes: 0 success, 1 other error, 2 bad input (missing model, broken file, bad config, "
+              "unknown architecture, prompt too long, bad option), 3 oracle mismatch (diff), 4 missing optional "
+              "dependency, 5 download failed (pull), 130 interrupted.")
+
+app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
+                  rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]},
+                  help="Run, inspect, check and measure decoder LLMs on the CPU.", epilog=EXIT_CODES)
 
 
 def _version(value: bool):

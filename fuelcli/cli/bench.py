@@ -7,17 +7,17 @@ import typer
 
 from ..errors import InputError
 from .app import app
-from .options import Device, ModelArg, Revision
+from .options import Device, HfFile, ModelArg, Revision, Threads
 
 
-@app.command()
+@app.command(short_help="Measure prefill and decode speed (llama-bench style).")
 def bench(
     model: str = ModelArg,
     n_prompt: str = typer.Option("512", "-p", "--n-prompt", help="pp tests: prompt sizes, comma list; 0 = none"),
     n_gen: str = typer.Option("128", "-n", "--n-gen", help="tg tests: tokens to generate, comma list; 0 = none"),
     depth: str = typer.Option("0", "-d", "--n-depth", help="context depth: tokens cached (untimed) before each run, comma list"),
     repetitions: int = typer.Option(5, "-r", "--repetitions", help="timed runs per test, after one untimed warm-up"),
-    threads: Optional[int] = typer.Option(None, "-t", "--threads", help="numba threads (default: numba's); peers get the same"),
+    threads: Optional[int] = Threads,
     output: str = typer.Option("md", "-o", "--output", help="md | json | csv"),
     compare: Optional[str] = typer.Option(None, "--compare", help="also run the tests on a peer, interleaved: "
                                           "llama.cpp (GGUF, needs llama-cpp-python) | transformers (float32)"),
@@ -25,10 +25,12 @@ def bench(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bar on stderr"),
     device: Optional[str] = Device,
     revision: Optional[str] = Revision,
+    hf_file: Optional[str] = HfFile,
 ):
     """Measure prefill (pp<N>) and decode (tg<N>) speed in tokens/s: mean ± std over -r runs.
 
-    The table (or JSON / CSV) goes to stdout, the progress bar to stderr.
+    The table (or JSON / CSV) goes to stdout, the progress bar to stderr. A peer (--compare)
+    runs with the same number of threads as fuel (-t).
     """
     from .. import bench as B
 
@@ -36,27 +38,19 @@ def bench(
         raise InputError(f"-o must be one of {', '.join(B.RENDERERS)}, got {output!r}")
     if repetitions < 1:
         raise InputError(f"-r must be at least 1, got {repetitions}")
-    if threads is not None and threads < 1:
-        raise InputError(f"-t must be at least 1, got {threads}")
     tests = B.make_tests(B.parse_int_list(n_prompt, "-p"), B.parse_int_list(n_gen, "-n"),
                          B.parse_int_list(depth, "-d"))
 
-    from ..backends import make_engine  # sets numba's threading environment first
+    from ..backends import make_engine
     from ..loader import open_model
     from ..memory import peak_rss_bytes
+    from ..threads import set_threads
 
-    import numba
-
-    if threads is not None:
-        if threads > numba.config.NUMBA_NUM_THREADS:
-            raise InputError(f"-t {threads} exceeds numba's pool of {numba.config.NUMBA_NUM_THREADS} threads "
-                             "(set FUEL_THREADS to enlarge it)")
-        numba.set_num_threads(threads)
-    n_threads = numba.get_num_threads()
+    n_threads = set_threads(threads)
 
     if compare is not None:
         B.import_peer(compare)  # fail fast: an unknown or missing peer, before loading anything heavy
-    m = open_model(model, revision)
+    m = open_model(model, revision, hf_file)
     if compare is not None:
         B.check_peer(compare, m.source.kind)
     n_ctx = B.context_needed(tests)

@@ -13,10 +13,10 @@ import typer
 from ..errors import InputError, Mismatch
 from ..oracle import DEFAULT_DECODE_STEPS, DEFAULT_LAYER_RTOL, DEFAULT_MIN_TOP1, DEFAULT_TOL
 from .app import app
-from .options import Device, Json, ModelArg, Revision, parse_tokens
+from .options import Device, HfFile, Json, ModelArg, Revision, Threads, parse_tokens
 
 
-@app.command("diff")
+@app.command("diff", short_help="Compare fuel's logits with an oracle; exit 3 on mismatch.")
 def diff_cmd(
     model: str = ModelArg,
     oracle: str = typer.Option("self", "--oracle", help="self (fuel's numpy reference, full-prefix forward) | "
@@ -37,18 +37,22 @@ def diff_cmd(
     layer_tol: float = typer.Option(DEFAULT_LAYER_RTOL, "--layer-tol",
                                     help="per-layer tolerance: max|Δ| / max|oracle state| of the layer"),
     as_json: bool = Json,
+    threads: Optional[int] = Threads,
     device: Optional[str] = Device,
     revision: Optional[str] = Revision,
+    hf_file: Optional[str] = HfFile,
 ):
     """Compare fuel's logits (per position) with an oracle; exit 3 on mismatch."""
     from ..loader import open_model
+    from ..threads import set_threads
     from ..oracle import diff
 
     if (prompt is None) == (tokens is None):
         raise InputError("give exactly one of --prompt and --tokens")
     if tol < 0 or not 0 <= min_top1 <= 1 or layer_tol < 0 or (atol is not None and atol < 0):
         raise InputError("--tol, --atol and --layer-tol must be ≥ 0 and --min-top1 within 0..1")
-    m = open_model(model, revision)
+    set_threads(threads)
+    m = open_model(model, revision, hf_file)
     ids = parse_tokens(tokens) if tokens is not None else m.tokenizer.encode(prompt)
     r = diff(m, ids, oracle, path, tol, min_top1, layers, layer_tol, decode_steps, atol, device)
     if as_json:

@@ -6,18 +6,18 @@ from typing import Optional
 import typer
 
 from .app import app
-from .options import Json, ModelArg, Revision
+from .options import HfFile, Json, ModelArg, Revision
 
-inspect_app = typer.Typer(no_args_is_help=True, add_completion=False,
+inspect_app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
                           help="Show how a model is built: mask plan, config, weights, RoPE.")
 app.add_typer(inspect_app, name="inspect")
 
 
 
-def _open(model: str, revision):
+def _open(model: str, revision, hf_file=None):
     from ..loader import open_model
 
-    return open_model(model, revision)
+    return open_model(model, revision, hf_file)
 
 
 def _dump(data):
@@ -57,12 +57,13 @@ def _bytes(n: int) -> str:
 
 
 @inspect_app.command("mask-plan")
-def mask_plan_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[str] = Revision):
+def mask_plan_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[str] = Revision,
+                  hf_file: Optional[str] = HfFile):
     """Per layer: attention (full | window w), the mask variant it reads, FFN (dense | MoE k of n).
     Reads the config only."""
     from ..inspect import mask_plan_view
 
-    v = mask_plan_view(_open(model, revision))
+    v = mask_plan_view(_open(model, revision, hf_file))
     if as_json:
         return _dump(v)
     con = _console()
@@ -79,11 +80,12 @@ def mask_plan_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optiona
 
 
 @inspect_app.command("config")
-def config_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[str] = Revision):
+def config_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[str] = Revision,
+               hf_file: Optional[str] = HfFile):
     """Every resolved config value and where it came from (file, default, derived, family, gguf)."""
     from ..inspect import config_view
 
-    v = config_view(_open(model, revision))
+    v = config_view(_open(model, revision, hf_file))
     if as_json:
         return _dump(v)
     t = _table(f"{v['model']} ({v['source_kind']})", "name", "value", "origin")
@@ -95,11 +97,12 @@ def config_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[s
 
 
 @inspect_app.command("weights")
-def weights_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[str] = Revision):
+def weights_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[str] = Revision,
+                hf_file: Optional[str] = HfFile):
     """Name, shape, format and bytes of every stored tensor; totals per format; parameter count."""
     from ..inspect import weights_view
 
-    v = weights_view(_open(model, revision))
+    v = weights_view(_open(model, revision, hf_file))
     if as_json:
         return _dump(v)
     con = _console()
@@ -120,11 +123,12 @@ def weights_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[
 
 
 @inspect_app.command("rope")
-def rope_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[str] = Revision):
+def rope_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[str] = Revision,
+             hf_file: Optional[str] = HfFile):
     """Per frequency index: base inverse frequency, the scaled one, wavelength, llama3 band."""
     from ..inspect import rope_view
 
-    v = rope_view(_open(model, revision))
+    v = rope_view(_open(model, revision, hf_file))
     if as_json:
         return _dump(v)
     con = _console()

@@ -7,10 +7,10 @@ import typer
 
 from ..errors import InputError
 from .app import app
-from .options import Device, ModelArg, Revision, err, parse_tokens
+from .options import Device, HfFile, ModelArg, Revision, Threads, err, parse_tokens
 
 
-@app.command()
+@app.command(short_help="Write the logits of every position of a sequence.")
 def logits(
     model: str = ModelArg,
     out: Path = typer.Option(..., "--out", help="where to write float32 [seq, vocab] (.npy)"),
@@ -18,20 +18,24 @@ def logits(
     tokens: Optional[str] = typer.Option(None, "--tokens", help="token ids, e.g. 1,2,3"),
     path: str = typer.Option("decode", "--path", help="decode (one token at a time through the KV cache) | "
                              "prefill (one batched call) | reference (numpy oracle)"),
+    threads: Optional[int] = Threads,
     device: Optional[str] = Device,
     revision: Optional[str] = Revision,
+    hf_file: Optional[str] = HfFile,
 ):
     """Write the logits of every position of a sequence, by one of the three paths."""
     import numpy as np
 
     from ..forward_paths import PATHS, logits_by_path
     from ..loader import open_model
+    from ..threads import set_threads
 
     if (prompt is None) == (tokens is None):
         raise InputError("give exactly one of --prompt and --tokens")
     if path not in PATHS:
         raise InputError(f"--path must be one of {', '.join(PATHS)}, got {path!r}")
-    m = open_model(model, revision)
+    set_threads(threads)
+    m = open_model(model, revision, hf_file)
     ids = parse_tokens(tokens) if tokens is not None else m.tokenizer.encode(prompt)
     try:
         out_is_dir = out.is_dir()

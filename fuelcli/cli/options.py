@@ -8,10 +8,54 @@ import typer
 
 from ..errors import InputError
 
-ModelArg = typer.Argument(..., help="hub repo id (owner/name), model directory, .gguf file or demo alias")
+
+def _complete_models(incomplete: str) -> list[str]:
+    """Shell completion of MODEL: the names `fuel ls` shows (the shell completes paths itself)."""
+    from ..local_models import list_models
+
+    try:
+        names = [m.name for m in list_models() if " " not in m.name]
+    except Exception:  # a broken cache must not break the shell
+        return []
+    return [n for n in names if n.startswith(incomplete)]
+
+
+ModelArg = typer.Argument(..., metavar="MODEL", autocompletion=_complete_models,
+                          help="hub repo id (owner/name; owner/name:QUANT picks a .gguf of a GGUF repo), model "
+                          "directory, .gguf file or demo alias (fuel ls lists them)")
 Revision = typer.Option(None, "--revision", help="hub branch, tag or commit")
+HfFile = typer.Option(None, "--hf-file", metavar="NAME", help="with a hub repo id: the .gguf file of the repo to "
+                      "run (a split file's first part), as llama.cpp's --hf-file")
 Device = typer.Option(None, "--device", help="cpu (default; FUEL_DEVICE sets another)")
 Json = typer.Option(False, "--json", help="print JSON instead of tables")
+Threads = typer.Option(None, "-t", "--threads", metavar="N", help="compute threads (default: all cores, or FUEL_THREADS)")
+
+
+# --- generation (run, chat) --------------------------------------------------------------------
+Temp = typer.Option(0.8, "--temp", help="temperature, applied last in the chain; 0 = greedy")
+TopK = typer.Option(40, "--top-k", help="keep the k most likely tokens; 0 = off")
+TopP = typer.Option(0.95, "--top-p", help="keep the most likely tokens whose probability (at temperature 1) "
+                    "sums to p; 1 = off")
+MinP = typer.Option(0.05, "--min-p", help="drop tokens below min_p × the top probability (at temperature 1); 0 = off")
+MinKeep = typer.Option(0, "--min-keep", help="top-p and min-p keep at least this many tokens")
+RepeatPenalty = typer.Option(1.0, "--repeat-penalty", help="penalise recent tokens; 1 = off")
+RepeatLastN = typer.Option(64, "--repeat-last-n", help="how many recent tokens the penalty sees; 0 = off, "
+                           "-1 = the whole context")
+Seed = typer.Option(None, "--seed", help="random seed for sampling")
+Stop = typer.Option([], "--stop", metavar="TEXT", help="stop when this text appears (repeatable; \\n, \\t, \\\\ are escapes, "
+                    "as in llama-cli)")
+System = typer.Option(None, "--system", help="system message for the chat template")
+SystemFile = typer.Option(None, "--system-file", metavar="FILE", help="read the system message from FILE")
+ChatTemplate = typer.Option(None, "--chat-template", metavar="FILE", help="a Jinja chat template file to use instead "
+                            "of the model's")
+ChatTemplateKwargs = typer.Option(None, "--chat-template-kwargs", metavar="JSON", help="extra variables for the chat "
+                                  "template, a JSON object, e.g. '{\"enable_thinking\": false}'")
+VerbosePrompt = typer.Option(False, "--verbose-prompt", help="print the rendered prompt and its token ids to stderr")
+
+
+def ctx_size_option(default: str):
+    return typer.Option(None, "-c", "--ctx-size", metavar="N", help=f"context size in tokens; 0 = the model's "
+                        f"(default: {default})")
 
 
 def err(msg: str):
@@ -40,3 +84,11 @@ def unescape(text: str) -> str:
             out.append(text[i])
             i += 1
     return "".join(out)
+
+
+def human_size(n: int) -> str:
+    """Bytes in decimal units, as ollama list and `du --si` show them."""
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000

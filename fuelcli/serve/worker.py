@@ -20,7 +20,7 @@ import queue
 import threading
 import time
 
-from ..generate import Sampler, Stats, StopMatcher, sample_steps
+from ..generate import Sampler, Stats, StopMatcher, common_prefix, sample_steps
 from .errors import APIError
 from .jobs import Delta, Done, Failed, Job
 from .logprobs import TokenBytes, logprobs_of
@@ -30,14 +30,6 @@ log = logging.getLogger("fuel.serve")
 PREFILL_CHUNK = 256  # tokens per forward call of a long prompt
 
 FINISH = {"eos": "stop", "stop string": "stop", "max tokens": "length", "context full": "length"}
-
-
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
 
 
 class EngineWorker:

@@ -8,12 +8,18 @@ Layout (little-endian): magic "GGUF", u32 version (2 or 3), u64 tensor count, u6
 kv pairs (string key, u32 type, value), tensor infos (string name, u32 n_dims, u64 dims[n_dims]
 in ggml order ne0 first, u32 ggml type, u64 offset relative to the data section), then the data
 section at the next multiple of `general.alignment` (default 32).
+
+A split model (llama.cpp's gguf-split, convert_hf_to_gguf --split-max-size) is one GGUF per part,
+named NAME-00001-of-0000N.gguf: the first carries the metadata, every part carries `split.no`
+(0-based), `split.count` and `split.tensors.count` and its own tensor table and data. The parts'
+tables merge into one; a part missing, out of place or disagreeing is an error naming the file.
 """
 
 from __future__ import annotations
 
 import mmap
 import os
+import re
 import struct
 from dataclasses import dataclass, field
 
@@ -45,8 +51,9 @@ class GGUFFile:
     alignment: int
     meta: dict[str, object]
     tensors: dict[str, Tensor]
-    data_offset: int = 0  # file offset of the data section
-    _mmap: object = field(default=None, repr=False)  # kept so the views stay valid
+    data_offset: int = 0  # file offset of the data section (of the first part)
+    _mmap: object = field(default=None, repr=False)  # kept so the views stay valid (a list for a split model)
+    parts: tuple = ()  # a split model's files, in order; () for a single file
 
 
 class _Truncated(Exception):
@@ -137,9 +144,51 @@ def _decode(b: bytes) -> str:
         return b.decode("utf-8", errors="replace")
 
 
+_SPLIT_NAME = re.compile(r"^(?P<prefix>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
+
+
 def read_gguf(path: str | os.PathLike) -> GGUFFile:
-    """Parse the header of a GGUF file and map its tensors without copying their data."""
-    path = os.fspath(path)
+    """Parse the header of a GGUF file (every part of a split model, given any part) and map its
+    tensors without copying their data."""
+    gf = _read_one(os.fspath(path))
+    count = gf.meta.get("split.count", 1)
+    if not isinstance(count, int) or count <= 1:
+        return gf
+    return _read_split(gf, count)
+
+
+def _read_split(gf: GGUFFile, count: int) -> GGUFFile:
+    name = os.path.basename(gf.path)
+    m = _SPLIT_NAME.match(name)
+    if not m or int(m["count"]) != count:
+        raise InputError(f"{gf.path}: part of a split GGUF of {count} files, but not named "
+                         f"NAME-00001-of-{count:05d}.gguf, so its other parts cannot be found")
+    folder = os.path.dirname(gf.path)
+    paths = [os.path.join(folder, f"{m['prefix']}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
+    for i, p in enumerate(paths):
+        if not os.path.isfile(p):
+            raise InputError(f"{p}: part {i + 1} of the split GGUF {name} is missing")
+    parts = [gf if p == gf.path else _read_one(p) for p in paths]
+    tensors: dict[str, Tensor] = {}
+    for i, (p, part) in enumerate(zip(paths, parts)):
+        if (part.meta.get("split.no"), part.meta.get("split.count")) != (i, count):
+            raise InputError(f"{p}: split.no {part.meta.get('split.no')} of {part.meta.get('split.count')} "
+                             f"where part {i} of {count} (0-based) was expected")
+        for t in part.tensors:
+            if t in tensors:
+                raise InputError(f"{p}: tensor {t!r} also appears in an earlier part")
+        tensors.update(part.tensors)
+    first = parts[0]
+    expected = first.meta.get("split.tensors.count")
+    if expected is not None and expected != len(tensors):
+        raise InputError(f"{paths[0]}: split.tensors.count is {expected} but the {count} parts hold {len(tensors)}")
+    return GGUFFile(path=paths[0], version=first.version, alignment=first.alignment, meta=first.meta,
+                    tensors=tensors, data_offset=first.data_offset, _mmap=[q._mmap for q in parts],
+                    parts=tuple(paths))
+
+
+def _read_one(path: str) -> GGUFFile:
+    """One GGUF file: header parsed, tensors mapped."""
     try:
         with open(path, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
@@ -212,3 +261,28 @@ def read_gguf(path: str | os.PathLike) -> GGUFFile:
         path=path, version=version, alignment=alignment, meta=meta, tensors=tensors,
         data_offset=data_offset, _mmap=mm,
     )
+
+
+def peek_architecture(path: str | os.PathLike) -> str | None:
+    """`general.architecture` of a GGUF file, read from the start of its header (writers put it
+    first); None when it is not among the first keys or the file is not a readable GGUF."""
+    try:
+        with open(path, "rb") as fh:
+            buf = fh.read(1 << 16)
+    except OSError:
+        return None
+    if buf[:4] != GGUF_MAGIC:
+        return None
+    cur = _Cursor(buf, len(buf))
+    try:
+        cur.take(8)  # magic, version
+        cur.u64()
+        n_kv = cur.u64()
+        for _ in range(min(n_kv, 8)):
+            key, vtype = cur.string(), cur.u32()
+            value = cur.value(vtype)
+            if key == "general.architecture":
+                return value if isinstance(value, str) else None
+    except (_Truncated, ValueError, KeyError, struct.error):
+        pass
+    return None

@@ -1,0 +1,112 @@
+"""What `fuel run` and `fuel chat` share: prompt text from arguments, pipes and files; the chat
+template options; the context size; an engine warmed up before any clock starts."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from ..errors import InputError
+from .options import err
+
+
+def read_text(path: Path, flag: str, strip_newline: bool = True) -> str:
+    """A UTF-8 text file given by `flag`; one trailing newline dropped, as llama-cli's -f does."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else e
+        raise InputError(f"{flag} {path}: cannot read: {why}") from None
+    return text[:-1] if strip_newline and text.endswith("\n") else text
+
+
+def stdin_piped() -> bool:
+    return sys.stdin is not None and not sys.stdin.isatty()
+
+
+def _stdin_text() -> str:
+    text = sys.stdin.read()
+    return text[:-1] if text.endswith("\n") else text
+
+
+def prompt_text(prompt: str | None, file: Path | None) -> str:
+    """PROMPT, `-` (all of stdin), or -f FILE; text piped in (or FILE) goes before a PROMPT, joined
+    by a space, as ollama and llm do (`cat notes.txt | fuel run M "Summarise:"`)."""
+    if prompt == "-":
+        if file is not None:
+            raise InputError("give the prompt as - (stdin) or with --file, not both")
+        return _stdin_text()
+    parts = []
+    if file is not None:
+        parts.append(read_text(file, "--file"))
+    elif stdin_piped():
+        piped = _stdin_text()
+        if piped:
+            parts.append(piped)
+    if prompt is not None:
+        parts.append(prompt)
+    if not parts:
+        raise InputError("no prompt: give PROMPT, - to read stdin, --file FILE, or pipe text in")
+    return " ".join(parts)
+
+
+def system_text(system: str | None, system_file: Path | None) -> str | None:
+    if system is not None and system_file is not None:
+        raise InputError("give --system or --system-file, not both")
+    return read_text(system_file, "--system-file") if system_file is not None else system
+
+
+def template_options(tok, template_file: Path | None, kwargs_json: str | None) -> dict | None:
+    """Install --chat-template FILE on the tokenizer; parse --chat-template-kwargs."""
+    if template_file is not None:
+        tok.chat_template = read_text(template_file, "--chat-template", strip_newline=False)
+        if not tok.chat_template.strip():
+            raise InputError(f"--chat-template {template_file} is empty")
+    if kwargs_json is None:
+        return None
+    try:
+        kwargs = json.loads(kwargs_json)
+    except ValueError as e:
+        raise InputError(f"--chat-template-kwargs is not valid JSON: {e}") from None
+    if not isinstance(kwargs, dict):
+        raise InputError(f"--chat-template-kwargs must be a JSON object, got {type(kwargs).__name__}")
+    return kwargs
+
+
+def context_size(ctx_size: int | None, model_ctx: int, default: int) -> int:
+    """-c: None = `default` (at most the model's), 0 = the model's, else at most the model's."""
+    if ctx_size is None:
+        return min(default, model_ctx)
+    if ctx_size < 0:
+        raise InputError(f"-c/--ctx-size must be >= 0 (0 = the model's), got {ctx_size}")
+    if ctx_size > model_ctx:
+        raise InputError(f"-c {ctx_size} exceeds the model's context of {model_ctx} tokens")
+    return ctx_size or model_ctx
+
+
+def show_prompt(tok, ids: list[int], label: str = "prompt"):
+    """--verbose-prompt, as llama-cli: the text the model sees, then one line per id."""
+    err(f"{label}: '{tok.decode(ids)}'")
+    err(f"number of tokens in {label} = {len(ids)}")
+    for i, piece in zip(ids, tok.token_text(ids)):
+        err(f"{i:6d} -> {piece!r}")
+
+
+def ready_engine(m, n_ctx: int, device: str | None, quiet: bool):
+    """An engine of n_ctx positions, warmed up; also the compile time when this run compiled the
+    kernels (0.0 when they came from the cache), so that no timing includes it."""
+    from ..backends import make_engine
+
+    engine = make_engine(m.cfg, m.weights, n_ctx=n_ctx, device=device)
+    compiling = False
+    if engine.device == "cpu":
+        from ..backends.cpu.engine import kernels_cached
+
+        compiling = not kernels_cached()
+    if compiling and not quiet:
+        err("compiling fuel's kernels (first run only, about a minute; cached afterwards)...")
+    t0 = time.perf_counter()
+    engine.warm_up()
+    return engine, (time.perf_counter() - t0 if compiling else 0.0)
