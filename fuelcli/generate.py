@@ -14,6 +14,7 @@ import numpy as np
 
 from .errors import InputError
 
+
 @dataclass
 class SamplerParams:
     temp: float = 0.8
@@ -95,9 +96,12 @@ class Sampler:
                 keep = np.zeros_like(keep)
                 keep[np.argsort(-cand, kind="stable")[: p.min_keep]] = True
             ids, cand = ids[keep], cand[keep]
-        scaled = cand / p.temp
+        # the top logit subtracted before dividing: a tiny temperature gives 0 and -inf (greedy), not
+        # inf - inf = NaN; an infinite one gives 0 everywhere (uniform over the survivors)
+        with np.errstate(over="ignore"):
+            scaled = (cand - cand.max()) / p.temp
         probs = np.zeros(n)
-        probs[ids] = np.exp(scaled - scaled.max())
+        probs[ids] = np.exp(scaled)
         return probs / probs.sum()
 
     def __call__(self, logits: np.ndarray, history: list[int]) -> int:

@@ -249,3 +249,17 @@ def test_stop_option_escapes_like_llama_cli():
     from fuelcli.cli.options import unescape as _unescape
 
     assert _unescape(r"\n\n") == "\n\n" and _unescape(r"a\tb\\n") == "a\tb\\n" and _unescape("日本\\") == "日本\\"
+
+
+def test_extreme_temperatures_give_defined_distributions():
+    """A temperature near 0 is greedy and an infinite one uniform over the survivors: no NaN from
+    inf - inf, no overflow warning on stderr."""
+    import warnings
+
+    logits = np.array([1.0, 3.0, 2.0, -1.0], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tiny = Sampler(SamplerParams(temp=1e-310, top_k=0, top_p=1.0, min_p=0.0)).probs(logits, [])
+        flat = Sampler(SamplerParams(temp=float("inf"), top_k=2, top_p=1.0, min_p=0.0)).probs(logits, [])
+    assert tiny.tolist() == [0.0, 1.0, 0.0, 0.0]
+    assert flat.tolist() == [0.0, 0.5, 0.5, 0.0]
