@@ -1,0 +1,77 @@
+"""Compile every CUDA kernel to PTX without a GPU (NVVM only), with the argument types the engine
+launches it with: `python -m fuelcli.backends.cuda.ptx [sm_XY]` prints one line per kernel.
+
+The simulator runs Python, so it accepts code that NVVM rejects (types that do not unify, calls it
+cannot lower); this is the check that the kernels compile for a real device. numba-cuda asks the
+current device for its compute capability when it compiles a device function; with no GPU that
+question is answered with the target's.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+U8 = "uint8[::1]"
+I32V = "int32[::1]"
+I32M = "int32[:, ::1]"
+I64M = "int64[:, ::1]"
+F32V = "float32[::1]"
+F32M = "float32[:, ::1]"
+KV = "float32[:, :, :, ::1]"
+I, F = "int64", "float32"
+
+
+def signatures() -> dict:
+    """kernel name -> (dispatcher, signature), for every kernel the engine launches."""
+    from .kernels import attention, dequant, matmul, matvec, rows
+
+    def sig(*args):
+        return "void(" + ", ".join(args) + ")"
+
+    return {
+        "take_rows": (dequant.take_rows, sig(U8, I, I, I, I32V, I, F32M)),
+        "matvec": (matvec.matvec, sig(U8, I64M, I, I, F32M, I, F32V, I, F, I, F32M, I, I)),
+        "swiglu": (matvec.swiglu, sig(U8, I64M, I, I, F32M, I, F32V, I, F, F32M, I)),
+        "moe_swiglu": (matvec.moe_swiglu, sig(U8, I64M, I64M, I32M, F32M, F32M)),
+        "moe_down": (matvec.moe_down, sig(U8, I64M, I64M, I32M, F32M, F32M, F32M)),
+        "matmul": (matmul.matmul, sig(U8, I64M, I, F32M, I, F32V, I, F32M, I, I)),
+        "rope_store": (attention.rope_store, sig(F32M, I, I, I, I, F32V, I, I, F, F32M, F32M, KV, KV, I)),
+        "attend": (attention.attend, sig(F32M, I, I, I, I, I, KV, KV, I, F32M)),
+        "rmsnorm": (rows.rmsnorm, sig(F32M, I, F32V, I, F, F32M)),
+        "silu_mul": (rows.silu_mul, sig(F32M, F32M, I)),
+        "route": (rows.route, sig(F32M, I, I, "boolean", I32M, F32M)),
+        "argmax": (rows.argmax, sig(F32M, I, I32V)),
+    }
+
+
+def compile_all(cc=(9, 0)) -> dict:
+    """name -> (ok, seconds, PTX bytes or the error's first line)."""
+    from types import SimpleNamespace
+
+    from numba import cuda
+    from numba.cuda import dispatcher
+
+    dispatcher.get_current_device = lambda: SimpleNamespace(compute_capability=cc)
+    out = {}
+    for name, (kernel, signature) in signatures().items():
+        t0 = time.perf_counter()
+        try:
+            ptx, _ = cuda.compile_ptx(kernel.py_func, signature, cc=cc)
+            out[name] = (True, time.perf_counter() - t0, len(ptx))
+        except Exception as e:  # report every kernel, not the first failure
+            out[name] = (False, time.perf_counter() - t0, " ".join(str(e).split())[:300])
+    return out
+
+
+def main(argv) -> int:
+    arch = argv[1] if len(argv) > 1 else "sm_90"
+    cc = (int(arch[3:-1]), int(arch[-1]))
+    results = compile_all(cc)
+    for name, (ok, secs, what) in results.items():
+        print(f"{'ok  ' if ok else 'FAIL'} {name:<11} {arch} {secs:5.1f} s  {what if not ok else f'{what} B of PTX'}")
+    return 0 if all(ok for ok, _, _ in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
