@@ -5,14 +5,15 @@ numba reads NUMBA_ENABLE_CUDASIM when numba.cuda is first imported. Other test m
 (the CPU kernels) but never numba.cuda, so setting the variable here and reloading numba's config
 is enough as long as no module imported numba.cuda before this one (checked).
 
-`fast_device_calls()` is a test shim for the simulator's cost, not its semantics: the simulator
-swaps the fake `cuda` module into a device function's module globals on every call (a lock and a
-scan of the globals: ~60% of a simulated forward). It swaps each module once per kernel launch
-instead, as the simulator already does for the kernel's own module; and it finds the line that
-declares a shared array from the caller's frame, not from a formatted stack. It also closes the
-simulator's race there (get, then set: two threads of a block could get two different "shared"
-arrays), which the short GIL switch interval set below would otherwise expose. And kernels index
-device arrays' numpy buffers directly instead of through the simulator's wrappers.
+`speed_up()` patches the simulator's cost, not its semantics (a simulated forward: ~10x faster):
+  - a device function call swapped the fake `cuda` module into its module's globals under a lock
+    on every call; now once per kernel launch, as the simulator does for the kernel's own module;
+  - a shared array's declaring line was found with traceback.extract_stack; now from the caller's
+    frame. This also closes a race there (get, then set: two threads of a block could get two
+    different "shared" arrays; seen as rare wrong logits in a loaded pytest run);
+  - kernels index device arrays' numpy buffers, not two wrapper layers over them;
+  - syncthreads is a threading.Barrier instead of a manager thread busy-polling the block;
+  - numba scalar types called in kernels (float32(x)) are the numpy types they end at.
 """
 
 from __future__ import annotations
@@ -27,14 +28,21 @@ os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 assert "numba.cuda" not in sys.modules or os.environ["NUMBA_ENABLE_CUDASIM"] == "0", \
     "numba.cuda was imported before tests/cuda_sim.py set up the simulator"
 
+import importlib.util  # noqa: E402
+
+import pytest  # noqa: E402
 from numba.core import config  # noqa: E402
 
 config.reload_config()
 SIMULATOR = bool(config.ENABLE_CUDASIM)
+# fuel's CUDA backend is NVIDIA's numba-cuda (the test extra installs it); without it, skip
+HAVE_NUMBA_CUDA = importlib.util.find_spec("numba_cuda") is not None
+needs_numba_cuda = pytest.mark.skipif(not HAVE_NUMBA_CUDA,
+                                      reason="numba-cuda is not installed (pip install 'fuel[cuda]')")
 
 
-def fast_device_calls():
-    if not SIMULATOR:
+def speed_up():
+    if not SIMULATOR or not HAVE_NUMBA_CUDA:
         return
     from numba.cuda.simulator import kernel as K
 
@@ -67,8 +75,7 @@ def fast_device_calls():
     K.FakeCUDAKernel.__call__ = fast_call
     K.FakeCUDAKernel._fuel_fast = True
 
-    # Shared arrays are keyed by the line that declares them; the simulator finds it with
-    # traceback.extract_stack (source lines read, per thread and call: ~40% of what is left).
+    # shared arrays are keyed by their declaring line
     from numba.cuda.simulator import kernelapi
 
     shared = kernelapi.FakeCUDAShared.array
@@ -87,16 +94,12 @@ def fast_device_calls():
 
     kernelapi.FakeCUDAShared.array = shared_array
 
-    # Kernel arguments reach the kernel as two wrapper layers over the device array's numpy
-    # buffer, a few microseconds per element access; the buffer itself reads and writes the same
-    # memory (indexing a FakeCUDAArray returns what indexing its buffer returns).
+    # indexing a FakeCUDAArray returns what indexing its buffer returns; writes go to the buffer
     K.FakeWithinKernelCUDAArray = lambda fake: fake._ary
 
-    # The block manager busy-polls its threads to find when all wait in syncthreads (~70% of the
-    # time left, and it holds the GIL the simulated threads need). A threading.Barrier does the
-    # same without polling; a thread that fails breaks it, so the others stop instead of waiting.
-    # (A kernel whose threads leave before a syncthreads the others reach would hang here, as it
-    # may on a GPU; fuel's kernels have none.)
+    # A thread that fails breaks the barrier, so the others stop instead of waiting. (A kernel whose
+    # threads leave before a syncthreads the others reach would hang here, as it may on a GPU;
+    # fuel's kernels have none.)
     def run_block(self, grid_point, *args):
         n = int(np.prod(self._block_dim))
         barrier = threading.Barrier(n)
@@ -122,8 +125,6 @@ def fast_device_calls():
 
     K.BlockManager.run = run_block
 
-    # A numba scalar type called in simulated code (float32(x)) goes through numba's typing to
-    # end at the numpy constructor: the kernels' modules get the numpy types directly.
     import importlib
     import pkgutil
 
@@ -136,6 +137,3 @@ def fast_device_calls():
         for name, value in list(g.items()):
             if isinstance(value, numba.types.Number) and hasattr(np, name):
                 g[name] = getattr(np, name)
-    # The simulator's block manager polls its threads: a short GIL switch interval lets the
-    # simulated threads and the poller hand over quickly (4x faster here).
-    sys.setswitchinterval(1e-4)

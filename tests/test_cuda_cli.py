@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 from fuelcli.cli import app
 from fuelcli.errors import FuelError, MissingDependency
 
-cuda_sim.fast_device_calls()
+cuda_sim.speed_up()
+pytestmark = cuda_sim.needs_numba_cuda
 
 TOKENS = "5,17,200,3,99,42"  # 6 > the window of 4: 4 prefilled + 2 decoded (diff's decode path)
 

@@ -18,8 +18,11 @@ from fuelcli.backends.cpu.rows import dequant_row, dot_row
 from fuelcli.backends.cuda.runtime import GPU, SIMULATOR
 from fuelcli.formats import FORMATS
 
-cuda_sim.fast_device_calls()
-cuda = pytest.importorskip("numba.cuda")
+if cuda_sim.HAVE_NUMBA_CUDA:
+    from numba import cuda
+
+cuda_sim.speed_up()
+pytestmark = cuda_sim.needs_numba_cuda
 
 LAUNCHES = {"simulator shape": SIMULATOR, "gpu shape": GPU}
 REL = 1e-5

@@ -21,8 +21,8 @@ from test_decoder_oracle import BREAKS
 from fuelcli.backends import make_engine
 from fuelcli.loader import open_model
 
-cuda_sim.fast_device_calls()
-pytest.importorskip("numba.cuda")
+cuda_sim.speed_up()
+pytestmark = cuda_sim.needs_numba_cuda
 
 TOL = 2e-4
 PREFILL, DECODE = 5, 2  # 7 positions: past the window of 4; the simulator costs ~1 s per token-layer

@@ -45,16 +45,35 @@ def signatures() -> dict:
     }
 
 
+def kernels() -> dict:
+    """Every kernel (not device function) defined in the kernels package, by name."""
+    import importlib
+    import pkgutil
+
+    from numba.cuda.dispatcher import CUDADispatcher
+
+    from . import kernels as package
+
+    found = {}
+    for info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        for name, obj in vars(module).items():
+            if isinstance(obj, CUDADispatcher) and not obj.targetoptions.get("device") and obj.__module__ == module.__name__:
+                found[name] = obj
+    return found
+
+
 def compile_all(cc=(9, 0)) -> dict:
-    """name -> (ok, seconds, PTX bytes or the error's first line)."""
+    """name -> (ok, seconds, PTX bytes or the error's first line), for every kernel of the package."""
     from types import SimpleNamespace
 
     from numba import cuda
     from numba.cuda import dispatcher
 
     dispatcher.get_current_device = lambda: SimpleNamespace(compute_capability=cc)
-    out = {}
-    for name, (kernel, signature) in signatures().items():
+    sigs = signatures()
+    out = {name: (False, 0.0, "no signature in ptx.signatures()") for name in kernels() if name not in sigs}
+    for name, (kernel, signature) in sigs.items():
         t0 = time.perf_counter()
         try:
             ptx, _ = cuda.compile_ptx(kernel.py_func, signature, cc=cc)
@@ -64,9 +83,20 @@ def compile_all(cc=(9, 0)) -> dict:
     return out
 
 
+NO_NVVM = 77  # exit status when NVVM is not installed: nothing was checked
+
+
 def main(argv) -> int:
     arch = argv[1] if len(argv) > 1 else "sm_90"
     cc = (int(arch[3:-1]), int(arch[-1]))
+    try:
+        import numba_cuda  # noqa: F401  (NVIDIA's target, not numba's deprecated built-in one)
+        from numba.cuda.cudadrv.nvvm import NVVM
+
+        NVVM()
+    except Exception as e:  # ImportError, NvvmSupportError, OSError: say which, check nothing
+        print(f"no NVVM here ({' '.join(str(e).split())[:200]}): pip install 'fuel[cuda]'")
+        return NO_NVVM
     results = compile_all(cc)
     for name, (ok, secs, what) in results.items():
         print(f"{'ok  ' if ok else 'FAIL'} {name:<11} {arch} {secs:5.1f} s  {what if not ok else f'{what} B of PTX'}")

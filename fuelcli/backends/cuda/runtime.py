@@ -27,7 +27,7 @@ class Launch(NamedTuple):
     row: int  # row-wise kernels (RMSNorm, embedding, argmax, elementwise)
 
 
-GPU = Launch(lanes=32, rows=4, tile=16, attn=128, head=64, row=256)
+GPU = Launch(lanes=32, rows=8, tile=16, attn=128, head=64, row=256)
 # The simulator runs each thread as a Python thread (~0.1 ms each plus ~1.5 us per array access):
 # the same kernels with the fewest threads that still exercise every cross-thread reduction.
 SIMULATOR = Launch(lanes=2, rows=2, tile=2, attn=4, head=4, row=4)
