@@ -191,18 +191,40 @@ def test_argmax_as_numpy():
 
 
 @pytest.mark.parametrize("renorm", [False, True])
-def test_route_as_the_cpu(renorm):
+def test_moe_kernels_route_as_the_cpu(renorm):
+    """Routing (softmax, top-k with a tie, renorm or not) as the CPU's route, the chosen experts'
+    SwiGLU on the normed input, and their weighted sum added to the residual."""
     from fuelcli.backends.cpu.forward import route as cpu_route
-    from fuelcli.backends.cuda.kernels.rows import route
+    from fuelcli.backends.cuda.kernels.moe import moe_down, moe_swiglu
 
+    E, k, H, I, T, L = 8, 2, 32, 16, 3, SIMULATOR
     rng = np.random.default_rng(4)
-    logits = rng.standard_normal((3, 8)).astype(np.float32)
+    logits = rng.standard_normal((T, E)).astype(np.float32)
     logits[2, [1, 6]] = 3.0  # a tie: the lower index first, as a stable sort
-    d = cuda.to_device(logits.copy())
-    experts, weights = cuda.device_array((3, 2), np.int32), cuda.device_array((3, 2), np.float32)
-    route[3, 1](d, 3, 2, renorm, experts, weights)
-    for t in range(3):
-        e, w = np.zeros(2, np.int64), np.zeros(2, np.float32)
-        cpu_route(logits[t].copy(), 2, renorm, e, w)
-        assert list(experts.copy_to_host()[t]) == list(e)
-        assert np.allclose(weights.copy_to_host()[t], w, rtol=1e-6, atol=0)
+    gates, ups, downs = (rng.standard_normal((E, r, c)).astype(np.float32) for r, c in ((I, H), (I, H), (H, I)))
+    mats = [w for e in range(E) for w in (gates[e], ups[e], downs[e])]
+    offsets = np.cumsum([0] + [m.nbytes for m in mats])
+    w8 = cuda.to_device(np.concatenate([m.view(np.uint8).reshape(-1) for m in mats]))
+    table = cuda.to_device(np.array([[o, m.shape[0], m.nbytes // m.shape[0], FORMATS["f32"].code]
+                                     for o, m in zip(offsets, mats)], np.int64))
+    etab = cuda.to_device(np.arange(3 * E, dtype=np.int64).reshape(E, 3))
+    x = rng.standard_normal((T, H)).astype(np.float32)
+    norm_w = (1 + 0.2 * rng.standard_normal(H)).astype(np.float32)
+    eps = np.float32(1e-6)
+    experts, weights = cuda.device_array((T, k), np.int32), cuda.device_array((T, k), np.float32)
+    eg, xd = cuda.device_array((T * k, I), np.float32), cuda.to_device(x)
+    block = (L.lanes, L.rows)
+    moe_swiglu[(-(-I // L.rows), k, T), block](w8, table, etab, cuda.to_device(logits), k, renorm, xd,
+                                               cuda.to_device(norm_w), 0, eps, experts, weights, eg)
+    moe_down[(-(-H // L.rows), T), block](w8, table, etab, experts, weights, eg, xd)
+    got_e, got_w, got_x = experts.copy_to_host(), weights.copy_to_host(), xd.copy_to_host()
+    for t in range(T):
+        e, w = np.zeros(k, np.int64), np.zeros(k, np.float32)
+        cpu_route(logits[t].copy(), k, renorm, e, w)
+        assert list(got_e[t]) == list(e) and np.allclose(got_w[t], w, rtol=1e-6, atol=0)
+        h = norm_w * (x[t] / np.sqrt(np.mean(x[t].astype(np.float64) ** 2) + 1e-6))
+        want = x[t].astype(np.float64)
+        for i in range(k):
+            g, u = gates[e[i]] @ h, ups[e[i]] @ h
+            want += w[i] * (downs[e[i]] @ (g / (1 + np.exp(-g)) * u))
+        assert np.allclose(got_x[t], want, rtol=0, atol=1e-4 * np.abs(want).max()), t

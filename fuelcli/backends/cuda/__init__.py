@@ -6,5 +6,5 @@ the CUDA packages, a driver and a GPU are there (runtime.require) before it load
     device_weights.py   the weights on the device, packed as stored, and their tables
     activations.py      device activations, allocated once per engine
     engine.py           CudaEngine: decode (matvec) and prefill (tiled matmul) forwards
-    kernels/            unpack (one unit decoder per format), matvec, matmul, attention, rows
+    kernels/            unpack (one unit decoder per format), matvec, matmul, attention, moe, rows
 """

@@ -1,11 +1,13 @@
 """The CUDA engine: the shared decoder (ModelConfig, ModelWeights, the layer plan in cfg.windows and
 cfg.moe_layers) run by numba.cuda kernels on weights kept packed on the device.
 
-A decode step takes the token id as a kernel argument and runs 6 launches per dense layer (8 per
-MoE layer): q|k|v matvec with the RMSNorm fused, QK-norm + RoPE + cache store, attention, o_proj
-added to the residual, gate|up with the RMSNorm and SiLU fused, down added to the residual. Only the
-logits (`decode`) or one id (`decode_argmax`) come back. Prefill runs the tiled matmul on chunks of
-up to n_batch tokens; activations and the KV cache are allocated once per engine.
+A decode step takes the token id as a kernel argument and runs 5 launches per dense layer: the
+q|k|v matvec with the RMSNorm fused; attention with QK-norm, RoPE and the cache store fused; o_proj
+added to the residual; gate|up with the RMSNorm and SiLU fused; down added to the residual. A MoE
+layer runs the router matvec, the chosen experts' gate|up (routing fused) and their down instead of
+the last two (6 launches). Only the logits (`decode`) or one id (`decode_argmax`) come back.
+Prefill runs the tiled matmul on chunks of up to n_batch tokens; activations and the KV cache are
+allocated once per engine.
 """
 
 from __future__ import annotations
@@ -38,13 +40,16 @@ class CudaEngine(Engine):
     def __init__(self, cfg: ModelConfig, weights: ModelWeights, n_ctx: int | None = None,
                  n_batch: int = N_BATCH, launch: Launch | None = None):
         cuda = require()
-        from .kernels import attention, dequant, matmul, matvec, rows  # import numba.cuda: after require()
+        from .kernels import attention, dequant, matmul, matvec, moe, rows  # import numba.cuda: after require()
 
         super().__init__(cfg, n_ctx)
         if cfg.head_dim > attention.MAX_HEAD_DIM:
             raise InputError(f"head_dim {cfg.head_dim} exceeds the cuda backend's {attention.MAX_HEAD_DIM}")
         self.cuda = cuda
-        self.k = SimpleNamespace(att=attention, mm=matmul, mv=matvec, rows=rows, take_rows=dequant.take_rows)
+        self.k = SimpleNamespace(att=attention, mm=matmul, mv=matvec, moe=moe, rows=rows, take_rows=dequant.take_rows)
+        if cfg.num_experts > moe.MAX_EXPERTS or cfg.experts_per_tok > moe.MAX_TOPK:
+            raise InputError(f"{cfg.num_experts} experts, top {cfg.experts_per_tok}: the cuda backend routes at most "
+                             f"{moe.MAX_EXPERTS}, top {moe.MAX_TOPK}")
         self.launch = launch or (SIMULATOR if simulator() else GPU)
         self._check_memory(cfg, weights)
         self.weights = weights
@@ -125,7 +130,7 @@ class CudaEngine(Engine):
 
     def _decode_layers(self, token: int, hid):
         """One token at self.pos through every layer (matvec kernels); leaves it in act.x[0]."""
-        attention, mv, rk = self.k.att, self.k.mv, self.k.rows
+        attention, mv = self.k.att, self.k.mv
         cfg, w, A, Lc, kv, eps, pos = self.cfg, self.w, self.act, self.launch, self.kv, self.eps, self.pos
         nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         block = (Lc.lanes, Lc.rows)
@@ -135,13 +140,11 @@ class CudaEngine(Engine):
             rows_qkv = cfg.q_dim + 2 * cfg.kv_dim
             mv.matvec[_blocks(rows_qkv, Lc.rows), block](w.w8, w.mats, lw.q, 3, A.x, 0, w.vecs, lw.attn_norm, eps,
                                                          lw.qkv_bias, A.qkv, 0, 0)
-            attention.rope_store[(1, nh + nkv), Lc.head](A.qkv, pos, nh, nkv, hd, w.vecs, lw.q_norm, lw.k_norm, eps,
-                                                         self.cos, self.sin, kv.k, kv.v, l)
-            attention.attend[(1, nh), Lc.attn](A.qkv, pos, cfg.windows[l], nh, nkv, hd, kv.k, kv.v, l, A.att)
+            attention.attend_one[nh, Lc.attn](A.qkv, pos, cfg.windows[l], nh, nkv, hd, w.vecs, lw.q_norm, lw.k_norm,
+                                              eps, self.cos, self.sin, kv.k, kv.v, l, A.att)
             H = cfg.hidden_size
             mv.matvec[_blocks(H, Lc.rows), block](w.w8, w.mats, lw.o, 1, A.att, 0, w.vecs, -1, eps, lw.o_bias, A.x, 0, 1)
             if cfg.moe_layers[l]:
-                rk.rmsnorm[1, Lc.row](A.x, 0, w.vecs, lw.ffn_norm, eps, A.h)
                 self._moe(l, lw, 1)
             else:
                 I = cfg.intermediate_size
@@ -188,22 +191,23 @@ class CudaEngine(Engine):
             self._keep(hid, l + 1, T)
 
     def _moe(self, l: int, lw, T: int):
-        """Sparse FFN of layer l on act.h[:T], added to act.x: router, top-k, experts (only the chosen)."""
-        mm, mv, rk = self.k.mm, self.k.mv, self.k.rows
-        cfg, w, A, Lc = self.cfg, self.w, self.act, self.launch
-        k, block = cfg.experts_per_tok, (Lc.lanes, Lc.rows)
-        E = cfg.num_experts
+        """Sparse FFN of layer l added to act.x: router logits, then the chosen experts only. Decode
+        fuses the RMSNorm into both products; prefill has act.h normed already."""
+        mm, mv, moe = self.k.mm, self.k.mv, self.k.moe
+        cfg, w, A, Lc, eps = self.cfg, self.w, self.act, self.launch, self.eps
+        k, E, block = cfg.experts_per_tok, cfg.num_experts, (Lc.lanes, Lc.rows)
         if T == 1:
-            mv.matvec[_blocks(E, Lc.rows), block](w.w8, w.mats, lw.router, 1, A.h, 0, w.vecs, -1, self.eps, -1,
-                                                  A.router, 0, 0)
+            x, norm = A.x, lw.ffn_norm
+            mv.matvec[_blocks(E, Lc.rows), block](w.w8, w.mats, lw.router, 1, A.x, 0, w.vecs, norm, eps, -1, A.router,
+                                                  0, 0)
         else:
+            x, norm = A.h, -1
             tile = Lc.tile * mm.MT
             mm.matmul[(_blocks(E, tile), _blocks(T, tile)), (Lc.tile, Lc.tile)](w.w8, w.mats, lw.router, A.h, T,
                                                                                  w.vecs, -1, A.router, 0, 0)
-        rk.route[T, 1](A.router, T, k, cfg.norm_topk_prob, A.experts, A.expert_w)
-        mv.moe_swiglu[(_blocks(cfg.moe_intermediate_size, Lc.rows), k, T), block](w.w8, w.mats, w.etab[l], A.experts,
-                                                                                   A.h, A.eg)
-        mv.moe_down[(_blocks(cfg.hidden_size, Lc.rows), T), block](w.w8, w.mats, w.etab[l], A.experts, A.expert_w,
+        moe.moe_swiglu[(_blocks(cfg.moe_intermediate_size, Lc.rows), k, T), block](
+            w.w8, w.mats, w.etab[l], A.router, k, cfg.norm_topk_prob, x, w.vecs, norm, eps, A.experts, A.expert_w, A.eg)
+        moe.moe_down[(_blocks(cfg.hidden_size, Lc.rows), T), block](w.w8, w.mats, w.etab[l], A.experts, A.expert_w,
                                                                     A.eg, A.x)
 
     # ------------------------------------------------------------------ logits

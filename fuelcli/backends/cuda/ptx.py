@@ -24,7 +24,7 @@ I, F = "int64", "float32"
 
 def signatures() -> dict:
     """kernel name -> (dispatcher, signature), for every kernel the engine launches."""
-    from .kernels import attention, dequant, matmul, matvec, rows
+    from .kernels import attention, dequant, matmul, matvec, moe, rows
 
     def sig(*args):
         return "void(" + ", ".join(args) + ")"
@@ -33,14 +33,14 @@ def signatures() -> dict:
         "take_rows": (dequant.take_rows, sig(U8, I, I, I, I32V, I, F32M)),
         "matvec": (matvec.matvec, sig(U8, I64M, I, I, F32M, I, F32V, I, F, I, F32M, I, I)),
         "swiglu": (matvec.swiglu, sig(U8, I64M, I, I, F32M, I, F32V, I, F, F32M, I)),
-        "moe_swiglu": (matvec.moe_swiglu, sig(U8, I64M, I64M, I32M, F32M, F32M)),
-        "moe_down": (matvec.moe_down, sig(U8, I64M, I64M, I32M, F32M, F32M, F32M)),
+        "moe_swiglu": (moe.moe_swiglu, sig(U8, I64M, I64M, F32M, I, "boolean", F32M, F32V, I, F, I32M, F32M, F32M)),
+        "moe_down": (moe.moe_down, sig(U8, I64M, I64M, I32M, F32M, F32M, F32M)),
         "matmul": (matmul.matmul, sig(U8, I64M, I, F32M, I, F32V, I, F32M, I, I)),
         "rope_store": (attention.rope_store, sig(F32M, I, I, I, I, F32V, I, I, F, F32M, F32M, KV, KV, I)),
         "attend": (attention.attend, sig(F32M, I, I, I, I, I, KV, KV, I, F32M)),
+        "attend_one": (attention.attend_one, sig(F32M, I, I, I, I, I, F32V, I, I, F, F32M, F32M, KV, KV, I, F32M)),
         "rmsnorm": (rows.rmsnorm, sig(F32M, I, F32V, I, F, F32M)),
         "silu_mul": (rows.silu_mul, sig(F32M, F32M, I)),
-        "route": (rows.route, sig(F32M, I, I, "boolean", I32M, F32M)),
         "argmax": (rows.argmax, sig(F32M, I, I32V)),
     }
 

@@ -9,7 +9,7 @@ Fusions, each saving a launch per layer:
     dots with w * (x * inv), so the normed vector is never written;
   - several matrices in one launch (q, k and v): their rows are concatenated in `out`;
   - the bias add and the residual add (accumulate: out += W x);
-  - gate and up with SiLU(gate) * up (`swiglu`), and the MoE experts' versions of both.
+  - gate and up with SiLU(gate) * up (`swiglu`); moe.py has the MoE experts' versions.
 """
 
 import math
@@ -21,7 +21,7 @@ from .unpack import unpack
 
 
 @cuda.jit(device=True)
-def _rms_inv(x, xrow, vecs, norm_off, eps, red, tid, nthreads):
+def rms_inv(x, xrow, vecs, norm_off, eps, red, tid, nthreads):
     """1 / rms(x[xrow]) for a fused RMSNorm, or 1 when there is none."""
     if norm_off < 0:
         return float32(1.0)
@@ -34,7 +34,7 @@ def _rms_inv(x, xrow, vecs, norm_off, eps, red, tid, nthreads):
 
 
 @cuda.jit(device=True)
-def _row_dot(w8, p, code, x, xrow, lane, lanes, buf):
+def row_dot(w8, p, code, x, xrow, lane, lanes, buf):
     """This lane's share of dot(row at byte p, x[xrow])."""
     acc = float32(0.0)
     for u in range(lane, x.shape[1] // UNIT, lanes):
@@ -46,11 +46,11 @@ def _row_dot(w8, p, code, x, xrow, lane, lanes, buf):
 
 
 @cuda.jit(device=True)
-def _row_dot_normed(w8, p, code, x, xrow, vecs, norm_off, inv, lane, lanes, buf):
+def row_dot_normed(w8, p, code, x, xrow, vecs, norm_off, inv, lane, lanes, buf):
     """This lane's share of dot(row at byte p, rmsnorm(x[xrow])) with the norm weight at
     vecs[norm_off:] (none when norm_off < 0), as the CPU's rmsnorm rounds: w * (x * inv)."""
     if norm_off < 0:
-        return _row_dot(w8, p, code, x, xrow, lane, lanes, buf)
+        return row_dot(w8, p, code, x, xrow, lane, lanes, buf)
     acc = float32(0.0)
     for u in range(lane, x.shape[1] // UNIT, lanes):
         unpack(code, w8, p, u * UNIT, buf)
@@ -68,7 +68,7 @@ def matvec(w8, mats, m0, nm, x, xrow, vecs, norm_off, eps, bias_off, out, orow, 
     tid, nthreads = row * lanes + lane, lanes * cuda.blockDim.y
     red = cuda.shared.array(MAX_THREADS, float32)
     buf = cuda.local.array(UNIT, float32)
-    inv = _rms_inv(x, xrow, vecs, norm_off, eps, red, tid, nthreads)
+    inv = rms_inv(x, xrow, vecs, norm_off, eps, red, tid, nthreads)
     n = cuda.blockIdx.x * cuda.blockDim.y + row
     r, mi = n, m0  # which matrix row n falls in
     while mi < m0 + nm - 1 and r >= mats[mi, 1]:
@@ -77,7 +77,7 @@ def matvec(w8, mats, m0, nm, x, xrow, vecs, norm_off, eps, bias_off, out, orow, 
     live = r < mats[mi, 1]
     acc = float32(0.0)
     if live:
-        acc = _row_dot_normed(w8, mats[mi, 0] + r * mats[mi, 2], mats[mi, 3], x, xrow, vecs, norm_off, inv,
+        acc = row_dot_normed(w8, mats[mi, 0] + r * mats[mi, 2], mats[mi, 3], x, xrow, vecs, norm_off, inv,
                               lane, lanes, buf)
     s = lane_sum(acc, red, lane, row, lanes)
     if live and lane == 0:
@@ -90,7 +90,7 @@ def matvec(w8, mats, m0, nm, x, xrow, vecs, norm_off, eps, bias_off, out, orow, 
 
 
 @cuda.jit(device=True)
-def _silu_mul(g, u):
+def silu_times(g, u):
     return g / (float32(1.0) + math.exp(-g)) * u
 
 
@@ -101,63 +101,17 @@ def swiglu(w8, mats, mg, mu, x, xrow, vecs, norm_off, eps, out, orow):
     tid, nthreads = row * lanes + lane, lanes * cuda.blockDim.y
     red = cuda.shared.array(MAX_THREADS, float32)
     buf = cuda.local.array(UNIT, float32)
-    inv = _rms_inv(x, xrow, vecs, norm_off, eps, red, tid, nthreads)
+    inv = rms_inv(x, xrow, vecs, norm_off, eps, red, tid, nthreads)
     n = cuda.blockIdx.x * cuda.blockDim.y + row
     live = n < mats[mg, 1]
     g = float32(0.0)
     u = float32(0.0)
     if live:
-        g = _row_dot_normed(w8, mats[mg, 0] + n * mats[mg, 2], mats[mg, 3], x, xrow, vecs, norm_off, inv, lane,
+        g = row_dot_normed(w8, mats[mg, 0] + n * mats[mg, 2], mats[mg, 3], x, xrow, vecs, norm_off, inv, lane,
                             lanes, buf)
-        u = _row_dot_normed(w8, mats[mu, 0] + n * mats[mu, 2], mats[mu, 3], x, xrow, vecs, norm_off, inv, lane,
+        u = row_dot_normed(w8, mats[mu, 0] + n * mats[mu, 2], mats[mu, 3], x, xrow, vecs, norm_off, inv, lane,
                             lanes, buf)
     g = lane_sum(g, red, lane, row, lanes)
     u = lane_sum(u, red, lane, row, lanes)
     if live and lane == 0:
-        out[orow, n] = _silu_mul(g, u)
-
-
-@cuda.jit(cache=True)
-def moe_swiglu(w8, mats, etab, experts, h, out):
-    """out[t * k + i, n] = silu(G_e[n] . h[t]) * (U_e[n] . h[t]) for slot i of token t, e its expert.
-
-    etab[e] = (gate, up, down) indices into mats; experts [T, k]. Grid (row blocks, k, T)."""
-    lane, row, lanes = cuda.threadIdx.x, cuda.threadIdx.y, cuda.blockDim.x
-    i, t = cuda.blockIdx.y, cuda.blockIdx.z
-    red = cuda.shared.array(MAX_THREADS, float32)
-    buf = cuda.local.array(UNIT, float32)
-    e = experts[t, i]
-    mg, mu = etab[e, 0], etab[e, 1]
-    n = cuda.blockIdx.x * cuda.blockDim.y + row
-    live = n < mats[mg, 1]
-    g = float32(0.0)
-    u = float32(0.0)
-    if live:
-        g = _row_dot(w8, mats[mg, 0] + n * mats[mg, 2], mats[mg, 3], h, t, lane, lanes, buf)
-        u = _row_dot(w8, mats[mu, 0] + n * mats[mu, 2], mats[mu, 3], h, t, lane, lanes, buf)
-    g = lane_sum(g, red, lane, row, lanes)
-    u = lane_sum(u, red, lane, row, lanes)
-    if live and lane == 0:
-        out[t * experts.shape[1] + i, n] = _silu_mul(g, u)
-
-
-@cuda.jit(cache=True)
-def moe_down(w8, mats, etab, experts, weights, eg, x):
-    """x[t, n] += sum_i weights[t, i] * (D_e[n] . eg[t * k + i]): the experts' outputs, weighted, added
-    to the residual stream. Grid (row blocks, T)."""
-    lane, row, lanes = cuda.threadIdx.x, cuda.threadIdx.y, cuda.blockDim.x
-    t = cuda.blockIdx.y
-    red = cuda.shared.array(MAX_THREADS, float32)
-    buf = cuda.local.array(UNIT, float32)
-    k = experts.shape[1]
-    n = cuda.blockIdx.x * cuda.blockDim.y + row
-    live = n < x.shape[1]
-    acc = float32(0.0)
-    if live:
-        for i in range(k):
-            md = etab[experts[t, i], 2]
-            acc += weights[t, i] * _row_dot(w8, mats[md, 0] + n * mats[md, 2], mats[md, 3], eg, t * k + i, lane,
-                                            lanes, buf)
-    s = lane_sum(acc, red, lane, row, lanes)
-    if live and lane == 0:
-        x[t, n] += s
+        out[orow, n] = silu_times(g, u)

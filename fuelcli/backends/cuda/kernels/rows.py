@@ -1,5 +1,5 @@
-"""Row-wise kernels of the prefill path and the output: RMSNorm, SiLU(gate) * up, the MoE router's
-softmax and top-k, and the argmax of the logits (greedy decoding returns one id, not the logits)."""
+"""Row-wise kernels of the prefill path and the output: RMSNorm, SiLU(gate) * up, and the argmax of
+the logits (greedy decoding returns one id, not the logits)."""
 
 import math
 
@@ -33,39 +33,6 @@ def silu_mul(gate, up, T):
         t, j = i // n, i % n
         g = gate[t, j]
         gate[t, j] = g / (float32(1.0) + math.exp(-g)) * up[t, j]
-
-
-@cuda.jit(cache=True)
-def route(logits, T, k, renorm, experts, weights):
-    """Per token (one thread each): softmax over all experts in f32, the top k (ties to the lower
-    index, as a stable sort), their probabilities divided by their sum only if `renorm`. The
-    probabilities overwrite the logits row."""
-    t = cuda.grid(1)
-    if t >= T:
-        return
-    E = logits.shape[1]
-    m = logits[t, 0]
-    for e in range(1, E):
-        m = max(m, logits[t, e])
-    s = float32(0.0)
-    for e in range(E):
-        logits[t, e] = math.exp(logits[t, e] - m)
-        s += logits[t, e]
-    for e in range(E):
-        logits[t, e] /= s
-    picked = float32(0.0)
-    for i in range(k):
-        best = 0
-        for e in range(1, E):
-            if logits[t, e] > logits[t, best]:
-                best = e
-        experts[t, i] = best
-        weights[t, i] = logits[t, best]
-        picked += logits[t, best]
-        logits[t, best] = float32(-1.0)  # taken: below every probability
-    if renorm:
-        for i in range(k):
-            weights[t, i] /= picked
 
 
 @cuda.jit(device=True)
