@@ -5,8 +5,8 @@ and must fail the same comparison. On the simulator here and in CI; on a GPU und
 NUMBA_ENABLE_CUDASIM=0 (examples/gpu-check.sh).
 
 Tolerance: max|Δ| over all positions and the vocabulary <= TOL, the CPU oracle test's (logits of
-magnitude 10-30). Measured on the simulator: 0.5e-5..2e-5 against transformers, 0.5e-5..1.5e-5
-against the CPU engine; the broken variants miss by 1e-1 or more.
+magnitude 10-30). Measured on the simulator: 0.7e-5..3.5e-5 against transformers, 0.6e-5..3.2e-5
+against the CPU engine (llama31 largest); the broken variants miss by 0.33 (dense routing) to 11.
 """
 
 import cuda_sim  # noqa: I001  (first: sets up the simulator before numba.cuda is imported)
@@ -86,7 +86,9 @@ def test_negative_control_fails(case_data, case):
     brk = CASES[case][1]
     layers = [dataclasses.replace(layer, **{f: None for f in DROPPED.get(brk, ())}) for layer in model.weights.layers]
     engine = make_engine(BREAKS[brk](model.cfg), dataclasses.replace(model.weights, layers=layers), len(ids), "cuda")
-    assert np.abs(engine.prefill(ids[:PREFILL], all_logits=True) - ref[:PREFILL]).max() > 100 * TOL
+    miss = float(np.abs(engine.prefill(ids[:PREFILL], all_logits=True) - ref[:PREFILL]).max())
+    print(f"{case}, {brk}: max|Δ| {miss:.2e}")
+    assert miss > 100 * TOL
 
 
 def test_greedy_id_and_cache_reuse(case_data):
