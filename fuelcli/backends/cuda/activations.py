@@ -37,6 +37,3 @@ def allocate(cuda, cfg, rows: int) -> DeviceActivations:
         argmax=cuda.device_array(1, np.int32),
     )
 
-
-def nbytes(act: DeviceActivations) -> int:
-    return sum(int(a.nbytes) for a in act)

@@ -52,7 +52,6 @@ class CudaEngine(Engine):
                              f"{moe.MAX_EXPERTS}, top {moe.MAX_TOPK}")
         self.launch = launch or (SIMULATOR if simulator() else GPU)
         self._check_memory(cfg, weights)
-        self.weights = weights
         self.w = DeviceWeights(cuda, cfg, weights)
         cos, sin = cos_sin(cfg.rope, cfg.head_dim, self.n_ctx)
         self.cos, self.sin = cuda.to_device(cos), cuda.to_device(sin)
@@ -139,19 +138,18 @@ class CudaEngine(Engine):
         for l, lw in enumerate(w.layers):
             rows_qkv = cfg.q_dim + 2 * cfg.kv_dim
             mv.matvec[_blocks(rows_qkv, Lc.rows), block](w.w8, w.mats, lw.q, 3, A.x, 0, w.vecs, lw.attn_norm, eps,
-                                                         lw.qkv_bias, A.qkv, 0, 0)
+                                                         lw.qkv_bias, A.qkv, 0)
             attention.attend_one[nh, Lc.attn](A.qkv, pos, cfg.windows[l], nh, nkv, hd, w.vecs, lw.q_norm, lw.k_norm,
                                               eps, self.cos, self.sin, kv.k, kv.v, l, A.att)
             H = cfg.hidden_size
-            mv.matvec[_blocks(H, Lc.rows), block](w.w8, w.mats, lw.o, 1, A.att, 0, w.vecs, -1, eps, lw.o_bias, A.x, 0, 1)
+            mv.matvec[_blocks(H, Lc.rows), block](w.w8, w.mats, lw.o, 1, A.att, 0, w.vecs, -1, eps, lw.o_bias, A.x, 1)
             if cfg.moe_layers[l]:
                 self._moe(l, lw, 1)
             else:
                 I = cfg.intermediate_size
                 mv.swiglu[_blocks(I, Lc.rows), block](w.w8, w.mats, lw.gate, lw.up, A.x, 0, w.vecs, lw.ffn_norm, eps,
-                                                      A.gate, 0)
-                mv.matvec[_blocks(H, Lc.rows), block](w.w8, w.mats, lw.down, 1, A.gate, 0, w.vecs, -1, eps, -1, A.x,
-                                                      0, 1)
+                                                      A.gate)
+                mv.matvec[_blocks(H, Lc.rows), block](w.w8, w.mats, lw.down, 1, A.gate, 0, w.vecs, -1, eps, -1, A.x, 1)
             self._keep(hid, l + 1, 1)
 
     def _prefill_layers(self, tokens: np.ndarray, hid):
@@ -170,7 +168,7 @@ class CudaEngine(Engine):
                                                                                  out, col0, accumulate)
 
         for l, lw in enumerate(w.layers):
-            rk.rmsnorm[T, Lc.row](A.x, 0, w.vecs, lw.attn_norm, eps, A.h)
+            rk.rmsnorm[T, Lc.row](A.x, w.vecs, lw.attn_norm, eps, A.h)
             qb = lw.qkv_bias
             matmul(lw.q, A.h, A.qkv, 0, qb)
             matmul(lw.k, A.h, A.qkv, cfg.q_dim, -1 if qb < 0 else qb + cfg.q_dim)
@@ -179,7 +177,7 @@ class CudaEngine(Engine):
                                                          self.cos, self.sin, kv.k, kv.v, l)
             attention.attend[(T, nh), Lc.attn](A.qkv, pos, cfg.windows[l], nh, nkv, hd, kv.k, kv.v, l, A.att)
             matmul(lw.o, A.att, A.x, 0, lw.o_bias, 1)
-            rk.rmsnorm[T, Lc.row](A.x, 0, w.vecs, lw.ffn_norm, eps, A.h)
+            rk.rmsnorm[T, Lc.row](A.x, w.vecs, lw.ffn_norm, eps, A.h)
             if cfg.moe_layers[l]:
                 self._moe(l, lw, T)
             else:
@@ -199,7 +197,7 @@ class CudaEngine(Engine):
         if T == 1:
             x, norm = A.x, lw.ffn_norm
             mv.matvec[_blocks(E, Lc.rows), block](w.w8, w.mats, lw.router, 1, A.x, 0, w.vecs, norm, eps, -1, A.router,
-                                                  0, 0)
+                                                  0)
         else:
             x, norm = A.h, -1
             tile = Lc.tile * mm.MT
@@ -216,12 +214,12 @@ class CudaEngine(Engine):
         """Logits of the token in act.x[T - 1] (final RMSNorm fused) into act.logits [1, vocab]."""
         w, A, Lc = self.w, self.act, self.launch
         self.k.mv.matvec[_blocks(self.cfg.vocab_size, Lc.rows), (Lc.lanes, Lc.rows)](
-            w.w8, w.mats, w.output, 1, A.x, T - 1, w.vecs, w.final_norm, self.eps, -1, A.logits, 0, 0)
+            w.w8, w.mats, w.output, 1, A.x, T - 1, w.vecs, w.final_norm, self.eps, -1, A.logits, 0)
         return A.logits
 
     def _all_logits(self, T: int) -> np.ndarray:
         mm, w, A, Lc = self.k.mm, self.w, self.act, self.launch
-        self.k.rows.rmsnorm[T, Lc.row](A.x, 0, w.vecs, w.final_norm, self.eps, A.h)
+        self.k.rows.rmsnorm[T, Lc.row](A.x, w.vecs, w.final_norm, self.eps, A.h)
         out = self.cuda.device_array((T, self.cfg.vocab_size), np.float32)
         tile = Lc.tile * mm.MT
         mm.matmul[(_blocks(self.cfg.vocab_size, tile), _blocks(T, tile)), (Lc.tile, Lc.tile)](

@@ -31,15 +31,15 @@ def signatures() -> dict:
 
     return {
         "take_rows": (dequant.take_rows, sig(U8, I, I, I, I32V, I, F32M)),
-        "matvec": (matvec.matvec, sig(U8, I64M, I, I, F32M, I, F32V, I, F, I, F32M, I, I)),
-        "swiglu": (matvec.swiglu, sig(U8, I64M, I, I, F32M, I, F32V, I, F, F32M, I)),
+        "matvec": (matvec.matvec, sig(U8, I64M, I, I, F32M, I, F32V, I, F, I, F32M, I)),
+        "swiglu": (matvec.swiglu, sig(U8, I64M, I, I, F32M, I, F32V, I, F, F32M)),
         "moe_swiglu": (moe.moe_swiglu, sig(U8, I64M, I64M, F32M, I, "boolean", F32M, F32V, I, F, I32M, F32M, F32M)),
         "moe_down": (moe.moe_down, sig(U8, I64M, I64M, I32M, F32M, F32M, F32M)),
         "matmul": (matmul.matmul, sig(U8, I64M, I, F32M, I, F32V, I, F32M, I, I)),
         "rope_store": (attention.rope_store, sig(F32M, I, I, I, I, F32V, I, I, F, F32M, F32M, KV, KV, I)),
         "attend": (attention.attend, sig(F32M, I, I, I, I, I, KV, KV, I, F32M)),
         "attend_one": (attention.attend_one, sig(F32M, I, I, I, I, I, F32V, I, I, F, F32M, F32M, KV, KV, I, F32M)),
-        "rmsnorm": (rows.rmsnorm, sig(F32M, I, F32V, I, F, F32M)),
+        "rmsnorm": (rows.rmsnorm, sig(F32M, F32V, I, F, F32M)),
         "silu_mul": (rows.silu_mul, sig(F32M, F32M, I)),
         "argmax": (rows.argmax, sig(F32M, I, I32V)),
     }

@@ -61,8 +61,8 @@ def row_dot_normed(w8, p, code, x, xrow, vecs, norm_off, inv, lane, lanes, buf):
 
 
 @cuda.jit(cache=True)
-def matvec(w8, mats, m0, nm, x, xrow, vecs, norm_off, eps, bias_off, out, orow, accumulate):
-    """out[orow, n] (+)= W[n] . rmsnorm(x[xrow]) (+ bias[n]) over the rows n of matrices m0..m0+nm-1
+def matvec(w8, mats, m0, nm, x, xrow, vecs, norm_off, eps, bias_off, out, accumulate):
+    """out[0, n] (+)= W[n] . rmsnorm(x[xrow]) (+ bias[n]) over the rows n of matrices m0..m0+nm-1
     of `mats`, concatenated. Grid: ceil(rows / block rows)."""
     lane, row, lanes = cuda.threadIdx.x, cuda.threadIdx.y, cuda.blockDim.x
     tid, nthreads = row * lanes + lane, lanes * cuda.blockDim.y
@@ -84,9 +84,9 @@ def matvec(w8, mats, m0, nm, x, xrow, vecs, norm_off, eps, bias_off, out, orow, 
         if bias_off >= 0:
             s += vecs[bias_off + n]
         if accumulate:
-            out[orow, n] += s
+            out[0, n] += s
         else:
-            out[orow, n] = s
+            out[0, n] = s
 
 
 @cuda.jit(device=True)
@@ -95,8 +95,8 @@ def silu_times(g, u):
 
 
 @cuda.jit(cache=True)
-def swiglu(w8, mats, mg, mu, x, xrow, vecs, norm_off, eps, out, orow):
-    """out[orow, n] = silu(G[n] . h) * (U[n] . h), h = rmsnorm(x[xrow]): the dense FFN's first half."""
+def swiglu(w8, mats, mg, mu, x, xrow, vecs, norm_off, eps, out):
+    """out[0, n] = silu(G[n] . h) * (U[n] . h), h = rmsnorm(x[xrow]): the dense FFN's first half."""
     lane, row, lanes = cuda.threadIdx.x, cuda.threadIdx.y, cuda.blockDim.x
     tid, nthreads = row * lanes + lane, lanes * cuda.blockDim.y
     red = cuda.shared.array(MAX_THREADS, float32)
@@ -114,4 +114,4 @@ def swiglu(w8, mats, mg, mu, x, xrow, vecs, norm_off, eps, out, orow):
     g = lane_sum(g, red, lane, row, lanes)
     u = lane_sum(u, red, lane, row, lanes)
     if live and lane == 0:
-        out[orow, n] = silu_times(g, u)
+        out[0, n] = silu_times(g, u)

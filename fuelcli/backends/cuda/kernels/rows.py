@@ -9,9 +9,9 @@ from .common import MAX_THREADS, block_sum
 
 
 @cuda.jit(cache=True)
-def rmsnorm(x, row0, vecs, w_off, eps, out):
-    """out[r] = w * (x[r] * 1/rms(x[r])) for rows r >= row0 of x (out has as many). Grid (rows,)."""
-    r = row0 + cuda.blockIdx.x
+def rmsnorm(x, vecs, w_off, eps, out):
+    """out[r] = w * (x[r] * 1/rms(x[r])), w at vecs[w_off:]. Grid (rows,)."""
+    r = cuda.blockIdx.x
     tid, nthreads = cuda.threadIdx.x, cuda.blockDim.x
     red = cuda.shared.array(MAX_THREADS, float32)
     H = x.shape[1]
@@ -21,7 +21,7 @@ def rmsnorm(x, row0, vecs, w_off, eps, out):
     ss = block_sum(ss, red, tid, nthreads)
     inv = float32(1.0) / math.sqrt(ss / float32(H) + eps)
     for i in range(tid, H, nthreads):
-        out[cuda.blockIdx.x, i] = vecs[w_off + i] * (x[r, i] * inv)
+        out[r, i] = vecs[w_off + i] * (x[r, i] * inv)
 
 
 @cuda.jit(cache=True)
