@@ -92,9 +92,7 @@ d = require().get_current_device(); print(getattr(d, 'name', b'simulator'), 'com
 
 # 3. the CUDA tests, simulator off (on with --simulator)
 if have pytest && have torch && have transformers; then
-    workers=()
-    ((SIM)) && have xdist && workers=(-n 2)
-    check "CUDA tests (tests/test_cuda_*.py)" $((SIM ? 900 : 300)) "$PY" -m pytest -q -p no:cacheprovider "${workers[@]}" \
+    check "CUDA tests (tests/test_cuda_*.py)" $((SIM ? 900 : 300)) "$PY" -m pytest -q -p no:cacheprovider \
         tests/test_cuda_kernels.py tests/test_cuda_models.py tests/test_cuda_cli.py
 else
     line SKIP "CUDA tests" "(needs pytest, torch and transformers: pip install '.[test]')"
