@@ -8,10 +8,10 @@
 #  2. the GPU as numba-cuda sees it;
 #  3. the CUDA tests with the simulator off (tests/test_cuda_*.py: per-format kernels against the CPU
 #     kernels, four families against transformers and the CPU engine; needs pytest, torch, transformers);
-#  4. `fuel diff --device cuda --oracle self --layers` on tiny checkpoints of the four families
-#     (tests/tiny_models.py) and on the demo GGUFs when pulled (FUEL_HOME, default ~/.cache/fuel);
-#  5. `fuel bench --device cuda` (pp512, tg128) on a Llama-8B-shaped GGUF of random weights in Q4_K and
-#     in Q8_0, written here by examples/synthetic_gguf.py (--layers N: fewer layers, a smaller file).
+#  4. `fuel bench --device cuda` (pp512, tg128) on a Llama-8B-shaped GGUF of random weights in Q4_K and
+#     in Q8_0, written here by examples/synthetic_gguf.py (--layers N: fewer layers, a smaller file);
+#  5. `fuel diff --device cuda --oracle self --layers` on tiny checkpoints of the four families
+#     (tests/tiny_models.py) and on the demo GGUFs when pulled (FUEL_HOME, default ~/.cache/fuel).
 #
 # One line per check: PASS / FAIL (with the log's tail) / SKIP (and why), then the bench tables.
 # Exit 0 when nothing failed. Logs and written files stay in --out (default $TMPDIR/fuel-gpu-check).
@@ -30,7 +30,7 @@ while (($#)); do
         --layers) LAYERS=$2; shift 2 ;;
         --dry-run) DRY=1; shift ;;
         --simulator) SIM=1; shift ;;
-        *) sed -n '2,21p' "$0"; exit 2 ;;
+        *) sed -n '2,20p' "$0"; exit 2 ;;
     esac
 done
 mkdir -p "$OUT/logs"
@@ -97,16 +97,43 @@ if have pytest && have torch && have transformers; then
 else
     line SKIP "CUDA tests" "(needs pytest, torch and transformers: pip install '.[test]')"
 fi
+# each later step is a new process: it loads the kernels from this cache, or compiles them again
+((DRY)) || line INFO "CUDA kernel cache" \
+    "$(find "$NUMBA_CACHE_DIR" -path '*/kernels_*' -name '*.nbi' 2>/dev/null | wc -l) kernels in $NUMBA_CACHE_DIR"
 
-# 4. fuel diff --device cuda --oracle self: tiny checkpoints, then the demo GGUFs
+# 4. fuel bench --device cuda (first: the numbers this script is run for)
+bench() {  # bench NAME MODEL ARGS...
+    local name=$1 model=$2; shift 2
+    if check "bench cuda $name" 300 "${FUEL[@]}" bench "$model" --device cuda --no-progress "$@" && ((!DRY)); then
+        TABLES+=("$(cat "$LOG")")
+    fi
+}
+write_tiny() {  # write_tiny CASE: tests/tiny_models.py's checkpoint in $OUT/tiny/CASE (needs torch, transformers)
+    ((DRY)) || [ -d "$OUT/tiny/$1" ] || "$PY" -c "import sys; sys.path.insert(0, 'tests')
+from tiny_models import write_tiny; write_tiny(sys.argv[1], sys.argv[2])" "$1" "$OUT/tiny" >/dev/null 2>&1
+}
+if ((SIM)); then
+    write_tiny llama31
+    bench "tiny llama31 (simulator)" "$OUT/tiny/llama31" -p 4 -n 2 -r 1
+elif have gguf && have libgguf; then
+    for type in q4_k q8_0; do
+        gguf=$OUT/llama-8b-$type${LAYERS:+-$LAYERS-layers}.gguf
+        written=1
+        { [ -s "$gguf" ] && ((!DRY)); } || check "write synthetic llama-8b $type" 300 "$PY" examples/synthetic_gguf.py \
+            "$gguf" --shape llama-8b --type "$type" ${LAYERS:+--layers "$LAYERS"} || written=0
+        ((written)) && bench "llama-8b $type" "$gguf" -p 512 -n 128 -r 3
+    done
+else
+    line SKIP "bench cuda llama-8b q4_k, q8_0" "(writing the GGUFs needs gguf and libgguf)"
+fi
+
+# 5. fuel diff --device cuda --oracle self: tiny checkpoints, then the demo GGUFs
 TINY=(qwen2_window qwen3_bias_headdim qwen3_moe_norm_false llama31) TOKENS=5,17,200,3,99,42,7,128,64,31
 ((SIM)) && TINY=(qwen2_window llama31) TOKENS=5,17,200,3,99
 if have torch && have transformers; then
     for case in "${TINY[@]}"; do
-        dir=$OUT/tiny/$case
-        ((DRY)) || [ -d "$dir" ] || "$PY" -c "import sys; sys.path.insert(0, 'tests')
-from tiny_models import write_tiny; write_tiny(sys.argv[1], sys.argv[2])" "$case" "$OUT/tiny" >/dev/null 2>&1
-        check "diff cuda/self tiny $case" 180 "${FUEL[@]}" diff "$dir" --device cuda --oracle self \
+        write_tiny "$case"
+        check "diff cuda/self tiny $case" 180 "${FUEL[@]}" diff "$OUT/tiny/$case" --device cuda --oracle self \
             --tokens "$TOKENS" --layers
     done
 else
@@ -122,27 +149,6 @@ for alias in smollm2-135m qwen2.5-coder-0.5b; do
         line SKIP "diff cuda/self $alias" "(not pulled: fuel pull $alias)"
     fi
 done
-
-# 5. fuel bench --device cuda
-bench() {  # bench NAME MODEL ARGS...
-    local name=$1 model=$2; shift 2
-    if check "bench cuda $name" 300 "${FUEL[@]}" bench "$model" --device cuda --no-progress "$@" && ((!DRY)); then
-        TABLES+=("$(cat "$LOG")")
-    fi
-}
-if ((SIM)); then
-    bench "tiny llama31 (simulator)" "$OUT/tiny/llama31" -p 4 -n 2 -r 1
-elif have gguf && have libgguf; then
-    for type in q4_k q8_0; do
-        gguf=$OUT/llama-8b-$type${LAYERS:+-$LAYERS-layers}.gguf
-        written=1
-        { [ -s "$gguf" ] && ((!DRY)); } || check "write synthetic llama-8b $type" 300 "$PY" examples/synthetic_gguf.py \
-            "$gguf" --shape llama-8b --type "$type" ${LAYERS:+--layers "$LAYERS"} || written=0
-        ((written)) && bench "llama-8b $type" "$gguf" -p 512 -n 128 -r 3
-    done
-else
-    line SKIP "bench cuda llama-8b q4_k, q8_0" "(writing the GGUFs needs gguf and libgguf)"
-fi
 
 for t in "${TABLES[@]}"; do printf '\n%s\n' "$t"; done
 ((DRY)) && exit 0
