@@ -69,8 +69,8 @@ class CudaEngine(Engine):
         except Exception:  # the simulator has no memory info
             return
         if need > free:
-            raise InputError(f"the model and its KV cache need {need / 2**30:.1f} GiB on the GPU; "
-                             f"{free / 2**30:.1f} GiB are free (a smaller context: -c / n_ctx)")
+            raise InputError(f"the model and its KV cache of {self.n_ctx} positions need {need / 2**30:.1f} GiB on "
+                             f"the GPU; {free / 2**30:.1f} GiB are free")
 
     @property
     def kv_bytes(self) -> int:
