@@ -26,7 +26,7 @@ ModelArg = typer.Argument(..., metavar="MODEL", autocompletion=_complete_models,
 Revision = typer.Option(None, "--revision", help="hub branch, tag or commit")
 HfFile = typer.Option(None, "--hf-file", metavar="NAME", help="with a hub repo id: the .gguf file of the repo to "
                       "run (a split file's first part), as llama.cpp's --hf-file")
-Device = typer.Option(None, "--device", help="cpu (default; FUEL_DEVICE sets another)")
+Device = typer.Option(None, "--device", help="cpu (default) or cuda (pip install 'fuel[cuda]'); FUEL_DEVICE sets the default")
 Json = typer.Option(False, "--json", help="print JSON instead of tables")
 Threads = typer.Option(None, "-t", "--threads", metavar="N", help="compute threads (default: all cores, or FUEL_THREADS)")
 

@@ -1,0 +1,227 @@
+"""The CUDA engine: the shared decoder (ModelConfig, ModelWeights, the layer plan in cfg.windows and
+cfg.moe_layers) run by numba.cuda kernels on weights kept packed on the device.
+
+A decode step takes the token id as a kernel argument and runs 5 launches per dense layer: the
+q|k|v matvec with the RMSNorm fused; attention with QK-norm, RoPE and the cache store fused; o_proj
+added to the residual; gate|up with the RMSNorm and SiLU fused; down added to the residual. A MoE
+layer runs the router matvec, the chosen experts' gate|up (routing fused) and their down instead of
+the last two (6 launches). Only the logits (`decode`) or one id (`decode_argmax`) come back.
+Prefill runs the tiled matmul on chunks of up to n_batch tokens; activations and the KV cache are
+allocated once per engine.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from types import SimpleNamespace
+
+from ...config import ModelConfig
+from ...errors import InputError
+from ...rope import cos_sin
+from ...weights.build import ModelWeights
+from ..base import Engine
+from ..kv_cache import KVCache
+from .activations import allocate
+from .device_weights import DeviceWeights
+from .runtime import GPU, SIMULATOR, Launch, require, simulator
+
+N_BATCH = 512  # tokens per prefill chunk
+
+
+def _blocks(n: int, per: int) -> int:
+    return max(1, -(-n // per))
+
+
+class CudaEngine(Engine):
+    device = "cuda"
+    backend = "cuda numba"
+
+    def __init__(self, cfg: ModelConfig, weights: ModelWeights, n_ctx: int | None = None,
+                 n_batch: int = N_BATCH, launch: Launch | None = None):
+        cuda = require()
+        from .kernels import attention, dequant, matmul, matvec, moe, rows  # import numba.cuda: after require()
+
+        super().__init__(cfg, n_ctx)
+        if cfg.head_dim > attention.MAX_HEAD_DIM:
+            raise InputError(f"head_dim {cfg.head_dim} exceeds the cuda backend's {attention.MAX_HEAD_DIM}")
+        self.cuda = cuda
+        self.k = SimpleNamespace(att=attention, mm=matmul, mv=matvec, moe=moe, rows=rows, take_rows=dequant.take_rows)
+        if cfg.num_experts > moe.MAX_EXPERTS or cfg.experts_per_tok > moe.MAX_TOPK:
+            raise InputError(f"{cfg.num_experts} experts, top {cfg.experts_per_tok}: the cuda backend routes at most "
+                             f"{moe.MAX_EXPERTS}, top {moe.MAX_TOPK}")
+        self.launch = launch or (SIMULATOR if simulator() else GPU)
+        self._check_memory(cfg, weights)
+        self.w = DeviceWeights(cuda, cfg, weights)
+        cos, sin = cos_sin(cfg.rope, cfg.head_dim, self.n_ctx)
+        self.cos, self.sin = cuda.to_device(cos), cuda.to_device(sin)
+        self.kv = KVCache(cfg.num_layers, self.n_ctx, cfg.num_kv_heads, cfg.head_dim,
+                          alloc=lambda shape, dtype: cuda.device_array(shape, dtype))
+        self.n_batch = max(1, min(n_batch, self.n_ctx))
+        self.act = allocate(cuda, cfg, self.n_batch)
+        self.eps = np.float32(cfg.rms_norm_eps)
+
+    def _check_memory(self, cfg, weights):
+        """A one-line error before a model that cannot fit is half uploaded."""
+        need = sum(t.nbytes for t in weights.tensors()) + 2 * 4 * cfg.num_layers * (self.n_ctx or 1) * cfg.kv_dim
+        try:
+            free, _ = self.cuda.current_context().get_memory_info()
+        except Exception:  # the simulator has no memory info
+            return
+        if need > free:
+            raise InputError(f"the model and its KV cache of {self.n_ctx} positions need {need / 2**30:.1f} GiB on "
+                             f"the GPU; {free / 2**30:.1f} GiB are free")
+
+    @property
+    def kv_bytes(self) -> int:
+        return self.kv.nbytes
+
+    # ------------------------------------------------------------------ public
+
+    def prefill(self, tokens, all_logits: bool = False, hidden: bool = False):
+        tokens = self.check(tokens)
+        T, cfg = len(tokens), self.cfg
+        logits = np.empty((T, cfg.vocab_size), np.float32) if all_logits else None
+        states = np.empty((cfg.num_layers + 1, T, cfg.hidden_size), np.float32) if hidden else None
+        for s in range(0, T, self.n_batch):
+            e = min(T, s + self.n_batch)
+            chunk = tokens[s:e]
+            hid = self.cuda.device_array((cfg.num_layers + 1, e - s, cfg.hidden_size), np.float32) if hidden else None
+            if len(chunk) == 1:
+                self._decode_layers(int(chunk[0]), hid)
+            else:
+                self._prefill_layers(chunk, hid)
+            if all_logits:
+                logits[s:e] = self._all_logits(e - s)
+            if hidden:
+                states[:, s:e] = hid.copy_to_host()
+            self.pos += e - s
+        if not all_logits:
+            logits = self._last_logits(e - s).copy_to_host()
+        return (logits, states) if hidden else logits
+
+    def decode(self, token: int, hidden: bool = False):
+        self.check([token])
+        hid = self.cuda.device_array((self.cfg.num_layers + 1, 1, self.cfg.hidden_size), np.float32) if hidden else None
+        self._decode_layers(int(token), hid)
+        self.pos += 1
+        logits = self._last_logits(1).copy_to_host()[0]
+        return (logits, hid.copy_to_host()) if hidden else logits
+
+    def decode_argmax(self, token: int) -> int:
+        self.check([token])
+        self._decode_layers(int(token), None)
+        self.pos += 1
+        A = self.act
+        self.k.rows.argmax[1, self.launch.row](self._last_logits(1), 0, A.argmax)
+        return int(A.argmax.copy_to_host()[0])
+
+    # ------------------------------------------------------------------ forward
+
+    def _embed(self, T: int, token: int):
+        w, A = self.w, self.act
+        base, _, row_bytes, code = self.w.mats_host[w.embed]
+        self.k.take_rows[T, self.launch.row](w.w8, base, row_bytes, code, A.tokens, token, A.x)
+
+    def _keep(self, hid, l: int, T: int):
+        if hid is not None:
+            hid[l].copy_to_device(self.act.x[:T])
+
+    def _decode_layers(self, token: int, hid):
+        """One token at self.pos through every layer (matvec kernels); leaves it in act.x[0]."""
+        attention, mv = self.k.att, self.k.mv
+        cfg, w, A, Lc, kv, eps, pos = self.cfg, self.w, self.act, self.launch, self.kv, self.eps, self.pos
+        nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        block = (Lc.lanes, Lc.rows)
+        self._embed(1, token)
+        self._keep(hid, 0, 1)
+        for l, lw in enumerate(w.layers):
+            rows_qkv = cfg.q_dim + 2 * cfg.kv_dim
+            mv.matvec[_blocks(rows_qkv, Lc.rows), block](w.w8, w.mats, lw.q, 3, A.x, 0, w.vecs, lw.attn_norm, eps,
+                                                         lw.qkv_bias, A.qkv, 0)
+            attention.attend_one[nh, Lc.attn](A.qkv, pos, cfg.windows[l], nh, nkv, hd, w.vecs, lw.q_norm, lw.k_norm,
+                                              eps, self.cos, self.sin, kv.k, kv.v, l, A.att)
+            H = cfg.hidden_size
+            mv.matvec[_blocks(H, Lc.rows), block](w.w8, w.mats, lw.o, 1, A.att, 0, w.vecs, -1, eps, lw.o_bias, A.x, 1)
+            if cfg.moe_layers[l]:
+                self._moe(l, lw, 1)
+            else:
+                I = cfg.intermediate_size
+                mv.swiglu[_blocks(I, Lc.rows), block](w.w8, w.mats, lw.gate, lw.up, A.x, 0, w.vecs, lw.ffn_norm, eps,
+                                                      A.gate)
+                mv.matvec[_blocks(H, Lc.rows), block](w.w8, w.mats, lw.down, 1, A.gate, 0, w.vecs, -1, eps, -1, A.x, 1)
+            self._keep(hid, l + 1, 1)
+
+    def _prefill_layers(self, tokens: np.ndarray, hid):
+        """T > 1 tokens at self.pos.. through every layer (tiled matmul kernels)."""
+        attention, mm, rk = self.k.att, self.k.mm, self.k.rows
+        cfg, w, A, Lc, kv, eps, pos = self.cfg, self.w, self.act, self.launch, self.kv, self.eps, self.pos
+        nh, nkv, hd, T = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, len(tokens)
+        A.tokens[:T].copy_to_device(tokens.astype(np.int32))
+        self._embed(T, -1)
+        self._keep(hid, 0, T)
+        tile = Lc.tile * mm.MT
+
+        def matmul(m, x, out, col0=0, bias=-1, accumulate=0):
+            N = w.rows(m)
+            mm.matmul[(_blocks(N, tile), _blocks(T, tile)), (Lc.tile, Lc.tile)](w.w8, w.mats, m, x, T, w.vecs, bias,
+                                                                                 out, col0, accumulate)
+
+        for l, lw in enumerate(w.layers):
+            rk.rmsnorm[T, Lc.row](A.x, w.vecs, lw.attn_norm, eps, A.h)
+            qb = lw.qkv_bias
+            matmul(lw.q, A.h, A.qkv, 0, qb)
+            matmul(lw.k, A.h, A.qkv, cfg.q_dim, -1 if qb < 0 else qb + cfg.q_dim)
+            matmul(lw.v, A.h, A.qkv, cfg.q_dim + cfg.kv_dim, -1 if qb < 0 else qb + cfg.q_dim + cfg.kv_dim)
+            attention.rope_store[(T, nh + nkv), Lc.head](A.qkv, pos, nh, nkv, hd, w.vecs, lw.q_norm, lw.k_norm, eps,
+                                                         self.cos, self.sin, kv.k, kv.v, l)
+            attention.attend[(T, nh), Lc.attn](A.qkv, pos, cfg.windows[l], nh, nkv, hd, kv.k, kv.v, l, A.att)
+            matmul(lw.o, A.att, A.x, 0, lw.o_bias, 1)
+            rk.rmsnorm[T, Lc.row](A.x, w.vecs, lw.ffn_norm, eps, A.h)
+            if cfg.moe_layers[l]:
+                self._moe(l, lw, T)
+            else:
+                matmul(lw.gate, A.h, A.gate)
+                matmul(lw.up, A.h, A.up)
+                n = T * cfg.intermediate_size
+                rk.silu_mul[_blocks(n, Lc.row), Lc.row](A.gate, A.up, T)
+                matmul(lw.down, A.gate, A.x, 0, -1, 1)
+            self._keep(hid, l + 1, T)
+
+    def _moe(self, l: int, lw, T: int):
+        """Sparse FFN of layer l added to act.x: router logits, then the chosen experts only. Decode
+        fuses the RMSNorm into both products; prefill has act.h normed already."""
+        mm, mv, moe = self.k.mm, self.k.mv, self.k.moe
+        cfg, w, A, Lc, eps = self.cfg, self.w, self.act, self.launch, self.eps
+        k, E, block = cfg.experts_per_tok, cfg.num_experts, (Lc.lanes, Lc.rows)
+        if T == 1:
+            x, norm = A.x, lw.ffn_norm
+            mv.matvec[_blocks(E, Lc.rows), block](w.w8, w.mats, lw.router, 1, A.x, 0, w.vecs, norm, eps, -1, A.router,
+                                                  0)
+        else:
+            x, norm = A.h, -1
+            tile = Lc.tile * mm.MT
+            mm.matmul[(_blocks(E, tile), _blocks(T, tile)), (Lc.tile, Lc.tile)](w.w8, w.mats, lw.router, A.h, T,
+                                                                                 w.vecs, -1, A.router, 0, 0)
+        moe.moe_swiglu[(_blocks(cfg.moe_intermediate_size, Lc.rows), k, T), block](
+            w.w8, w.mats, w.etab[l], A.router, k, cfg.norm_topk_prob, x, w.vecs, norm, eps, A.experts, A.expert_w, A.eg)
+        moe.moe_down[(_blocks(cfg.hidden_size, Lc.rows), T), block](w.w8, w.mats, w.etab[l], A.experts, A.expert_w,
+                                                                    A.eg, A.x)
+
+    # ------------------------------------------------------------------ logits
+
+    def _last_logits(self, T: int):
+        """Logits of the token in act.x[T - 1] (final RMSNorm fused) into act.logits [1, vocab]."""
+        w, A, Lc = self.w, self.act, self.launch
+        self.k.mv.matvec[_blocks(self.cfg.vocab_size, Lc.rows), (Lc.lanes, Lc.rows)](
+            w.w8, w.mats, w.output, 1, A.x, T - 1, w.vecs, w.final_norm, self.eps, -1, A.logits, 0)
+        return A.logits
+
+    def _all_logits(self, T: int) -> np.ndarray:
+        mm, w, A, Lc = self.k.mm, self.w, self.act, self.launch
+        self.k.rows.rmsnorm[T, Lc.row](A.x, w.vecs, w.final_norm, self.eps, A.h)
+        out = self.cuda.device_array((T, self.cfg.vocab_size), np.float32)
+        tile = Lc.tile * mm.MT
+        mm.matmul[(_blocks(self.cfg.vocab_size, tile), _blocks(T, tile)), (Lc.tile, Lc.tile)](
+            w.w8, w.mats, w.output, A.h, T, w.vecs, -1, out, 0, 0)
+        return out.copy_to_host()

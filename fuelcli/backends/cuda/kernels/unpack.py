@@ -1,0 +1,39 @@
+"""One entry for every weight format: `unpack(code, w8, p, k0, out)` decodes UNIT elements.
+
+`code` is `Format.code` (a runtime int: one kernel serves every format, and a model may mix them);
+each branch is the format's unit decoder (floats.py, legacy.py, k_quants.py). A format the registry
+gains without a branch here is caught by the import-time check below.
+"""
+
+from numba import cuda
+
+from ....formats import BY_CODE
+from .floats import LBF16, LF16, LF32, unpack_bf16, unpack_f16, unpack_f32
+from .k_quants import L4K, L6K, unpack_q4_k, unpack_q6_k
+from .legacy import L8, L40, L41, L50, unpack_q4_0, unpack_q4_1, unpack_q5_0, unpack_q8_0
+
+HANDLED = {L.code for L in (LF32, LF16, LBF16, L8, L40, L41, L50, L4K, L6K)}
+assert HANDLED == {f.code for f in BY_CODE}, "a format in fuelcli/formats has no CUDA unit decoder"
+
+
+@cuda.jit(device=True)
+def unpack(code, w8, p, k0, out):
+    """out[0:UNIT] = elements k0..k0+UNIT-1 of the row at byte p of w8, as float32."""
+    if code == L4K.code:
+        unpack_q4_k(w8, p, k0, out)
+    elif code == L6K.code:
+        unpack_q6_k(w8, p, k0, out)
+    elif code == L50.code:
+        unpack_q5_0(w8, p, k0, out)
+    elif code == L8.code:
+        unpack_q8_0(w8, p, k0, out)
+    elif code == L41.code:
+        unpack_q4_1(w8, p, k0, out)
+    elif code == L40.code:
+        unpack_q4_0(w8, p, k0, out)
+    elif code == LBF16.code:
+        unpack_bf16(w8, p, k0, out)
+    elif code == LF16.code:
+        unpack_f16(w8, p, k0, out)
+    else:
+        unpack_f32(w8, p, k0, out)

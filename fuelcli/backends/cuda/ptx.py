@@ -1,0 +1,107 @@
+"""Compile every CUDA kernel to PTX without a GPU (NVVM only), with the argument types the engine
+launches it with: `python -m fuelcli.backends.cuda.ptx [sm_XY]` prints one line per kernel.
+
+The simulator runs Python, so it accepts code that NVVM rejects (types that do not unify, calls it
+cannot lower); this is the check that the kernels compile for a real device. numba-cuda asks the
+current device for its compute capability when it compiles a device function; with no GPU that
+question is answered with the target's.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+U8 = "uint8[::1]"
+I32V = "int32[::1]"
+I32M = "int32[:, ::1]"
+I64M = "int64[:, ::1]"
+F32V = "float32[::1]"
+F32M = "float32[:, ::1]"
+KV = "float32[:, :, :, ::1]"
+I, F = "int64", "float32"
+
+
+def signatures() -> dict:
+    """kernel name -> (dispatcher, signature), for every kernel the engine launches."""
+    from .kernels import attention, dequant, matmul, matvec, moe, rows
+
+    def sig(*args):
+        return "void(" + ", ".join(args) + ")"
+
+    return {
+        "take_rows": (dequant.take_rows, sig(U8, I, I, I, I32V, I, F32M)),
+        "matvec": (matvec.matvec, sig(U8, I64M, I, I, F32M, I, F32V, I, F, I, F32M, I)),
+        "swiglu": (matvec.swiglu, sig(U8, I64M, I, I, F32M, I, F32V, I, F, F32M)),
+        "moe_swiglu": (moe.moe_swiglu, sig(U8, I64M, I64M, F32M, I, "boolean", F32M, F32V, I, F, I32M, F32M, F32M)),
+        "moe_down": (moe.moe_down, sig(U8, I64M, I64M, I32M, F32M, F32M, F32M)),
+        "matmul": (matmul.matmul, sig(U8, I64M, I, F32M, I, F32V, I, F32M, I, I)),
+        "rope_store": (attention.rope_store, sig(F32M, I, I, I, I, F32V, I, I, F, F32M, F32M, KV, KV, I)),
+        "attend": (attention.attend, sig(F32M, I, I, I, I, I, KV, KV, I, F32M)),
+        "attend_one": (attention.attend_one, sig(F32M, I, I, I, I, I, F32V, I, I, F, F32M, F32M, KV, KV, I, F32M)),
+        "rmsnorm": (rows.rmsnorm, sig(F32M, F32V, I, F, F32M)),
+        "silu_mul": (rows.silu_mul, sig(F32M, F32M, I)),
+        "argmax": (rows.argmax, sig(F32M, I, I32V)),
+    }
+
+
+def kernels() -> dict:
+    """Every kernel (not device function) defined in the kernels package, by name."""
+    import importlib
+    import pkgutil
+
+    from numba.cuda.dispatcher import CUDADispatcher
+
+    from . import kernels as package
+
+    found = {}
+    for info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        for name, obj in vars(module).items():
+            if isinstance(obj, CUDADispatcher) and not obj.targetoptions.get("device") and obj.__module__ == module.__name__:
+                found[name] = obj
+    return found
+
+
+def compile_all(cc=(9, 0)) -> dict:
+    """name -> (ok, seconds, PTX bytes or the error's first line), for every kernel of the package."""
+    from types import SimpleNamespace
+
+    from numba import cuda
+    from numba.cuda import dispatcher
+
+    dispatcher.get_current_device = lambda: SimpleNamespace(compute_capability=cc)
+    sigs = signatures()
+    out = {name: (False, 0.0, "no signature in ptx.signatures()") for name in kernels() if name not in sigs}
+    for name, (kernel, signature) in sigs.items():
+        t0 = time.perf_counter()
+        try:
+            ptx, _ = cuda.compile_ptx(kernel.py_func, signature, cc=cc)
+            out[name] = (True, time.perf_counter() - t0, len(ptx))
+        except Exception as e:  # report every kernel, not the first failure
+            out[name] = (False, time.perf_counter() - t0, " ".join(str(e).split())[:300])
+    return out
+
+
+NO_NVVM = 77  # exit status when NVVM is not installed: nothing was checked
+
+
+def main(argv) -> int:
+    arch = argv[1] if len(argv) > 1 else "sm_90"
+    cc = (int(arch[3:-1]), int(arch[-1]))
+    try:
+        import numba_cuda  # noqa: F401  (NVIDIA's target, not numba's deprecated built-in one)
+        from numba.cuda.cudadrv.nvvm import NVVM
+
+        NVVM()
+    except Exception as e:  # ImportError, NvvmSupportError, OSError: say which, check nothing
+        print(f"no NVVM here ({' '.join(str(e).split())[:200]}): pip install 'fuel[cuda]'")
+        return NO_NVVM
+    results = compile_all(cc)
+    for name, (ok, secs, what) in results.items():
+        print(f"{'ok  ' if ok else 'FAIL'} {name:<11} {arch} {secs:5.1f} s  {what if not ok else f'{what} B of PTX'}")
+    return 0 if all(ok for ok, _, _ in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
