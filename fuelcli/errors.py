@@ -1,7 +1,11 @@
 """Typed errors: each kind carries the exit code the CLI returns for it.
 
-The CLI prints `error: <message>` on one line and exits with `exit_code`; no traceback.
+The CLI prints `error: <message>` on one line and exits with `exit_code`; no traceback. Anything
+else that escapes is a bug: `error: internal error: ...` and EXIT_INTERNAL (cli/app.py).
 """
+
+EXIT_INTERNAL = 70  # EX_SOFTWARE (sysexits.h): an exception fuel did not expect
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
 
 
 class FuelError(Exception):
@@ -16,6 +20,10 @@ class InputError(FuelError):
 
 class ConfigError(InputError):
     """config.json (or GGUF metadata) that fuel cannot turn into a ModelConfig."""
+
+
+class NonFinite(InputError):
+    """A forward produced NaN or inf logits (broken weights, or values beyond float32)."""
 
 
 class ModelNotFound(InputError):

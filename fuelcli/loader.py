@@ -47,4 +47,6 @@ def open_model(model: str, revision: str | None = None) -> Model:
 
         gf = read_gguf(source.path)
         return Model(source, gguf_config(gf), gf)
-    return Model(source, load_hf_config(source.path))
+    from .weights.safetensors import checkpoint_bytes
+
+    return Model(source, load_hf_config(source.path, checkpoint_bytes(source.path)))

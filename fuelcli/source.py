@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import InputError, ModelNotFound
+from .files import is_present
 
 # Only what fuel reads: a repo's other weights formats (pytorch .bin, onnx, gguf) are not fetched.
 HUB_PATTERNS = [
@@ -35,8 +36,11 @@ class ModelSource:
 
 
 def resolve(model: str, revision: str | None = None) -> ModelSource:
-    path = Path(model).expanduser()
-    if path.exists():
+    try:
+        path = Path(model).expanduser()
+    except RuntimeError:  # ~user of no such user: the name as given
+        path = Path(model)
+    if is_present(path):
         return _local(path)
     demo = _demo(model)
     if demo is not None:
@@ -48,7 +52,7 @@ def resolve(model: str, revision: str | None = None) -> ModelSource:
 
 def _local(path: Path) -> ModelSource:
     if path.is_dir():
-        if not (path / "config.json").is_file():
+        if not is_present(path / "config.json"):
             raise InputError(f"{path}: directory has no config.json (expected an HF model directory)")
         return ModelSource("dir", path.resolve(), path.resolve().name)
     if path.suffix.lower() == ".gguf":
