@@ -4,12 +4,14 @@ Order of the logit processors (transformers' order): repetition penalty over the
 `repeat_last_n` tokens, temperature, top-k, top-p, min-p; temperature 0 is greedy argmax.
 """
 
+import math
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .errors import InputError
+from .finite import check_engine_logits
 
 
 @dataclass
@@ -24,13 +26,15 @@ class SamplerParams:
 
     def __post_init__(self):
         # Checked here, not in the CLI, so every caller gets a one-line error instead of NaN
-        # probabilities or a numpy traceback. `not (x >= lo)` also rejects NaN.
+        # probabilities or a numpy traceback. `not (x >= lo)` also rejects NaN; infinities are refused
+        # too (--temp inf would divide every logit to 0 and keep the k lowest ids, not the k likeliest).
         checks = [
-            (self.temp >= 0, "--temp must be >= 0 (0 = greedy)", self.temp),
+            (0 <= self.temp < math.inf, "--temp must be a finite number >= 0 (0 = greedy)", self.temp),
             (self.top_k >= 0, "--top-k must be >= 0 (0 = off)", self.top_k),
             (0 < self.top_p <= 1, "--top-p must be in (0, 1] (1 = off)", self.top_p),
             (0 <= self.min_p <= 1, "--min-p must be in [0, 1] (0 = off)", self.min_p),
-            (self.repeat_penalty > 0, "--repeat-penalty must be > 0 (1 = off)", self.repeat_penalty),
+            (0 < self.repeat_penalty < math.inf, "--repeat-penalty must be a finite number > 0 (1 = off)",
+             self.repeat_penalty),
             (self.repeat_last_n >= -1, "--repeat-last-n must be >= -1 (-1 = whole context, 0 = off)",
              self.repeat_last_n),
             (self.seed is None or self.seed >= 0, "--seed must be >= 0", self.seed),
@@ -145,6 +149,7 @@ def generate(engine, tokenizer, prompt_ids: list[int], max_tokens: int, sampler:
     logits = engine.prefill(prompt_ids)[0]
     stats.prefill_s = time.perf_counter() - t0
     history = list(prompt_ids)
+    check_engine_logits(engine, logits, history, "prefill", len(history) - 1)
     stream, matcher = tokenizer.stream(skip_special_tokens=True), StopMatcher(stops)
     t0 = time.perf_counter()
     while True:
@@ -170,6 +175,7 @@ def generate(engine, tokenizer, prompt_ids: list[int], max_tokens: int, sampler:
         logits = engine.decode(token)
         stats.decode_steps += 1
         stats.decode_s = time.perf_counter() - t0
+        check_engine_logits(engine, logits, history, "decode", len(history) - 1)
     if stats.stop_reason != "stop string":
         tail, _ = matcher.feed(stream.flush())
         tail += matcher.flush()
