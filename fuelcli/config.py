@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import ConfigError
+from .errors import ConfigError, located
 from .families import BY_ARCHITECTURE, FAMILIES, Family
 from .jsondoc import read_object
 from .rope import SUPPORTED_ROPE_TYPES, RopeConfig
@@ -331,14 +331,6 @@ def _rms_norm_eps(r: _Reader) -> float:
     if eps < 0:
         raise ConfigError(f"rms_norm_eps must be >= 0, got {eps!r}")
     return eps
-
-
-def located(where: str, build):
-    """build() with its ConfigError prefixed by `where` (the file the config came from)."""
-    try:
-        return build()
-    except ConfigError as e:
-        raise ConfigError(f"{where}: {e}") from None
 
 
 def load_hf_config(model_dir: Path, file_bytes: int | None = None) -> ModelConfig:

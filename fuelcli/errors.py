@@ -42,6 +42,17 @@ class MissingDependency(FuelError):
     exit_code = 4
 
 
+def located(where: str, build):
+    """build() with an InputError's message prefixed by `where` (the file the input came from),
+    unless it already names it."""
+    try:
+        return build()
+    except InputError as e:
+        if str(e).startswith(where):
+            raise
+        raise type(e)(f"{where}: {e}") from None
+
+
 class FetchError(FuelError):
     """A download failed or its checksum did not match (not the input's fault)."""
 

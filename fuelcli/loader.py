@@ -26,9 +26,10 @@ class Model:
     @cached_property
     def tokenizer(self):
         if self.gguf is not None:
+            from .errors import located
             from .gguf_tokenizer import tokenizer_from_gguf
 
-            return tokenizer_from_gguf(self.gguf.meta)
+            return located(self.gguf.path, lambda: tokenizer_from_gguf(self.gguf.meta))
         from .tokenizer import Tokenizer
 
         return Tokenizer.from_dir(self.source.path)

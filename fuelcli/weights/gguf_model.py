@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..config import ModelConfig, from_hf_config, located
-from ..errors import ConfigError
+from ..config import ModelConfig, from_hf_config
+from ..errors import ConfigError, located
 from ..families import BY_GGUF_ARCH, FAMILIES
 from .gguf import GGUFFile
 from .build import Lookup, ModelWeights, Names, build_weights, expert_views

@@ -35,5 +35,5 @@ def _experts(w: Lookup, cfg: ModelConfig, i: int):
 
 
 def load_hf_weights(model_dir: Path, cfg: ModelConfig) -> ModelWeights:
-    w = Lookup(read_checkpoint(model_dir), model_dir.name)
+    w = Lookup(read_checkpoint(model_dir), str(model_dir))
     return build_weights(w, HF_NAMES, cfg, lambda i: _experts(w, cfg, i))
