@@ -16,7 +16,7 @@ import tokenizers
 from tokenizers import processors
 
 from .errors import InputError
-from .files import is_present, read_regular
+from .files import is_present, open_regular, read_regular
 from .jsondoc import MAX_BYTES, kind, read_object
 from .native import call_quietly
 
@@ -127,8 +127,9 @@ class Tokenizer:
     def from_dir(cls, path: Path) -> "Tokenizer":
         path = Path(path)
         tj = path / "tokenizer.json"
-        if not tj.is_file():
+        if not is_present(tj):
             raise InputError(f"{path}: no tokenizer.json")
+        open_regular(tj).close()  # a FIFO or a directory is refused, not waited on
         try:  # the Rust side raises a plain Exception on a malformed file, or panics
             tok = call_quietly(tokenizers.Tokenizer.from_file, str(tj))
         except RuntimeError as e:

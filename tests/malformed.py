@@ -204,7 +204,7 @@ def run_pipeline(model: str | Path, tokens=(1, 2, 3)):
 
     m = open_model(str(model))
     weights = m.weights
-    if m.gguf is not None or (Path(model) / "tokenizer.json").is_file():
+    if m.gguf is not None or (Path(model) / "tokenizer.json").exists():
         m.tokenizer.encode("abc")
     ids = [t for t in tokens if t < m.cfg.vocab_size]
     logits = forward(m.cfg, weights, ids)

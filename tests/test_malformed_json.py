@@ -69,7 +69,7 @@ def test_hostile_documents(tmp_path, doc, case):
     assert doc in one_line(e.value)
 
 
-@pytest.mark.parametrize("doc", ["config.json", "generation_config.json", "tokenizer_config.json",
+@pytest.mark.parametrize("doc", ["config.json", "generation_config.json", "tokenizer_config.json", "tokenizer.json",
                                  "model.safetensors.index.json", "model.safetensors", "chat_template.jinja"])
 @pytest.mark.parametrize("kind", ["directory", "fifo", "unreadable"])
 def test_not_a_readable_regular_file(tmp_path, monkeypatch, doc, kind):
