@@ -78,7 +78,7 @@ def test_logits_into_a_fifo_keeps_the_fifo(tmp_path):
     fifo = tmp_path / "out.npy"
     os.mkfifo(fifo)
     got = []
-    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()))
+    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()), daemon=True)
     reader.start()
     r = fuel("logits", d, "--tokens", "1,2", "--path", "reference", "--out", fifo)
     reader.join(60)
