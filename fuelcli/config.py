@@ -5,14 +5,15 @@ files: rope_parameters + layer_types) or from GGUF metadata turned into the same
 Every resolved value remembers where it came from, for `fuel inspect config`.
 """
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import ConfigError
+from .errors import ConfigError, located
 from .families import BY_ARCHITECTURE, FAMILIES, Family
+from .jsondoc import read_object
 from .rope import SUPPORTED_ROPE_TYPES, RopeConfig
+from .sizes import check_weights_fit
 
 REQUIRED = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
 
@@ -132,6 +133,12 @@ def family_of(raw: dict) -> Family:
     if model_type not in FAMILIES:
         what = f"model_type {model_type!r}" if model_type else f"architectures {archs!r}"
         raise ConfigError(f"unsupported {what}; supported model_type: {', '.join(FAMILIES)}")
+    # transformers follows model_type, vLLM and llama.cpp's converter follow architectures: when
+    # they name different families the file is ambiguous, and either guess could be silently wrong
+    named = sorted({BY_ARCHITECTURE[a].model_type for a in archs or [] if a in BY_ARCHITECTURE})
+    if named and model_type not in named:
+        raise ConfigError(f"model_type {model_type!r} disagrees with architectures {archs!r} "
+                          f"(model_type {', '.join(named)}); fix one of them")
     return FAMILIES[model_type]
 
 
@@ -173,6 +180,13 @@ def _rope(r: _Reader) -> RopeConfig:
         raise ConfigError(f"rope scaling {rtype!r} needs a positive factor, got {factor!r}")
     if rtype == "linear":
         return RopeConfig(theta=theta, type="linear", factor=float(factor))
+    low = float(_scaling_number(scaling, "low_freq_factor", 1.0, rtype))
+    high = float(_scaling_number(scaling, "high_freq_factor", 4.0, rtype))
+    # the bands are original/high < wavelength < original/low: both factors divide, and equal
+    # factors leave no smoothed band (a hard cut, as transformers computes it)
+    if not 0 < low <= high:
+        raise ConfigError(f"rope scaling {rtype!r}: needs 0 < low_freq_factor <= high_freq_factor, "
+                          f"got low_freq_factor={low:g} and high_freq_factor={high:g}")
     original = scaling.get("original_max_position_embeddings")
     if original is None:
         original = r.raw.get("max_position_embeddings", 8192)
@@ -183,8 +197,8 @@ def _rope(r: _Reader) -> RopeConfig:
         theta=theta,
         type="llama3",
         factor=float(factor),
-        low_freq_factor=float(_scaling_number(scaling, "low_freq_factor", 1.0, rtype)),
-        high_freq_factor=float(_scaling_number(scaling, "high_freq_factor", 4.0, rtype)),
+        low_freq_factor=low,
+        high_freq_factor=high,
         original_max_position=original,
     )
 
@@ -201,7 +215,12 @@ def _eos_ids(*values: tuple) -> tuple:
     return tuple(ids)
 
 
-def from_hf_config(raw: dict, generation: dict | None = None, source: str = "config.json") -> ModelConfig:
+def from_hf_config(raw: dict, generation: dict | None = None, source: str = "config.json",
+                   file_bytes: int | None = None, key_names: dict | None = None) -> ModelConfig:
+    """raw: config.json as a dict; generation: generation_config.json or None. `source` is the origin
+    label of values read from `raw`; `file_bytes` (the weight files' size, None when unknown) bounds
+    the sizes the config may imply; `key_names` spells keys as the source does (GGUF). The callers
+    that read files (load_hf_config, gguf_config) prefix errors with the file's path."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{source} is not a JSON object")
     if generation is not None and not isinstance(generation, dict):
@@ -241,6 +260,12 @@ def from_hf_config(raw: dict, generation: dict | None = None, source: str = "con
         head_dim = r.derived("head_dim", hidden // n_heads)
     if head_dim == 0 or head_dim % 2:
         raise ConfigError(f"head_dim={head_dim} must be even and > 0 for rotary embeddings")
+    vocab = r.integer("vocab_size")
+    sizes = {"vocab_size": vocab, "hidden_size": hidden, "num_hidden_layers": n_layers,
+             "num_attention_heads": n_heads, "num_key_value_heads": n_kv, "head_dim": head_dim,
+             "tie_word_embeddings": r.flag("tie_word_embeddings", "tie_embeddings")}
+    # before anything per layer is built: embeddings and attention alone must fit the files
+    check_weights_fit(sizes, file_bytes, key_names)
 
     windows, rule = family.windows(r, n_layers)
     if len(windows) != n_layers:
@@ -250,6 +275,13 @@ def from_hf_config(raw: dict, generation: dict | None = None, source: str = "con
         r.flag("attention_bias")  # the family's qkv_bias / o_bias read it raw
 
     ffn = family.ffn(r, n_layers)
+    n_moe = sum(ffn.moe_layers)
+    sizes.update(intermediate_size=r.integer("intermediate_size"), num_experts=ffn.num_experts,
+                 moe_intermediate_size=ffn.moe_intermediate_size)
+    check_weights_fit(sizes, file_bytes, key_names, n_layers - n_moe, n_moe)
+    max_position = r.integer("max_position_embeddings", "max_position")
+    if max_position == 0:
+        raise ConfigError(f"max_position_embeddings must be > 0 in {source}")
 
     gen = generation or {}
     eos = _eos_ids((raw.get("eos_token_id"), source), (gen.get("eos_token_id"), "generation_config.json"))
@@ -257,20 +289,27 @@ def from_hf_config(raw: dict, generation: dict | None = None, source: str = "con
         r.origin["eos_token_ids"] = source if raw.get("eos_token_id") is not None else "generation_config.json"
     elif "eos_token_id" in family.defaults:
         eos = _eos_ids((r.get("eos_token_id", "eos_token_ids"), "the family defaults"))
+    bos = r.integer("bos_token_id", optional=True)
+    # a special token beyond the embedding table: the config and the weights disagree
+    for key, ids in (("bos_token_id", [] if bos is None else [bos]), ("eos_token_id", eos)):
+        bad = [i for i in ids if i >= vocab]
+        if bad:
+            raise ConfigError(f"{(key_names or {}).get(key, key)}={bad[0]} is outside the vocabulary "
+                              f"(vocab_size={vocab})")
 
     return ModelConfig(
         family=family.model_type,
-        vocab_size=r.integer("vocab_size"),
+        vocab_size=vocab,
         hidden_size=hidden,
-        intermediate_size=r.integer("intermediate_size"),
+        intermediate_size=sizes["intermediate_size"],
         num_layers=n_layers,
         num_heads=n_heads,
         num_kv_heads=n_kv,
         head_dim=head_dim,
         rms_norm_eps=_rms_norm_eps(r),
         rope=_rope(r),
-        max_position=r.integer("max_position_embeddings", "max_position"),
-        tie_embeddings=r.flag("tie_word_embeddings", "tie_embeddings"),
+        max_position=max_position,
+        tie_embeddings=sizes["tie_word_embeddings"],
         qkv_bias=family.qkv_bias(raw),
         o_bias=family.o_bias(raw),
         qk_norm=family.qk_norm,
@@ -281,7 +320,7 @@ def from_hf_config(raw: dict, generation: dict | None = None, source: str = "con
         experts_per_tok=ffn.experts_per_tok,
         moe_intermediate_size=ffn.moe_intermediate_size,
         norm_topk_prob=ffn.norm_topk_prob,
-        bos_token_id=r.integer("bos_token_id", optional=True),
+        bos_token_id=bos,
         eos_token_ids=eos,
         origin=r.origin,
     )
@@ -294,18 +333,8 @@ def _rms_norm_eps(r: _Reader) -> float:
     return eps
 
 
-def _read_json(path: Path, required: bool) -> dict | None:
-    if not path.exists():
-        if required:
-            raise ConfigError(f"{path} not found")
-        return None
-    try:
-        return json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path} is not valid JSON: {e}") from None
-
-
-def load_hf_config(model_dir: Path) -> ModelConfig:
-    raw = _read_json(model_dir / "config.json", required=True)
-    generation = _read_json(model_dir / "generation_config.json", required=False)
-    return from_hf_config(raw, generation)
+def load_hf_config(model_dir: Path, file_bytes: int | None = None) -> ModelConfig:
+    """config.json (+ generation_config.json) of a model directory; file_bytes: its weight files' size."""
+    raw = read_object(model_dir / "config.json", error=ConfigError)
+    generation = read_object(model_dir / "generation_config.json", required=False, error=ConfigError)
+    return located(str(model_dir / "config.json"), lambda: from_hf_config(raw, generation, file_bytes=file_bytes))

@@ -67,7 +67,10 @@ def path_of(alias: str) -> Path:
 def is_pulled(alias: str) -> bool:
     p = path_of(alias)
     # Only the final name counts (never *.partial); the size check catches a file cut by hand.
-    return p.is_file() and p.stat().st_size == DEMOS[alias].size
+    try:
+        return p.is_file() and p.stat().st_size == DEMOS[alias].size
+    except OSError:  # FUEL_HOME unreadable: not pulled (`fuel pull` then says what is wrong with it)
+        return False
 
 
 def lookup(alias: str) -> Path | None:
@@ -129,7 +132,11 @@ def pull(alias: str, progress: bool = True, force: bool = False) -> Path:
         raise InputError(f"unknown demo alias {alias!r} (known: {', '.join(DEMOS)})")
     if is_pulled(alias) and not force:
         return path_of(alias)
-    return assemble(DEMOS[alias], path_of(alias), progress)
+    try:
+        return assemble(DEMOS[alias], path_of(alias), progress)
+    except OSError as e:  # FUEL_HOME a file, under a file, read-only, full: before or while writing
+        raise InputError(f"FUEL_HOME={fuel_home()}: cannot store {DEMOS[alias].file} there: "
+                         f"{e.strerror or e}") from None
 
 
 def _progress(enabled: bool):

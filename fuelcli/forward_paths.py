@@ -19,17 +19,24 @@ def validate_ids(model, ids: list[int]):
 
 
 def logits_by_path(model, ids: list[int], path: str, hidden: bool = False, device: str | None = None):
-    """float32 [seq, vocab]; with hidden=True also the residual stream [L+1, seq, H]."""
+    """float32 [seq, vocab]; with hidden=True also the residual stream [L+1, seq, H].
+    Non-finite logits raise NonFinite naming the layer where they start (finite.py)."""
+    from .finite import check_engine_logits, check_reference_logits
+
     validate_ids(model, ids)
     if path == "reference":
         from . import reference
 
-        return reference.forward(model.cfg, model.weights, ids, hidden=hidden)
+        out = reference.forward(model.cfg, model.weights, ids, hidden=hidden)
+        check_reference_logits(model.cfg, model.weights, out[0] if hidden else out, ids)
+        return out
     from .backends import make_engine
 
     engine = make_engine(model.cfg, model.weights, n_ctx=len(ids), device=device)
     if path == "prefill":
-        return engine.prefill(ids, all_logits=True, hidden=hidden)
+        out = engine.prefill(ids, all_logits=True, hidden=hidden)
+        check_engine_logits(engine, out[0] if hidden else out, ids, path)
+        return out
     rows, states = [], []
     for t in ids:
         out = engine.decode(t, hidden=hidden)
@@ -37,4 +44,5 @@ def logits_by_path(model, ids: list[int], path: str, hidden: bool = False, devic
         if hidden:
             states.append(out[1])
     logits = np.stack(rows).astype(np.float32)
+    check_engine_logits(engine, logits, ids, path)
     return (logits, np.concatenate(states, axis=1)) if hidden else logits

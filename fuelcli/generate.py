@@ -7,12 +7,14 @@ temperature only reshapes what survives them; transformers divides by the temper
 the same flags then keep a different set of tokens. Temperature 0 is greedy: argmax after the penalty.
 """
 
+import math
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from .errors import InputError
+from .finite import check_engine_logits
 
 
 @dataclass
@@ -28,13 +30,15 @@ class SamplerParams:
 
     def __post_init__(self):
         # Checked here, not in the CLI, so every caller gets a one-line error instead of NaN
-        # probabilities or a numpy traceback. `not (x >= lo)` also rejects NaN.
+        # probabilities or a numpy traceback. `not (x >= lo)` also rejects NaN; infinities are refused
+        # too (--temp inf would divide every logit to 0 and keep the k lowest ids, not the k likeliest).
         checks = [
-            (self.temp >= 0, "--temp must be >= 0 (0 = greedy)", self.temp),
+            (0 <= self.temp < math.inf, "--temp must be a finite number >= 0 (0 = greedy)", self.temp),
             (self.top_k >= 0, "--top-k must be >= 0 (0 = off)", self.top_k),
             (0 < self.top_p <= 1, "--top-p must be in (0, 1] (1 = off)", self.top_p),
             (0 <= self.min_p <= 1, "--min-p must be in [0, 1] (0 = off)", self.min_p),
-            (self.repeat_penalty > 0, "--repeat-penalty must be > 0 (1 = off)", self.repeat_penalty),
+            (0 < self.repeat_penalty < math.inf, "--repeat-penalty must be a finite number > 0 (1 = off)",
+             self.repeat_penalty),
             (self.repeat_last_n >= -1, "--repeat-last-n must be >= -1 (-1 = whole context, 0 = off)",
              self.repeat_last_n),
             (self.seed is None or self.seed >= 0, "--seed must be >= 0", self.seed),
@@ -206,6 +210,7 @@ def sample_steps(engine, prompt_ids: list[int], max_tokens: int, sampler: Sample
     logits = engine.prefill(prompt_ids[cached:])[0]
     stats.prefill_s = time.perf_counter() - t0
     history = list(prompt_ids)
+    check_engine_logits(engine, logits, history, "prefill", len(history) - 1)
     t0 = time.perf_counter()
     try:
         while True:
@@ -226,6 +231,7 @@ def sample_steps(engine, prompt_ids: list[int], max_tokens: int, sampler: Sample
             logits = engine.decode(token)
             stats.decode_steps += 1
             stats.decode_s = time.perf_counter() - t0
+            check_engine_logits(engine, logits, history, "decode", len(history) - 1)
     finally:  # also when the caller closes the generator early (a stop string, a cancelled request)
         stats.decode_s = time.perf_counter() - t0
 

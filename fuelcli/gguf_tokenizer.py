@@ -14,6 +14,8 @@ from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
 
 from .errors import InputError
 from .tokenizer import Tokenizer
+from .native import call_quietly
+from .weights.gguf_meta import check_merges
 
 _QWEN2_SPLIT = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
@@ -84,8 +86,12 @@ def tokenizer_from_gguf(meta: dict) -> Tokenizer:
         if not set(t) <= alpha:
             t = "".join(spell[b] for b in t.encode("utf-8"))
         vocab.setdefault(t, i)
-    bpe = models.BPE(vocab=vocab, merges=[tuple(m.split(" ", 1)) for m in merges], dropout=None,
-                     continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False)
+    try:  # tokenizers panics on a merge whose result is no token: diagnose after, not on every start
+        bpe = call_quietly(models.BPE, vocab=vocab, merges=[tuple(m.split(" ", 1)) for m in merges], dropout=None,
+                           continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False)
+    except RuntimeError as e:
+        check_merges(vocab, merges)
+        raise InputError(f"GGUF tokenizer metadata cannot be built into a BPE tokenizer: {e}") from None
     tok = tokenizers.Tokenizer(bpe)
     tok.pre_tokenizer = PRE_TOKENIZERS[pre]()
     tok.decoder = decoders.ByteLevel()

@@ -26,9 +26,10 @@ class Model:
     @cached_property
     def tokenizer(self):
         if self.gguf is not None:
+            from .errors import located
             from .gguf_tokenizer import tokenizer_from_gguf
 
-            return tokenizer_from_gguf(self.gguf.meta)
+            return located(self.gguf.path, lambda: tokenizer_from_gguf(self.gguf.meta))
         from .tokenizer import Tokenizer
 
         return Tokenizer.from_dir(self.source.path)
@@ -47,4 +48,6 @@ def open_model(model: str, revision: str | None = None, hf_file: str | None = No
 
         gf = read_gguf(source.path)
         return Model(source, gguf_config(gf), gf)
-    return Model(source, load_hf_config(source.path))
+    from .weights.safetensors import checkpoint_bytes
+
+    return Model(source, load_hf_config(source.path, checkpoint_bytes(source.path)))

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import InputError, MissingDependency
+from .errors import InputError, MissingDependency, NonFinite
 
 # The verdict is on KL(oracle ‖ fuel) per position, which does not grow with the logits' scale
 # (max|Δ| does: SmolLM2's residual stream reaches |x| ≈ 2.3e4). Measured, largest KL at any position:
@@ -111,10 +111,10 @@ class DiffResult:
         return p.kl <= self.tol and p.top1_agree and (self.atol is None or p.max_abs <= self.atol)
 
     def reasons(self) -> list:
-        out = []
-        if self.max_kl > self.tol:
+        out = []  # `not x <= tol`: a NaN never passes
+        if not self.max_kl <= self.tol:
             out.append(f"max KL {self.max_kl:.3g} > tol {self.tol:g}")
-        if self.atol is not None and self.max_abs > self.atol:
+        if self.atol is not None and not self.max_abs <= self.atol:
             out.append(f"max|Δ| {self.max_abs:.3g} > atol {self.atol:g}")
         if self.top1_rate < self.min_top1:
             out.append(f"top-1 agreement {self.top1_rate:.3f} < {self.min_top1:g}")
@@ -205,6 +205,7 @@ def fuel_side(model, ids: list, path: str, decode_steps: int = DEFAULT_DECODE_ST
               device: str | None = None):
     """Logits [T, V] (and residual stream [L+1, T, H]) from the engine; returns (logits, states, prefill_len)."""
     from .backends import make_engine
+    from .finite import check_engine_logits
     from .forward_paths import logits_by_path
 
     # ids are validated by diff(); logits_by_path's "prefill" is exactly our prefill path.
@@ -224,6 +225,7 @@ def fuel_side(model, ids: list, path: str, decode_steps: int = DEFAULT_DECODE_ST
         else:
             rows.append(o[None, :])
     logits = np.concatenate(rows).astype(np.float32)
+    check_engine_logits(engine, logits, ids, path)
     return logits, (np.concatenate(states, axis=1) if hidden else None), n_pre
 
 
@@ -232,8 +234,10 @@ def fuel_side(model, ids: list, path: str, decode_steps: int = DEFAULT_DECODE_ST
 
 def self_oracle(model, ids: list, hidden: bool = False):
     from . import reference
+    from .finite import check_reference_logits
 
     out = reference.forward(model.cfg, model.weights, ids, hidden=hidden)
+    check_reference_logits(model.cfg, model.weights, out[0] if hidden else out, ids)
     return out if hidden else (out, None)
 
 
@@ -278,6 +282,8 @@ def transformers_oracle(model, ids: list, hidden: bool = False):
     """Logits [T, V] and, with hidden, the residual stream [L+1, T, H] like the engine's: transformers'
     output_hidden_states[:-1] (embeddings, after layers 0..L-2) plus the last decoder layer's own output
     taken with a forward hook (hidden_states[-1] is after the final norm, not comparable)."""
+    from .finite import first_bad_row
+
     hf = _hf_load(model)
     import torch
 
@@ -298,6 +304,9 @@ def transformers_oracle(model, ids: list, hidden: bool = False):
         if handle is not None:
             handle.remove()
     logits = out.logits[0].float().numpy().astype(np.float32)
+    bad = first_bad_row(logits)
+    if bad is not None:
+        raise NonFinite(f"the transformers oracle's logits at position {bad} are NaN or inf")
     if not hidden:
         return logits, None
     hs = [h[0].float().numpy() for h in out.hidden_states[:-1]]
@@ -307,8 +316,11 @@ def transformers_oracle(model, ids: list, hidden: bool = False):
 
 
 def load_saved_logits(path: Path, n_tokens: int, vocab: int) -> np.ndarray:
-    if not path.is_file():
+    from .files import is_present, open_regular
+
+    if not is_present(path):
         raise InputError(f"{path}: no such file (--oracle takes self, transformers or a .npy/.npz/.safetensors file)")
+    open_regular(path).close()  # a FIFO or a directory is refused here, before a reader blocks on it
     suffix = path.suffix.lower()
     try:
         if suffix == ".npy":
@@ -338,7 +350,11 @@ def load_saved_logits(path: Path, n_tokens: int, vocab: int) -> np.ndarray:
         raise InputError(f"{path}: logits of shape {list(arr.shape)}, expected [seq={n_tokens}, vocab={vocab}]")
     if not np.issubdtype(arr.dtype, np.floating):
         raise InputError(f"{path}: logits dtype {arr.dtype} is not floating point")
-    return arr.astype(np.float32)
+    arr = arr.astype(np.float32)
+    if not np.isfinite(arr).all():
+        row = int(np.argmax(~np.isfinite(arr).all(-1)))
+        raise InputError(f"{path}: the saved logits at position {row} are NaN or inf (or beyond float32)")
+    return arr
 
 
 # ---------------------------------------------------------------- the command's library entry

@@ -87,6 +87,7 @@ def moe(cfg: ModelConfig, layer, x: np.ndarray) -> np.ndarray:
     return out
 
 
+@np.errstate(all="ignore")  # NaN/inf weights or float32 overflow: no warnings, the caller checks (finite.py)
 def forward(cfg: ModelConfig, weights: ModelWeights, tokens, hidden: bool = False):
     """Logits [T, vocab] for every position; with hidden=True also the residual stream after the
     embedding and after each layer, [L+1, T, H] (the engine's hidden_out)."""

@@ -49,9 +49,8 @@ def inv_freq(rope: RopeConfig, head_dim: int) -> np.ndarray:
     # llama3: keep high frequencies, divide low ones by factor, interpolate between
     bands = llama3_bands(rope, base)
     divided = base / np.float32(rope.factor)
-    smooth = (rope.original_max_position / (np.float32(2 * math.pi) / base) - rope.low_freq_factor) / (
-        rope.high_freq_factor - rope.low_freq_factor
-    )
+    span = rope.high_freq_factor - rope.low_freq_factor  # 0: no smoothed band (a hard cut), nothing to divide
+    smooth = (rope.original_max_position / (np.float32(2 * math.pi) / base) - rope.low_freq_factor) / (span or 1.0)
     smoothed = (1 - smooth) * base / np.float32(rope.factor) + smooth * base  # transformers' order
     return np.where(bands == "kept", base, np.where(bands == "divided", divided, smoothed)).astype(np.float32)
 

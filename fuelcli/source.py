@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import InputError, ModelNotFound
+from .files import is_present
 
 # Only what fuel reads: a repo's other weights formats (pytorch .bin, onnx, gguf) are not fetched.
 HUB_PATTERNS = [
@@ -40,8 +41,11 @@ class ModelSource:
 
 
 def resolve(model: str, revision: str | None = None, hf_file: str | None = None) -> ModelSource:
-    path = Path(model).expanduser()
-    if path.exists():
+    try:
+        path = Path(model).expanduser()
+    except RuntimeError:  # ~user of no such user: the name as given
+        path = Path(model)
+    if is_present(path):
         _no_hf_file(hf_file, model)
         return _local(path)
     demo = _demo(model)
@@ -65,7 +69,7 @@ def _no_hf_file(hf_file: str | None, model: str):
 
 def _local(path: Path) -> ModelSource:
     if path.is_dir():
-        if not (path / "config.json").is_file():
+        if not is_present(path / "config.json"):
             raise InputError(f"{path}: directory has no config.json (expected an HF model directory)")
         return ModelSource("dir", path.resolve(), path.resolve().name)
     if path.suffix.lower() == ".gguf":

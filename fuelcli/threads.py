@@ -3,15 +3,24 @@
 fuel makes one numba call per forward; inside it every matmul is a parallel region. With OpenMP's
 default active wait, idle workers spin and steal the one real core here from the main thread, so
 the wait policy is passive (numba's tbb or workqueue layers, when chosen, are unaffected).
-FUEL_THREADS sets the thread count; `-t/--threads` sets it per command (set_threads).
+FUEL_THREADS sets the pool's thread count: a whole number up to llama.cpp's GGML_MAX_N_THREADS (a
+million threads crash numba's pool; anything but a number makes numba warn and ignore it).
+`-t/--threads` sets the count per command (set_threads).
 """
 
 import os
 import sys
 
+from .errors import InputError
+
+MAX_THREADS = 512
+
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
-if "FUEL_THREADS" in os.environ:
-    os.environ["NUMBA_NUM_THREADS"] = os.environ["FUEL_THREADS"]
+_threads = os.environ.get("FUEL_THREADS", "").strip()
+if _threads:
+    if not (_threads.isascii() and _threads.isdigit() and 1 <= int(_threads) <= MAX_THREADS):
+        raise InputError(f"FUEL_THREADS must be a whole number from 1 to {MAX_THREADS}, got {_threads!r}")
+    os.environ["NUMBA_NUM_THREADS"] = _threads
 
 
 def set_threads(n: int | None) -> int:
@@ -20,10 +29,8 @@ def set_threads(n: int | None) -> int:
     Before numba is imported the pool itself is sized to n (so n may exceed the cores, as
     llama.cpp's -t allows); afterwards n must fit the pool numba already started.
     """
-    from .errors import InputError
-
-    if n is not None and n < 1:
-        raise InputError(f"-t/--threads must be at least 1, got {n}")
+    if n is not None and not 1 <= n <= MAX_THREADS:
+        raise InputError(f"-t/--threads must be from 1 to {MAX_THREADS}, got {n}")
     if n is not None and "numba" not in sys.modules:
         os.environ["NUMBA_NUM_THREADS"] = str(n)
     import numba

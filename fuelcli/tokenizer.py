@@ -16,17 +16,25 @@ import tokenizers
 from tokenizers import processors
 
 from .errors import InputError
+from .files import is_present, open_regular, read_regular
+from .jsondoc import MAX_BYTES, kind, read_object
+from .native import call_quietly
 
 _REPLACEMENT = "\ufffd"  # what the decoders emit for an incomplete UTF-8 sequence
 
 
 def _read_json(path: Path) -> dict:
-    if not path.is_file():
-        return {}
+    return read_object(path, required=False) or {}
+
+
+def _read_template(path: Path) -> str | None:
+    """chat_template.jinja (transformers 5 saves the template there), which must be UTF-8 text."""
+    if not is_present(path):
+        return None
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise InputError(f"{path}: not valid JSON ({e})") from None
+        return read_regular(path, MAX_BYTES).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{path}: not UTF-8 text (byte {e.start})") from None
 
 
 def _token_str(value) -> str | None:
@@ -42,12 +50,15 @@ def _ids(value) -> list[int]:
     return [int(v) for v in value] if isinstance(value, list) else [int(value)]
 
 
-def _pick_template(value) -> str | None:
+def _pick_template(value, where: Path) -> str | None:
     # A string, or a list of {name, template} of which transformers uses "default".
     if isinstance(value, list):
         named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
-        return named.get("default")
-    return value if isinstance(value, str) else None
+        value = named.get("default")
+    if value is not None and not isinstance(value, str):
+        raise InputError(f"{where}: chat_template must be a string (or a list of {{name, template}} with a "
+                         f"string 'default'), got {kind(value)}")
+    return value
 
 
 def _set_post_processor(
@@ -137,11 +148,12 @@ class Tokenizer:
     def from_dir(cls, path: Path) -> "Tokenizer":
         path = Path(path)
         tj = path / "tokenizer.json"
-        if not tj.is_file():
+        if not is_present(tj):
             raise InputError(f"{path}: no tokenizer.json")
-        try:
-            tok = tokenizers.Tokenizer.from_file(str(tj))
-        except Exception as e:  # the Rust side raises plain Exception on a malformed file
+        open_regular(tj).close()  # a FIFO or a directory is refused, not waited on
+        try:  # the Rust side raises a plain Exception on a malformed file, or panics
+            tok = call_quietly(tokenizers.Tokenizer.from_file, str(tj))
+        except RuntimeError as e:
             raise InputError(f"{tj}: cannot load tokenizer ({e})") from None
         tc = _read_json(path / "tokenizer_config.json")
         config = _read_json(path / "config.json")
@@ -156,8 +168,9 @@ class Tokenizer:
         # BOS/EOS on encode: tokenizer.json's post-processor alone decides. transformers 5 drops
         # tokenizer_config's add_bos_token/add_eos_token whenever tokenizer.json exists (4.x honoured them).
 
-        jinja = path / "chat_template.jinja"  # transformers 5 saves the template here; it wins over the config
-        template = jinja.read_text(encoding="utf-8") if jinja.is_file() else _pick_template(tc.get("chat_template"))
+        template = _read_template(path / "chat_template.jinja")  # transformers 5 saves it there; it wins
+        if template is None:
+            template = _pick_template(tc.get("chat_template"), path / "tokenizer_config.json")
         others = {k: _token_str(tc.get(k)) for k in ("unk_token", "pad_token")}
         return cls(tok, template, bos, eos, others)
 
@@ -182,6 +195,10 @@ class Tokenizer:
         return self._tok
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:  # argv bytes that were not UTF-8 arrive as lone surrogates
+            raise InputError(f"the text is not valid UTF-8 (an undecodable byte at character {e.start})") from None
         return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
@@ -220,6 +237,8 @@ class Tokenizer:
             )
         except jinja2.TemplateError as e:
             raise InputError(f"chat template error: {e}") from None
+        except Exception as e:  # the template is data: anything it raises (1 // 0, range(10**9)) is its fault
+            raise InputError(f"chat template error: {type(e).__name__}: {e}") from None
 
     def encode_prompt(self, prompt: str, system: str | None = None, chat: bool = True,
                       template_kwargs: dict | None = None) -> list[int]:

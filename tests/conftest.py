@@ -81,11 +81,13 @@ def smollm2_tokenizer_dir(smollm2_gguf: Path) -> Path:
     return cached("smollm2-tokenizer", build)
 
 
-# Each pytest worker gets its own numba cache: concurrent cache writers can crash (numba #4807).
-# Set before anything imports numba.
-os.environ.setdefault(
-    "NUMBA_CACHE_DIR", str(cache_dir() / "numba" / os.environ.get("PYTEST_XDIST_WORKER", "main"))
-)
+# Each pytest worker gets its own numba cache: concurrent cache writers can crash (numba #4807;
+# seen here as a segfault when both workers compiled changed kernels). Set before anything imports
+# numba. A worker always sets its own: it inherits the controller's NUMBA_CACHE_DIR (".../main").
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["NUMBA_CACHE_DIR"] = str(cache_dir() / "numba" / os.environ["PYTEST_XDIST_WORKER"])
+else:
+    os.environ.setdefault("NUMBA_CACHE_DIR", str(cache_dir() / "numba" / "main"))
 
 
 @pytest.fixture(scope="session")

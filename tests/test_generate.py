@@ -252,14 +252,16 @@ def test_stop_option_escapes_like_llama_cli():
 
 
 def test_extreme_temperatures_give_defined_distributions():
-    """A temperature near 0 is greedy and an infinite one uniform over the survivors: no NaN from
-    inf - inf, no overflow warning on stderr."""
+    """A temperature near 0 is greedy and the largest finite one uniform over the survivors: no
+    overflow from dividing by a subnormal, no warning on stderr; an infinite one is refused."""
     import warnings
 
     logits = np.array([1.0, 3.0, 2.0, -1.0], np.float32)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         tiny = Sampler(SamplerParams(temp=1e-310, top_k=0, top_p=1.0, min_p=0.0)).probs(logits, [])
-        flat = Sampler(SamplerParams(temp=float("inf"), top_k=2, top_p=1.0, min_p=0.0)).probs(logits, [])
+        flat = Sampler(SamplerParams(temp=1.7e308, top_k=2, top_p=1.0, min_p=0.0)).probs(logits, [])
     assert tiny.tolist() == [0.0, 1.0, 0.0, 0.0]
     assert flat.tolist() == [0.0, 0.5, 0.5, 0.0]
+    with pytest.raises(InputError, match="--temp"):
+        SamplerParams(temp=float("inf"))

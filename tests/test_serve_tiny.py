@@ -422,7 +422,7 @@ def test_memory_steady_over_200_requests(server, client):
 @pytest.mark.parametrize("args, words", [
     (["-c", "100000"], ["-c 100000 exceeds the model's context of 256"]),
     (["-c", "-1"], ["-c must be >= 0"]),
-    (["-t", "0"], ["-t/--threads must be at least 1"]),
+    (["-t", "0"], ["-t/--threads must be from 1 to 512"]),
     (["--queue", "0"], ["--queue must be at least 1"]),
     (["--port", "70000"], ["cannot listen on 127.0.0.1:70000"]),
     (["--host", "no.such.host.invalid"], ["cannot listen on no.such.host.invalid"]),

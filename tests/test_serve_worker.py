@@ -31,7 +31,9 @@ class ScriptedEngine(Engine):
     optional delay per forward; records what each prefill was given; can fail on a chosen call."""
 
     def __init__(self, n_ctx=256, delay_s=0.0, fail_on_call=None):
-        super().__init__(SimpleNamespace(max_position=n_ctx, vocab_size=VOCAB), n_ctx)
+        sizes = dict(num_layers=0, hidden_size=0, q_dim=0, kv_dim=0, head_dim=0, intermediate_size=0,
+                     moe_intermediate_size=0, num_experts=0)  # nothing to allocate
+        super().__init__(SimpleNamespace(max_position=n_ctx, vocab_size=VOCAB, **sizes), n_ctx)
         self.delay_s, self.fail_on_call = delay_s, fail_on_call
         self.prefills: list[list[int]] = []
         self.forwards = 0

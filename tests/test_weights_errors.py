@@ -37,7 +37,7 @@ def _f32(name: str, shape: list, begin: int = 0) -> dict:
 
 
 @pytest.mark.parametrize("header, needles", [
-    ([1, 2], ["safetensors header is a JSON list"]),
+    ([1, 2], ["safetensors header is not a JSON object (it is an array)"]),
     ({"w": {"shape": [2], "data_offsets": [0, 8]}}, ["tensor w", "no 'dtype'"]),
     ({"w": {"dtype": "F32", "data_offsets": [0, 8]}}, ["tensor w", "no 'shape'"]),
     ({"w": {"dtype": "F32", "shape": [2]}}, ["tensor w", "no 'data_offsets'"]),
@@ -84,6 +84,9 @@ def test_bad_index(tmp_path, weight_map, needles):
 
 def test_index_not_an_object(tmp_path):
     (tmp_path / "model.safetensors.index.json").write_text("[1]")
+    with pytest.raises(InputError, match=r"index.json is not a JSON object \(it is an array\)"):
+        read_checkpoint(tmp_path)
+    (tmp_path / "model.safetensors.index.json").write_text("{}")
     with pytest.raises(InputError, match="has no valid weight_map"):
         read_checkpoint(tmp_path)
 
@@ -224,5 +227,5 @@ def test_cli_wrong_type_config_and_extra_layers(llama2, tmp_path):
     (llama2 / "config.json").write_text(json.dumps({**conf, "num_hidden_layers": 1}))
     one_line_error(fuel(*args), "the weights hold 2 layers", "num_hidden_layers=1")
     _write_st(llama2 / "model.safetensors", [1, 2])
-    one_line_error(fuel(*args), "model.safetensors", "JSON list")
+    one_line_error(fuel(*args), "model.safetensors", "not a JSON object (it is an array)")
     assert not (tmp_path / "o.npy").exists()

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..config import ModelConfig
 from ..errors import InputError
+from ..sizes import check_engine_fits
 
 
 class Engine(ABC):
@@ -25,6 +26,7 @@ class Engine(ABC):
         self.cfg = cfg
         self.n_ctx = min(n_ctx or cfg.max_position, cfg.max_position)
         self.pos = 0  # tokens in the KV cache
+        check_engine_fits(cfg, self.n_ctx)  # before a backend allocates its cache and activations
 
     @property
     @abstractmethod

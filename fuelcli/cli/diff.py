@@ -13,7 +13,7 @@ import typer
 from ..errors import InputError, Mismatch
 from ..oracle import DEFAULT_DECODE_STEPS, DEFAULT_LAYER_RTOL, DEFAULT_MIN_TOP1, DEFAULT_TOL
 from .app import app
-from .options import Device, HfFile, Json, ModelArg, Revision, Threads, parse_tokens
+from .options import Device, HfFile, Json, ModelArg, Revision, Threads, check_tolerances, parse_tokens
 
 
 @app.command("diff", short_help="Compare fuel's logits with an oracle; exit 3 on mismatch.")
@@ -49,8 +49,7 @@ def diff_cmd(
 
     if (prompt is None) == (tokens is None):
         raise InputError("give exactly one of --prompt and --tokens")
-    if tol < 0 or not 0 <= min_top1 <= 1 or layer_tol < 0 or (atol is not None and atol < 0):
-        raise InputError("--tol, --atol and --layer-tol must be ≥ 0 and --min-top1 within 0..1")
+    check_tolerances(tol=tol, atol=atol, layer_tol=layer_tol, min_top1=min_top1)
     set_threads(threads)
     m = open_model(model, revision, hf_file)
     ids = parse_tokens(tokens) if tokens is not None else m.tokenizer.encode(prompt)

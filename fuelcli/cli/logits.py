@@ -1,5 +1,6 @@
 """`fuel logits MODEL --out FILE.npy`: the logits of every position by one forward path."""
 
+import io
 from pathlib import Path
 from typing import Optional
 
@@ -46,14 +47,23 @@ def logits(
     if not out.parent.is_dir():  # a typo in the path should not create directories
         raise InputError(f"--out {out}: directory {out.parent} does not exist")
     result = logits_by_path(m, ids, path, device=device)
-    tmp = out.with_name(out.name + ".partial")
+    # A device or a FIFO (/dev/null, a pipe) is written in place: renaming a file over it would replace it.
+    stream = out.exists() and not out.is_file()
+    tmp = out if stream else out.with_name(out.name + ".partial")
     try:
         with open(tmp, "wb") as f:
-            np.save(f, result)
-        tmp.replace(out)  # never a half-written file
+            if stream:  # np.save asks a pipe for its position: write the bytes it would
+                buf = io.BytesIO()
+                np.save(buf, result)
+                f.write(buf.getbuffer())
+            else:
+                np.save(f, result)
+        if not stream:
+            tmp.replace(out)  # never a half-written file
     except OSError as e:
         try:
-            tmp.unlink(missing_ok=True)
+            if not stream:
+                tmp.unlink(missing_ok=True)
         except OSError:
             pass
         raise InputError(f"cannot write --out {out}: {e.strerror or e}") from None

@@ -70,6 +70,17 @@ def parse_tokens(text: str) -> list[int]:
         raise InputError(f"--tokens takes comma-separated integers, got {text!r}") from None
 
 
+def check_tolerances(**options):
+    """--tol, --atol, --layer-tol: None (unset) or a number >= 0, inf meaning no bound; --min-top1 within
+    0..1. NaN is refused: every comparison with it is false, so it would pass any oracle."""
+    for name, value in options.items():
+        flag = "--" + name.replace("_", "-")
+        ok = value is None or (0 <= value <= 1 if name == "min_top1" else value >= 0)
+        if not ok:
+            want = "a number within 0..1" if name == "min_top1" else "a number >= 0 (inf: no bound)"
+            raise InputError(f"{flag} must be {want}, got {value}")
+
+
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"'}
 
 

@@ -45,6 +45,7 @@ class ModelWeights:
     output: Tensor  # the same object as embed when tied: no second copy
     final_norm: np.ndarray
     layers: list
+    vector_names: dict = field(default_factory=dict)  # id(f32 vector) -> its name in the file (messages)
 
     def tensors(self):
         """Every distinct stored matrix once (tied embeddings counted once)."""
@@ -75,11 +76,14 @@ class Lookup:
     """Takes tensors by name from a file's table, checking shapes against the config.
 
     The table may carry `unsupported` (name -> stored dtype) for tensors the reader skipped; asking
-    for one of those is an error naming its dtype, asking for none of them is fine."""
+    for one of those is an error naming its dtype, asking for none of them is fine (buffers such as
+    an I64 position_ids). Every name taken is remembered, so tensors nobody took can be refused."""
 
     def __init__(self, tensors: dict, where: str):
         self.tensors, self.where = tensors, where
         self.unsupported = getattr(tensors, "unsupported", {})
+        self.taken: set = set()
+        self.vector_names: dict = {}
 
     def has(self, name: str) -> bool:
         return name in self.tensors or name in self.unsupported
@@ -93,11 +97,14 @@ class Lookup:
             raise InputError(f"{self.where}: missing tensor {name}")
         if tuple(t.shape) != tuple(shape):
             raise InputError(f"{self.where}: tensor {name} has shape {list(t.shape)}, the config implies {list(shape)}")
+        self.taken.add(name)
         return t
 
     def vector(self, name: str, n: int) -> np.ndarray:
         t = self.matrix(name, (n,))
-        return np.ascontiguousarray(dequantize(t), dtype=np.float32)
+        v = np.ascontiguousarray(dequantize(t), dtype=np.float32)
+        self.vector_names[id(v)] = name
+        return v
 
     def check_no_extra_layers(self, prefix: str, cfg: ModelConfig, key: str):
         """Error if the file holds tensors of a layer index >= cfg.num_layers (`{prefix}{L}.`)."""
@@ -111,6 +118,15 @@ class Lookup:
             top = max(extra)
             raise InputError(f"{self.where}: the weights hold {top + 1} layers ({extra[top]} exists) but "
                              f"{key}={cfg.num_layers}")
+
+    def check_all_taken(self, cfg: ModelConfig, ignorable: tuple):
+        """Error on a weight no part of the decoder took: it may carry a feature the config does not
+        describe (an o_proj bias, a norm fuel lacks), and ignoring it would give wrong output quietly."""
+        left = sorted(n for n in self.tensors if n not in self.taken and not n.endswith(ignorable))
+        if left:
+            more = f" (and {len(left) - 1} more)" if len(left) > 1 else ""
+            raise InputError(f"{self.where}: tensor {left[0]}{more} is not a weight of a {cfg.family} model with "
+                             f"this config; fuel refuses rather than ignore it")
 
 
 @dataclass(frozen=True)
@@ -133,6 +149,18 @@ class Names:
     down: str
     layer_prefix: str  # for the extra-layers check
     layer_count_key: str
+    ignorable: tuple = ()  # name endings of tensors no model reads (buffers some checkpoints carry)
+
+
+def _check_stored_head(w: Lookup, name: str, embed: Tensor):
+    """tie_word_embeddings with an output matrix stored too: the same bytes are harmless; different
+    ones are refused, because the peers disagree on which is meant (transformers 5 keeps the stored
+    head and warns, vLLM and mlx-lm drop it for the embedding)."""
+    head = w.matrix(name, embed.shape)
+    if head.fmt != embed.fmt or not np.array_equal(head.data, embed.data):
+        raise InputError(f"{w.where}: tie_word_embeddings is true but the file stores a {name} that differs from "
+                         f"{embed.name} (transformers would use {name}, vLLM and mlx-lm the embedding); set "
+                         "tie_word_embeddings to what the checkpoint means")
 
 
 def build_weights(w: Lookup, n: Names, cfg: ModelConfig, experts, fix_qk=None) -> ModelWeights:
@@ -147,6 +175,8 @@ def build_weights(w: Lookup, n: Names, cfg: ModelConfig, experts, fix_qk=None) -
     embed = w.matrix(f"{n.embed}.weight", (V, H))
     if cfg.tie_embeddings:
         output = embed  # the same object: no second copy
+        if w.has(f"{n.output}.weight"):
+            _check_stored_head(w, f"{n.output}.weight", embed)
     else:
         output = w.matrix(f"{n.output}.weight", (V, H))
     layers = []
@@ -180,6 +210,7 @@ def build_weights(w: Lookup, n: Names, cfg: ModelConfig, experts, fix_qk=None) -
             layer.down = w.matrix(name(n.down), (H, I))
         layers.append(layer)
     weights = ModelWeights(embed=embed, output=output, final_norm=w.vector(f"{n.final_norm}.weight", H),
-                           layers=layers)
+                           layers=layers, vector_names=w.vector_names)
     w.check_no_extra_layers(n.layer_prefix, cfg, n.layer_count_key)
+    w.check_all_taken(cfg, n.ignorable)
     return weights

@@ -17,6 +17,7 @@ tables merge into one; a part missing, out of place or disagreeing is an error n
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import re
@@ -26,12 +27,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import InputError
+from ..files import is_present, open_regular
 from ..formats import BY_GGML_TYPE, FORMATS, GGML_TYPE_NAMES
+from .gguf_meta import DEFAULT_ALIGNMENT, check_metadata
 from .tensor import Tensor
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
-DEFAULT_ALIGNMENT = 32
+MAX_DIMS = 4  # GGML_MAX_DIMS
+MAX_ARRAY_DEPTH = 8  # arrays of arrays: llama.cpp reads none, gguf-py writes them; deeper is hostile
 
 # GGUF value type id -> (struct code, numpy dtype) for fixed-size scalars.
 _SCALAR = {
@@ -52,6 +56,7 @@ class GGUFFile:
     meta: dict[str, object]
     tensors: dict[str, Tensor]
     data_offset: int = 0  # file offset of the data section (of the first part)
+    size: int = 0  # bytes in the file (all parts of a split model)
     _mmap: object = field(default=None, repr=False)  # kept so the views stay valid (a list for a split model)
     parts: tuple = ()  # a split model's files, in order; () for a single file
 
@@ -117,7 +122,7 @@ class _Cursor:
             pass
         return [_decode(b) for b in raw]
 
-    def value(self, vtype: int):
+    def value(self, vtype: int, depth: int = 0):
         if vtype in _SCALAR:
             return self.scalar(vtype)
         if vtype == _STRING:
@@ -131,7 +136,9 @@ class _Cursor:
             if etype == _STRING:
                 return self.strings(count)
             if etype == _ARRAY:
-                return [self.value(_ARRAY) for _ in range(count)]
+                if depth >= MAX_ARRAY_DEPTH:
+                    raise ValueError(f"arrays nested more than {MAX_ARRAY_DEPTH} deep")
+                return [self.value(_ARRAY, depth + 1) for _ in range(count)]
             raise ValueError(f"unknown array element type {etype}")
         raise ValueError(f"unknown value type {vtype}")
 
@@ -149,7 +156,12 @@ _SPLIT_NAME = re.compile(r"^(?P<prefix>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\
 
 def read_gguf(path: str | os.PathLike) -> GGUFFile:
     """Parse the header of a GGUF file (every part of a split model, given any part) and map its
-    tensors without copying their data."""
+    tensors without copying their data.
+
+    Held to what llama.cpp's gguf.cpp requires: unique keys and tensor names, a power-of-two
+    alignment, at most GGML_MAX_DIMS dims, tensors packed in info order at aligned offsets and
+    nothing after the last one (a tensor count lower than the tensors written shows up there).
+    Metadata values of the keys fuel reads are type-checked here too (gguf_meta.py)."""
     gf = _read_one(os.fspath(path))
     count = gf.meta.get("split.count", 1)
     if not isinstance(count, int) or count <= 1:
@@ -166,7 +178,7 @@ def _read_split(gf: GGUFFile, count: int) -> GGUFFile:
     folder = os.path.dirname(gf.path)
     paths = [os.path.join(folder, f"{m['prefix']}-{i:05d}-of-{count:05d}.gguf") for i in range(1, count + 1)]
     for i, p in enumerate(paths):
-        if not os.path.isfile(p):
+        if not is_present(p):
             raise InputError(f"{p}: part {i + 1} of the split GGUF {name} is missing")
     parts = [gf if p == gf.path else _read_one(p) for p in paths]
     tensors: dict[str, Tensor] = {}
@@ -183,20 +195,21 @@ def _read_split(gf: GGUFFile, count: int) -> GGUFFile:
     if expected is not None and expected != len(tensors):
         raise InputError(f"{paths[0]}: split.tensors.count is {expected} but the {count} parts hold {len(tensors)}")
     return GGUFFile(path=paths[0], version=first.version, alignment=first.alignment, meta=first.meta,
-                    tensors=tensors, data_offset=first.data_offset, _mmap=[q._mmap for q in parts],
+                    tensors=tensors, data_offset=first.data_offset, size=sum(q.size for q in parts),
+                    _mmap=[q._mmap for q in parts],
                     parts=tuple(paths))
 
 
 def _read_one(path: str) -> GGUFFile:
     """One GGUF file: header parsed, tensors mapped."""
-    try:
-        with open(path, "rb") as fh:
+    with open_regular(path) as fh:
+        try:
             size = os.fstat(fh.fileno()).st_size
             if size < 8:  # magic + version
                 raise InputError(f"{path}: truncated GGUF file ({size} bytes)")
             mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-    except OSError as e:
-        raise InputError(f"{path}: cannot open: {e.strerror or e}") from None
+        except OSError as e:
+            raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
 
     if mm[:4] != GGUF_MAGIC:
         raise InputError(f"{path}: not a GGUF file (magic {bytes(mm[:4])!r}, expected b'GGUF')")
@@ -211,13 +224,15 @@ def _read_one(path: str) -> GGUFFile:
         meta: dict[str, object] = {}
         for _ in range(n_kv):
             key = cur.string()
+            if key in meta:
+                raise ValueError(f"key {key!r} appears twice")
             meta[key] = cur.value(cur.u32())
         infos = []
         for _ in range(n_tensors):
             name = cur.string()
             n_dims = cur.u32()
-            if n_dims > 8:
-                raise ValueError(f"tensor {name!r} has {n_dims} dims")
+            if n_dims > MAX_DIMS:
+                raise ValueError(f"tensor {name!r} has {n_dims} dims (at most {MAX_DIMS})")
             dims = [cur.u64() for _ in range(n_dims)]
             infos.append((name, dims, cur.u32(), cur.u64()))
     except _Truncated:
@@ -225,41 +240,51 @@ def _read_one(path: str) -> GGUFFile:
     except (ValueError, KeyError, struct.error) as e:
         raise InputError(f"{path}: corrupt GGUF header ({e})") from None
 
+    check_metadata(path, meta)
     alignment = meta.get("general.alignment", DEFAULT_ALIGNMENT)
-    if not isinstance(alignment, int) or alignment <= 0:
-        raise InputError(f"{path}: bad general.alignment {alignment!r}")
     data_offset = -(-cur.pos // alignment) * alignment
 
     whole = np.frombuffer(mm, dtype=np.uint8)  # read-only view of the whole file
     tensors: dict[str, Tensor] = {}
     supported = ", ".join(FORMATS)
+    packed = 0  # where the next tensor must start, relative to the data section
     for name, dims, gtype, offset in infos:
         fmt = BY_GGML_TYPE.get(gtype)
         if fmt is None:
             tname = GGML_TYPE_NAMES.get(gtype, f"type {gtype}")
             raise InputError(f"{path}: tensor {name!r} has unsupported type {tname} (supported: {supported})")
         shape = tuple(int(d) for d in reversed(dims)) or (1,)
+        if math.prod(shape) >= 1 << 63:  # ggml counts elements in int64
+            raise InputError(f"{path}: tensor {name!r} has dims {dims}, more elements than ggml can count")
         ncols = shape[-1]
         if ncols % fmt.block_elems:
             raise InputError(
                 f"{path}: tensor {name!r} row of {ncols} is not a multiple of the {fmt.name} block ({fmt.block_elems})"
             )
         rb = ncols // fmt.block_elems * fmt.block_bytes
-        nbytes = int(np.prod(shape[:-1], dtype=np.int64)) * rb
+        nbytes = math.prod(shape[:-1]) * rb
         start = data_offset + offset
         if start + nbytes > size:
             raise InputError(
                 f"{path}: tensor {name!r} data [{start}, {start + nbytes}) lies outside the file "
                 f"({size} bytes; truncated file or bad offset)"
             )
+        if offset != packed:
+            raise InputError(f"{path}: tensor {name!r} is at offset {offset} of the data section, expected {packed} "
+                             "(tensors are packed in order, each aligned: overlapping or misplaced data)")
         if name in tensors:
             raise InputError(f"{path}: tensor {name!r} appears twice")
         data = whole[start : start + nbytes].reshape(shape[:-1] + (rb,))
         tensors[name] = Tensor(name=name, fmt=fmt.name, shape=shape, data=data)
+        packed += -(-nbytes // alignment) * alignment
+    end = data_offset + packed if infos else data_offset
+    if size > end:
+        raise InputError(f"{path}: {size - end} bytes after the last of the header's {len(infos)} tensors "
+                         "(a tensor count lower than the tensors written, or trailing data)")
 
     return GGUFFile(
         path=path, version=version, alignment=alignment, meta=meta, tensors=tensors,
-        data_offset=data_offset, _mmap=mm,
+        data_offset=data_offset, size=size, _mmap=mm,
     )
 
 
@@ -267,9 +292,9 @@ def peek_architecture(path: str | os.PathLike) -> str | None:
     """`general.architecture` of a GGUF file, read from the start of its header (writers put it
     first); None when it is not among the first keys or the file is not a readable GGUF."""
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             buf = fh.read(1 << 16)
-    except OSError:
+    except (InputError, OSError):
         return None
     if buf[:4] != GGUF_MAGIC:
         return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..config import ModelConfig, from_hf_config
-from ..errors import ConfigError
+from ..errors import ConfigError, located
 from ..families import BY_GGUF_ARCH, FAMILIES
 from .gguf import GGUFFile
 from .build import Lookup, ModelWeights, Names, build_weights, expert_views
@@ -32,11 +32,12 @@ _KEYS = {
 }
 
 
-def _scalar(v):
+def _scalar(v, key: str):
     # head_count(_kv) may be a per-layer array in some files; a uniform one is fine.
     if isinstance(v, list):
         if len(set(v)) != 1:
-            raise ConfigError(f"per-layer values {v[:4]}... are not supported")
+            raise ConfigError(f"GGUF key {key} holds per-layer values {v[:4]}{'...' if len(v) > 4 else ''}: "
+                              "fuel needs the same value for every layer")
         return v[0]
     return v
 
@@ -53,7 +54,7 @@ def config_from_gguf(meta: dict, tensor_names=None) -> dict:
     d: dict = {"model_type": family.model_type}
     for key, hf in _KEYS.items():
         if f"{arch}.{key}" in meta:
-            d[hf] = _scalar(meta[f"{arch}.{key}"])
+            d[hf] = _scalar(meta[f"{arch}.{key}"], f"{arch}.{key}")
     vlen = meta.get(f"{arch}.attention.value_length")
     if vlen is not None and vlen != d.get("head_dim", vlen):
         raise ConfigError(f"key_length {d['head_dim']} != value_length {vlen} is not supported")
@@ -96,8 +97,19 @@ END_OF_GENERATION = {"<|endoftext|>", "<|im_end|>", "<|eot_id|>", "<|eom_id|>", 
                      "<|end_of_text|>", "<EOT>"}
 
 
+def gguf_key_names(meta: dict) -> dict:
+    """HF config key -> the GGUF key it came from, for error messages."""
+    arch = meta.get("general.architecture")
+    names = {hf: f"{arch}.{key}" for key, hf in _KEYS.items()}
+    names["vocab_size"] = ("the length of tokenizer.ggml.tokens" if "tokenizer.ggml.tokens" in meta
+                           else f"{arch}.vocab_size")
+    names["bos_token_id"] = "tokenizer.ggml.bos_token_id"
+    return names
+
+
 def gguf_config(gf: GGUFFile) -> ModelConfig:
-    return from_hf_config(config_from_gguf(gf.meta, gf.tensors.keys()), source="gguf")
+    return located(gf.path, lambda: from_hf_config(config_from_gguf(gf.meta, gf.tensors.keys()), source="gguf",
+                                                   file_bytes=gf.size, key_names=gguf_key_names(gf.meta)))
 
 
 def unpermute_rows(a: np.ndarray, n_head: int) -> np.ndarray:

@@ -16,6 +16,7 @@ HF_NAMES = Names(
     k_norm="model.layers.{i}.self_attn.k_norm", ffn_norm="model.layers.{i}.post_attention_layernorm",
     gate="model.layers.{i}.mlp.gate_proj", up="model.layers.{i}.mlp.up_proj", down="model.layers.{i}.mlp.down_proj",
     layer_prefix="model.layers.", layer_count_key="num_hidden_layers",
+    ignorable=("rotary_emb.inv_freq",),  # RoPE buffers in older Llama checkpoints: fuel derives its own
 )
 
 
@@ -34,5 +35,5 @@ def _experts(w: Lookup, cfg: ModelConfig, i: int):
 
 
 def load_hf_weights(model_dir: Path, cfg: ModelConfig) -> ModelWeights:
-    w = Lookup(read_checkpoint(model_dir), model_dir.name)
+    w = Lookup(read_checkpoint(model_dir), str(model_dir))
     return build_weights(w, HF_NAMES, cfg, lambda i: _experts(w, cfg, i))

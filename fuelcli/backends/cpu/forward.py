@@ -11,6 +11,9 @@ Norms and biases are f32 in one flat array `vecs` with a (offset, length) table 
 Slot tables (built by engine.py) say which matrix/vector a layer reads:
   mat_idx[l, M_*] -> row of `mats` (-1 = absent); vec_idx[l, V_*] -> row of `vec_tab`.
   exp_idx[l, e, 0..2] -> gate/up/down matrix of expert e.
+
+NaN and inf in a weight or an activation reach the logits on every path, never an exception (jit.py:
+numpy's error model, fast-math without nnan/ninf); the callers check the logits (finite.py).
 """
 
 import math

@@ -1,4 +1,5 @@
-"""Stored-format matrix products: one token (decode) or many (prefill), parallel over rows."""
+"""Stored-format matrix products: one token (decode) or many (prefill), parallel over rows.
+A NaN or inf in the weights or in x gives NaN or inf in the rows it touches on both paths."""
 
 import numpy as np
 from numba import njit, prange

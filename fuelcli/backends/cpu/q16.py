@@ -57,7 +57,13 @@ def quantize_x16(x, xq, xs, xf):
             amax = max(amax, abs(v))
             s += v
         xf[b] = s
-        if amax == 0.0:
+        # NaN or inf in the block: max() skips a NaN, so carry it in the scale (s != s, not np.isfinite:
+        # under reassoc + nsz numba's isfinite folds to true)
+        if s != s or abs(s) == np.inf:
+            xs[b] = np.float32(np.nan)
+            for j in range(AB):
+                xq[o + j] = np.int16(0)
+        elif amax == 0.0:
             xs[b] = np.float32(0.0)
             for j in range(AB):
                 xq[o + j] = np.int16(0)

@@ -65,19 +65,29 @@ def _f16_at(row, p):
     return _f32_from_bits(_f16_bits_to_f32_bits(np.uint32(row[p]) | (np.uint32(row[p + 1]) << np.uint32(8))))
 
 
+@intrinsic
+def _f32_from_f16(typingctx, bits):
+    """IEEE half bits (uint16) -> float32 by LLVM's fpext: exact for every input, inf and NaN included;
+    one vcvtph2ps for 8 lanes where the CPU has F16C (every AVX2 CPU), a library call elsewhere."""
+    sig = types.float32(types.uint16)
+
+    def codegen(context, builder, signature, args):
+        return builder.fpext(builder.bitcast(args[0], ir.HalfType()), ir.FloatType())
+
+    return sig, codegen
+
+
 @njit(**FAST)
 def _f16_fast(h):
-    """Half bits -> float32 without branches, for f16 weight rows (vectorises; inf/NaN not handled).
-
-    Placing the 15 non-sign bits at float bit 13 and scaling by 2^112 rebases the exponent and
-    handles subnormals too (half_to_float_fast, F. Giesen)."""
-    v = _f32_from_bits(np.uint32((np.uint32(h) & np.uint32(0x7FFF)) << np.uint32(13))) * np.float32(5.192296858534828e33)
-    return -v if (h & 0x8000) else v
+    """Half bits -> float32 for f16 weight rows and block scales: vectorises, and keeps inf and NaN
+    (the exponent-rebasing trick used before made them finite, so a NaN weight vanished on the
+    decode path while the reference saw it; fpext is also faster: 0.50 vs 0.64 ms per 2048² dot)."""
+    return _f32_from_f16(np.uint16(h))
 
 
 @njit(**FAST)
 def _scale16(row, p):
-    """Block scale at byte p for dot_row: branchless (exact for finite halves); the branchy exact
+    """Block scale at byte p for dot_row: branchless and exact; the branchy exact
     decoder, called once per 32-element block, cost 3x the whole q8_0 dot."""
     return _f16_fast(np.uint32(row[p]) | (np.uint32(row[p + 1]) << np.uint32(8)))
 
