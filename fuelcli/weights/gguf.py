@@ -137,8 +137,10 @@ def _decode(b: bytes) -> str:
         return b.decode("utf-8", errors="replace")
 
 
-def read_gguf(path: str | os.PathLike) -> GGUFFile:
-    """Parse the header of a GGUF file and map its tensors without copying their data."""
+def read_gguf(path: str | os.PathLike, tensors: bool = True) -> GGUFFile:
+    """Parse the header of a GGUF file and map its tensors without copying their data. With
+    tensors=False only the metadata is read (a tokenizer needs nothing else): no tensor is listed or
+    checked, so a vocabulary-only file or one with tensor types fuel cannot run still opens."""
     path = os.fspath(path)
     try:
         with open(path, "rb") as fh:
@@ -163,6 +165,8 @@ def read_gguf(path: str | os.PathLike) -> GGUFFile:
         for _ in range(n_kv):
             key = cur.string()
             meta[key] = cur.value(cur.u32())
+        if not tensors:
+            return GGUFFile(path=path, version=version, alignment=DEFAULT_ALIGNMENT, meta=meta, tensors={}, _mmap=mm)
         infos = []
         for _ in range(n_tensors):
             name = cur.string()
@@ -182,7 +186,7 @@ def read_gguf(path: str | os.PathLike) -> GGUFFile:
     data_offset = -(-cur.pos // alignment) * alignment
 
     whole = np.frombuffer(mm, dtype=np.uint8)  # read-only view of the whole file
-    tensors: dict[str, Tensor] = {}
+    views: dict[str, Tensor] = {}
     supported = ", ".join(FORMATS)
     for name, dims, gtype, offset in infos:
         fmt = BY_GGML_TYPE.get(gtype)
@@ -203,12 +207,12 @@ def read_gguf(path: str | os.PathLike) -> GGUFFile:
                 f"{path}: tensor {name!r} data [{start}, {start + nbytes}) lies outside the file "
                 f"({size} bytes; truncated file or bad offset)"
             )
-        if name in tensors:
+        if name in views:
             raise InputError(f"{path}: tensor {name!r} appears twice")
         data = whole[start : start + nbytes].reshape(shape[:-1] + (rb,))
-        tensors[name] = Tensor(name=name, fmt=fmt.name, shape=shape, data=data)
+        views[name] = Tensor(name=name, fmt=fmt.name, shape=shape, data=data)
 
     return GGUFFile(
-        path=path, version=version, alignment=alignment, meta=meta, tensors=tensors,
+        path=path, version=version, alignment=alignment, meta=meta, tensors=views,
         data_offset=data_offset, _mmap=mm,
     )
