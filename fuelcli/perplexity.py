@@ -19,7 +19,8 @@ import numpy as np
 from . import __version__
 from .oracle.metrics import ROWS, perplexity as ppl_of
 from .oracle.provenance import model_record
-from .oracle.tolerances import DEFAULT_CTX, SLICE
+from .oracle import tolerances
+from .oracle.tolerances import DEFAULT_CTX
 from .oracle.windows import text_windows
 
 
@@ -84,11 +85,11 @@ def perplexity(model, file, ctx: int = DEFAULT_CTX, chunks: int | None = None, d
         ids = w.window(c)
         t0 = time.perf_counter()
         engine.reset()
-        for s in range(0, first, SLICE):  # context only: no logits wanted
-            engine.prefill(ids[s:min(first, s + SLICE)])
+        for s in range(0, first, tolerances.SLICE):  # context only: no logits wanted
+            engine.prefill(ids[s:min(first, s + tolerances.SLICE)])
         nll = []
-        for s in range(first, ctx, SLICE):
-            e = min(ctx, s + SLICE)
+        for s in range(first, ctx, tolerances.SLICE):
+            e = min(ctx, s + tolerances.SLICE)
             logits = engine.prefill(ids[s:e], all_logits=True)
             rows = min(e, ctx - 1) - s  # the last position has no next token
             nll.append(next_token_nll(logits[:rows], np.asarray(ids[s + 1:s + 1 + rows])))

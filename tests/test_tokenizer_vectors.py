@@ -146,9 +146,11 @@ def test_inspect_tokens_on_vocab_only_gguf(vocab_dir, tmp_path):
 def test_inspect_tokens_on_tokenizer_dir(tmp_path):
     from fuelcli.loader import open_tokenizer
 
+    from tiny_models import write_byte_tokenizer
+
     d = tmp_path / "tok"
     d.mkdir()
-    byte_tokenizer(d)
+    write_byte_tokenizer(d)
     r = run(d, "--text", "hi", "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == {"ids": [ord("h"), ord("i")]}
@@ -165,16 +167,3 @@ def test_inspect_tokens_errors(vocab_dir, tmp_path):
         assert r.returncode == 2 and r.stderr.startswith("error: ") and what in r.stderr, (args, r.stderr)
         assert len(r.stderr.strip().splitlines()) == 1
 
-
-def byte_tokenizer(d: Path) -> Path:
-    """A tokenizer.json whose ids are the bytes (vocabulary 256, no merges)."""
-    import tokenizers
-    from tokenizers import decoders, models, pre_tokenizers
-
-    from fuelcli.gguf_tokenizer import _byte_alphabet
-
-    tok = tokenizers.Tokenizer(models.BPE(vocab={ch: b for b, ch in _byte_alphabet().items()}, merges=[]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.save(str(d / "tokenizer.json"))
-    return d

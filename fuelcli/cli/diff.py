@@ -66,7 +66,7 @@ def diff_cmd(
         from ..oracle import diff_text
 
         r = diff_text(m, text, oracle, ctx, chunks, path, tol, min_top1, layers, layer_tol, decode_steps, atol,
-                      device, progress=None if as_json else diff_view.progress)
+                      device, progress=diff_view.progress)
     else:
         from ..oracle import diff
 

@@ -1,18 +1,17 @@
 """The side on trial: fuel's engine over one window of tokens, as blocks of logits.
 
 "decode" path: all but the last `decode_steps` tokens go through batched prefill (in slices of
-SLICE tokens, the KV cache kept between calls), then the rest one at a time through decode, so both
-the batched and the persistent-decode kernels are on trial. "prefill" path: every token batched.
-Each block is handed on as soon as it exists, so memory holds one slice of logits, not the window's.
+tolerances.SLICE tokens, the KV cache kept between calls), then the rest one at a time through
+decode, so both the batched and the persistent-decode kernels are on trial. "prefill" path: every
+token batched. Each block is handed on as soon as it exists, so memory holds one slice of logits, not the window's.
 """
 
 from __future__ import annotations
 
 import time
 
-
 from ..errors import InputError
-from .tolerances import SLICE
+from . import tolerances
 
 PATHS = ("decode", "prefill")
 
@@ -28,14 +27,15 @@ def split(n: int, path: str, decode_steps: int) -> int:
 
 class FuelSide:
     def __init__(self, model, n_ctx: int, path: str = "decode", decode_steps: int = 3, hidden: bool = False,
-                 device: str | None = None, slice_len: int = SLICE):
+                 device: str | None = None, slice_len: int | None = None):
         if path not in PATHS:
             raise InputError(f"--path must be decode or prefill, got {path!r}")
         if decode_steps < 1:
             raise InputError(f"--decode-steps must be at least 1, got {decode_steps}")
         from ..backends import make_engine
 
-        self.path, self.decode_steps, self.hidden, self.slice_len = path, decode_steps, hidden, slice_len
+        self.path, self.decode_steps, self.hidden = path, decode_steps, hidden
+        self.slice_len = slice_len or tolerances.SLICE
         self.engine = make_engine(model.cfg, model.weights, n_ctx=n_ctx, device=device)
         self.seconds, self.tokens = 0.0, 0  # time inside the engine, tokens it ran
 

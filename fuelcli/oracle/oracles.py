@@ -15,6 +15,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import time
 from pathlib import Path
@@ -22,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError, MissingDependency
-from .tolerances import SLICE
+from . import tolerances
 
 LLAMA_CPP_NAMES = ("llama.cpp", "llama-cpp", "llamacpp")
 LLAMA_CPP_INSTALL = (
@@ -75,9 +77,10 @@ class SelfOracle(Oracle):
         x, states = out if hidden else (out, None)
         if self._out is None:
             self._out = dequantize(w.output)  # kept: every window's rows go through it
-        for s in range(0, len(ids), SLICE):
-            logits = reference.head(w, x[s:s + SLICE], self._out)
-            yield s, logits, None if states is None else states[:, s:s + SLICE]
+        step = tolerances.SLICE
+        for s in range(0, len(ids), step):
+            logits = reference.head(w, x[s:s + step], self._out)
+            yield s, logits, None if states is None else states[:, s:s + step]
 
     def provenance(self):
         return {"oracle": "self", "implementation": "fuelcli/reference.py (numpy)", "dtype": "float32",
@@ -114,10 +117,10 @@ class TransformersOracle(Oracle):
                 captured["last"] = out[0] if isinstance(out, (tuple, list)) else out
 
             handle = hf.model.layers[-1].register_forward_hook(hook)
-        cache = None
+        cache, step = None, tolerances.SLICE
         try:
-            for s in range(0, len(ids), SLICE):
-                block = torch.tensor([list(ids[s:s + SLICE])], dtype=torch.long)
+            for s in range(0, len(ids), step):
+                block = torch.tensor([list(ids[s:s + step])], dtype=torch.long)
                 with torch.inference_mode():
                     out = self._timed(lambda: hf(input_ids=block, use_cache=True, output_hidden_states=hidden,
                                                  **{self.cache_kw: cache}), block.shape[1])
@@ -168,7 +171,9 @@ def _hf_load(model):
             except ImportError:
                 raise MissingDependency("--oracle transformers on a .gguf file needs the `gguf` package: "
                                         "pip install gguf") from None
-            hf = AutoModelForCausalLM.from_pretrained(str(src.path.parent), gguf_file=src.path.name, **kw)
+            # its GGUF loader draws a tqdm bar on stderr that disable_progress_bar() does not reach
+            with contextlib.redirect_stderr(io.StringIO()):
+                hf = AutoModelForCausalLM.from_pretrained(str(src.path.parent), gguf_file=src.path.name, **kw)
         else:
             hf = AutoModelForCausalLM.from_pretrained(str(src.path), **kw)
     except MissingDependency:
@@ -204,8 +209,9 @@ class LlamaCppOracle(Oracle):
         import numba
 
         self.threads = numba.get_num_threads()  # fuel's own thread count, so the sides compare fairly
+        self.step = tolerances.SLICE
         try:
-            self.llm = lc.Llama(model_path=str(model.source.path), n_ctx=n_ctx, n_batch=SLICE, n_ubatch=SLICE,
+            self.llm = lc.Llama(model_path=str(model.source.path), n_ctx=n_ctx, n_batch=self.step, n_ubatch=self.step,
                                 n_threads=self.threads, n_threads_batch=self.threads, logits_all=False,
                                 verbose=False)
         except Exception as e:  # llama.cpp refuses the file (an architecture it lacks, ...)
@@ -213,7 +219,7 @@ class LlamaCppOracle(Oracle):
             raise InputError(f"llama.cpp could not load {model.source.name}: {first}") from None
         self.ctx = self.llm.ctx
         self.n_vocab = lc.llama_vocab_n_tokens(lc.llama_model_get_vocab(self.llm.model))
-        self.batch = lc.llama_batch_init(SLICE, 0, 1)
+        self.batch = lc.llama_batch_init(self.step, 0, 1)
 
     def __del__(self):
         batch = getattr(self, "batch", None)
@@ -223,8 +229,8 @@ class LlamaCppOracle(Oracle):
     def window(self, ids, hidden=False):
         lc, b = self.lc, self.batch
         lc.llama_memory_clear(lc.llama_get_memory(self.ctx), True)
-        for s in range(0, len(ids), SLICE):
-            block = ids[s:s + SLICE]
+        for s in range(0, len(ids), self.step):
+            block = ids[s:s + self.step]
             b.n_tokens = len(block)
             for k, t in enumerate(block):
                 b.token[k], b.pos[k], b.n_seq_id[k], b.logits[k] = int(t), s + k, 1, 1
@@ -256,8 +262,9 @@ class SavedOracle(Oracle):
     def window(self, ids, hidden=False):
         n = len(ids)
         base, self.offset = self.offset, self.offset + n
-        for s in range(0, n, SLICE):
-            yield s, np.asarray(self.arr[base + s:base + min(n, s + SLICE)], np.float32), None
+        step = tolerances.SLICE
+        for s in range(0, n, step):
+            yield s, np.asarray(self.arr[base + s:base + min(n, s + step)], np.float32), None
 
     def provenance(self):
         from ..filehash import sha256
