@@ -38,7 +38,9 @@ def sha256(path: str | os.PathLike) -> str:
         for chunk in iter(lambda: f.read(1 << 22), b""):
             h.update(chunk)
     digest = h.hexdigest()
-    cache = {k: v for k, v in _load(cache_file).items() if not k.startswith(real + "|")}  # drop stale entries
+    # drop this file's stale entries and those of files that are gone (test runs' temporary models)
+    cache = {k: v for k, v in _load(cache_file).items()
+             if not k.startswith(real + "|") and os.path.exists(k.rsplit("|", 2)[0])}
     cache[key] = digest
     try:  # write whole or not at all: concurrent runs may race, never half-write
         cache_file.parent.mkdir(parents=True, exist_ok=True)

@@ -88,7 +88,7 @@ def test_text_passes(model_dir, text_file, oracle):
     assert r["speed"]["fuel"]["tokens"] == 3 * CTX
 
 
-def test_perplexity_command(model_dir, text_file):
+def test_perplexity_command(model_dir, text_file, monkeypatch):
     code, out, err = invoke("perplexity", model_dir, text_file, "--ctx", CTX, "--chunks", 3, "--json")
     assert code == 0, err
     r = json.loads(out)
@@ -101,6 +101,9 @@ def test_perplexity_command(model_dir, text_file):
     lines = out.strip().splitlines()
     assert lines[0].startswith("[1]") and lines[0].count(",") == 2
     assert lines[-1].startswith("Final estimate: PPL = ") and " +/- " in lines[-1]
+    break_rope(monkeypatch)  # negative control: the scored positions (16..30) see the break
+    code, out, _ = invoke("perplexity", model_dir, text_file, "--ctx", CTX, "--chunks", 3, "--json")
+    assert code == 0 and abs(json.loads(out)["ppl"] / ppl - 1) > 1e-2
 
 
 def test_slices_change_nothing(model_dir, text_file, monkeypatch):

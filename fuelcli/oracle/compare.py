@@ -32,7 +32,7 @@ def diff(model, ids: list, oracle: str = "self", path: str = "decode", tol: floa
     n_pre = fuel.prefill_len(len(ids))
     orc = make_oracle(oracle, model, len(ids), len(ids), layers)
     st = _window(fuel, orc, ids, model.cfg.num_layers + 1 if layers else 0)
-    result = DiffResult(orc.name, path, list(ids), n_pre, from_window(st, path, n_pre), tol, min_top1, atol,
+    result = DiffResult(orc.name, path, list(ids), n_pre, from_window(st, n_pre), tol, min_top1, atol,
                         provenance=provenance(model, fuel, orc), window=st)
     if layers:
         result.layers = layer_diffs(st.layer_abs, st.layer_scale, layer_tol)

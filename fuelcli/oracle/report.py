@@ -119,7 +119,7 @@ class DiffResult(Verdict):
         }
 
 
-def from_window(st, path: str, n_pre: int) -> list:
+def from_window(st, n_pre: int) -> list:
     """A short window's WindowStats as one PositionDiff per position."""
     return [PositionDiff(t, int(st.ids[t]), "prefill" if t < n_pre else "decode", float(st.max_abs[t]),
                          int(st.top1_fuel[t]), int(st.top1_oracle[t]), float(st.kl[t])) for t in range(len(st))]
