@@ -167,3 +167,56 @@ def test_inspect_tokens_errors(vocab_dir, tmp_path):
         assert r.returncode == 2 and r.stderr.startswith("error: ") and what in r.stderr, (args, r.stderr)
         assert len(r.stderr.strip().splitlines()) == 1
 
+
+
+def test_llama2_style_gguf_runs(vocab_dir, tmp_path):
+    """A Llama GGUF with a SentencePiece vocabulary (Llama-2's, from llama-spm) opens, tokenizes as
+    llama.cpp (BOS first), agrees with transformers' own GGUF tokenizer on text that does not start
+    with a space, and runs."""
+    gguf = pytest.importorskip("gguf")
+    import numpy as np
+
+    from fuelcli.loader import open_model
+
+    meta = read_gguf(vocab_dir / "ggml-vocab-llama-spm.gguf", tensors=False).meta
+    tokens = meta["tokenizer.ggml.tokens"]
+    V, H, I = len(tokens), 32, 64
+    path = tmp_path / "llama2-tiny.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_block_count(1)
+    w.add_embedding_length(H)
+    w.add_feed_forward_length(I)
+    w.add_head_count(2)
+    w.add_head_count_kv(2)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_context_length(64)
+    w.add_tokenizer_model("llama")
+    w.add_token_list(tokens)
+    w.add_token_scores(meta["tokenizer.ggml.scores"])
+    w.add_token_types(meta["tokenizer.ggml.token_type"])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_unk_token_id(0)
+    rng = np.random.default_rng(0)
+    for name, shape in [("token_embd.weight", (V, H)), ("output_norm.weight", (H,)), ("blk.0.attn_norm.weight", (H,)),
+                        ("blk.0.ffn_norm.weight", (H,)), ("blk.0.attn_q.weight", (H, H)),
+                        ("blk.0.attn_k.weight", (H, H)), ("blk.0.attn_v.weight", (H, H)),
+                        ("blk.0.attn_output.weight", (H, H)), ("blk.0.ffn_gate.weight", (I, H)),
+                        ("blk.0.ffn_up.weight", (I, H)), ("blk.0.ffn_down.weight", (H, I))]:
+        w.add_tensor(name, rng.standard_normal(shape).astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+    tok = open_model(str(path)).tokenizer
+    assert tok.encode("Hello world") == [1, 15043, 3186] and tok.adds_bos
+    assert tok.decode(tok.encode("Hello world 🦙"), skip_special_tokens=True) == "Hello world 🦙"
+    transformers = pytest.importorskip("transformers")
+    hf = transformers.AutoTokenizer.from_pretrained(str(tmp_path), gguf_file=path.name)
+    for text in ("Hello world", "Cửa Việt 🦙 3333", "def f(x):\n    return x  # done", "нещо на Български"):
+        assert tok.encode(text) == hf.encode(text), text
+    r = subprocess.run([sys.executable, "-m", "fuelcli", "run", str(path), "Hello", "--temp", "0", "-n", "3",
+                        "--no-chat-template"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
