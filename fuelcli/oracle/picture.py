@@ -36,29 +36,29 @@ def _axis(n: int, edges: np.ndarray, pad: int) -> Text:
     return Text(" " * pad + "".join(line), style="dim")
 
 
-def kl_chart(kl: np.ndarray, tol: float, width: int = 64, height: int = 8, title: str = "") -> Text:
-    """kl [n] (per context position; give the max over windows): a bar per bin of positions."""
+def kl_chart(kl: np.ndarray, tol: float, width: int = 64, height: int = 10, title: str = "") -> Text:
+    """kl [n] (per context position; give the max over windows): a bar per bin of positions, one or
+    more whole decades per row (at most `height` rows)."""
     n = len(kl)
     edges = bins(n, width)
     v = binned_max(np.asarray(kl, np.float64), edges)
     logs = np.log10(np.maximum(np.nan_to_num(v, nan=0.0), 10.0 ** FLOOR))
     lo = math.floor(max(FLOOR, min(logs.min(), math.log10(tol) - 1)))
     hi = math.ceil(max(logs.max(), math.log10(tol) + 1))
-    hi = max(hi, lo + 1)
-    eighths = np.clip((logs - lo) / (hi - lo) * height * 8, 0, height * 8).round().astype(int)
+    per_row = math.ceil((hi - lo) / height)
+    rows = math.ceil((hi - lo) / per_row)
+    hi = lo + rows * per_row
+    eighths = np.clip((logs - lo) / per_row * 8, 0, rows * 8).round().astype(int)
+    tol_row = min(rows - 1, max(0, math.ceil((math.log10(tol) - lo) / per_row) - 1))  # the row holding tol
     out = Text(title + "\n" if title else "")
-    pad = 7
-    tol_row = min(height - 1, int((math.log10(tol) - lo) / (hi - lo) * height))
-    for r in range(height - 1, -1, -1):
-        level = lo + (hi - lo) * (r + 1) / height
-        out.append(f"{f'1e{level:.0f}':>5} ┤" if (height - 1 - r) % 2 == 0 else "      │", style="dim")
+    for r in range(rows - 1, -1, -1):
+        out.append(f"{f'1e{lo + (r + 1) * per_row}':>5} ┤", style="dim")
         for c, e in enumerate(eighths):
-            fill = min(8, max(0, e - r * 8))
-            out.append(BLOCKS[fill], style="red" if v[c] > tol else "green")
+            out.append(BLOCKS[min(8, max(0, e - r * 8))], style="red" if v[c] > tol else "green")
         out.append(" ◀ tol\n" if r == tol_row else "\n", style="dim")
     out.append("      └" + "─" * len(eighths) + "\n", style="dim")
-    out.append_text(_axis(n, edges, pad))
-    out.append(f"\n{pad * ' '}context position; red: KL > tol {tol:g}", style="dim")
+    out.append_text(_axis(n, edges, 7))
+    out.append(f"\n{7 * ' '}context position; row tops are the labels; red: KL > tol {tol:g}", style="dim")
     return out
 
 
