@@ -99,8 +99,11 @@ def check_engine_logits(engine, logits: np.ndarray, tokens, path: str, first_pos
                    engine.cfg.num_layers, first_pos)
 
 
-def check_reference_logits(cfg, weights, logits: np.ndarray, tokens) -> None:
+def check_reference_logits(cfg, weights, logits: np.ndarray, tokens, first_pos: int = 0) -> None:
+    """require_finite for logits the reference computed for the last len(logits) of `tokens`."""
     from . import reference
 
+    if first_bad_row(logits) is None:
+        return
     require_finite(logits, "reference", lambda: reference.forward(cfg, weights, tokens, hidden=True)[1], weights,
-                   cfg.num_layers)
+                   cfg.num_layers, first_pos)

@@ -1,8 +1,20 @@
-"""A `tokenizers.Tokenizer` built from GGUF `tokenizer.ggml.*` metadata.
+"""A `tokenizers.Tokenizer` built from GGUF `tokenizer.ggml.*` metadata, matching llama.cpp.
 
-Only byte-level BPE (`tokenizer.ggml.model == "gpt2"`) is built: it is what the Llama-3, Qwen and
-SmolLM families ship. The split regex is not in the file; `tokenizer.ggml.pre` names it, so the
-regexes below are llama.cpp's (llama-vocab.cpp) for the names fuel knows.
+Two vocabulary types (`tokenizer.ggml.model`):
+
+  gpt2   byte-level BPE (Llama-3, Qwen, SmolLM, StarCoder, ...). The split regexes are not in the
+         file: `tokenizer.ggml.pre` names them, and PRE_TOKENIZERS below has llama.cpp's
+         (src/llama-vocab.cpp) for the names fuel accepts. Llama-3's BPE takes a whole pre-token
+         from the vocabulary before any merge (HF `ignore_merges`).
+  llama  SentencePiece BPE (Llama-2, TinyLlama, Mistral): per-token scores, byte fallback to
+         `<0xNN>` tokens, `▁` for spaces, a space put in front of the text (`add_space_prefix`,
+         default on) and BOS added by default. The file has no merges; they are rebuilt from the
+         scores (a pair merges when the piece it forms is in the vocabulary; higher score first),
+         which is what llama.cpp's SPM tokenizer does symbol pair by symbol pair.
+
+Every accepted name passes llama.cpp's tokenizer test vectors (`models/ggml-vocab-*.gguf` with
+`.inp`/`.out`, whose ids come from HF tokenizers): see tests/test_tokenizer_vectors.py. Other
+vocabularies are refused with one line naming what is supported.
 """
 
 from __future__ import annotations
@@ -10,45 +22,64 @@ from __future__ import annotations
 from functools import lru_cache
 
 import tokenizers
-from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers
+from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers
 
 from .errors import InputError
 from .tokenizer import Tokenizer
 from .native import call_quietly
 from .weights.gguf_meta import check_merges
 
-_QWEN2_SPLIT = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
-_LLAMA3_SPLIT = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
+# llama.cpp's regexes (llama-vocab.cpp, llm_tokenizer_bpe), each applied in turn to the pieces the
+# previous one left; matches and the text between them both become pieces.
+_GPT2 = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
+_LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+           r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+          r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+_QWEN35 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"
+           r"| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Written with \x{...} escapes: a literal Greek letter here may be NFC-normalised on the way into
+# the file (U+1F7D becomes U+03CE), which turns a range around.
+_CJK = r"[\x{4E00}-\x{9FA5}\x{800}-\x{4E00}\x{AC00}-\x{D7FF}]+"
+_DEEPSEEK_LLM = [
+    r"[\r\n]",
+    r"\s?[A-Za-z\x{B5}\x{C0}-\x{D6}\x{D8}-\x{F6}\x{F8}-\x{1BA}\x{1BC}-\x{1BF}\x{1C4}-\x{293}\x{295}-\x{2AF}"
+    r"\x{370}-\x{373}\x{376}\x{377}\x{37B}-\x{37D}\x{37F}\x{386}\x{388}-\x{38A}\x{38C}\x{38E}-\x{3A1}"
+    r"\x{3A3}-\x{3F5}\x{3F7}-\x{481}\x{48A}-\x{52F}\x{531}-\x{556}\x{10A0}-\x{10C5}\x{13A0}-\x{13F5}"
+    r"\x{13F8}-\x{13FD}\x{1C90}-\x{1CBA}\x{1CBD}-\x{1CBF}\x{1D00}-\x{1D2B}\x{1D6B}-\x{1D77}\x{1D79}-\x{1D9A}"
+    r"\x{1E00}-\x{1F15}\x{1F18}-\x{1F1D}\x{1F20}-\x{1F45}\x{1F48}-\x{1F4D}\x{1F50}-\x{1F57}\x{1F59}\x{1F5B}"
+    r"\x{1F5D}\x{1F5F}-\x{1F7D}\x{1F80}-\x{1FB4}\x{1FB6}-\x{1FBC}\x{1FBE}\x{1FC2}-\x{1FC4}\x{1FC6}-\x{1FCC}"
+    r"\x{1FD0}-\x{1FD3}\x{1FD6}-\x{1FDB}\x{1FE0}-\x{1FEC}\x{1FF2}-\x{1FF4}\x{1FF6}-\x{1FFC}\x{2102}\x{2107}"
+    r"\x{210A}-\x{2113}\x{2115}\x{2119}-\x{211D}\x{2124}\x{2126}\x{2128}\x{212A}-\x{212D}\x{212F}-\x{2134}"
+    r"\x{2139}\x{213C}-\x{213F}\x{2145}-\x{2149}\x{214E}\x{2183}\x{2184}\x{2C00}-\x{2C7B}\x{2C7E}-\x{2CE4}"
+    r"\x{2CEB}-\x{2CEE}\x{2CF2}\x{2CF3}\x{A640}-\x{A66D}\x{A680}-\x{A69B}\x{A722}-\x{A76F}\x{A771}-\x{A787}"
+    r"\x{A78B}-\x{A78E}\x{AB70}-\x{ABBF}\x{FB00}-\x{FB06}\x{FB13}-\x{FB17}\x{FF21}-\x{FF3A}\x{FF41}-\x{FF5A}"
+    r"\x{10400}-\x{1044F}\x{104B0}-\x{104D3}\x{104D8}-\x{104FB}\x{10C80}-\x{10CB2}\x{10CC0}-\x{10CF2}"
+    r"\x{118A0}-\x{118DF}\x{1E900}-\x{1E943}]+",
+    r"\s?[!-/:-~\x{FF01}-\x{FF0F}\x{FF1A}-\x{FF5E}\x{2018}-\x{201F}\x{3000}-\x{3002}]+",
+    r"\s+$",
+    _CJK,
+    r"\p{N}+",
+]
+_DEEPSEEK_CODER = [r"[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", _CJK, r"\p{N}"]
+_FALCON = [r"[\p{P}\$\+<=>\^~\|`]+", _GPT2, r"[0-9][0-9][0-9]"]
 
-
-def _split(regex: str):
-    return lambda: pre_tokenizers.Sequence(
-        [pre_tokenizers.Split(Regex(regex), behavior="isolated"),
-         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)]
-    )
-
-
-# tokenizer.ggml.pre -> pre-tokenizer factory
+# tokenizer.ggml.pre -> (split regexes in order, ignore_merges). Each group is one llama.cpp
+# pre-tokenizer type; the comment names the test-vector vocabulary that checks it.
 PRE_TOKENIZERS = {
-    "qwen2": _split(_QWEN2_SPLIT),
-    "deepseek-r1-qwen": _split(_QWEN2_SPLIT),
-    "llama-bpe": _split(_LLAMA3_SPLIT),
-    "llama3": _split(_LLAMA3_SPLIT),
-    "smaug-bpe": _split(_LLAMA3_SPLIT),
-    # SmolLM (StarCoder style): every digit alone, then GPT-2's own split (SmolLM2's tokenizer.json).
-    "smollm": lambda: pre_tokenizers.Sequence(
-        [pre_tokenizers.Digits(individual_digits=True),
-         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)]
-    ),
-    "gpt-2": lambda: pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+    **dict.fromkeys(("qwen2", "deepseek-r1-qwen"), ([_QWEN2], False)),  # qwen2
+    "qwen35": ([_QWEN35], False),  # qwen35
+    **dict.fromkeys(("llama-bpe", "llama3", "llama-v3"), ([_LLAMA3], True)),  # llama-bpe
+    # every digit alone, then GPT-2's split (SmolLM2's own tokenizer.json: tests/test_tokenizer.py)
+    **dict.fromkeys(("smollm", "starcoder", "refact", "command-r"), ([r"\p{N}", _GPT2], False)),  # starcoder, refact, command-r
+    **dict.fromkeys(("gpt-2", "mpt"), ([_GPT2], False)),  # gpt-2, mpt
+    "falcon": (_FALCON, False),  # falcon
+    "deepseek-llm": (_DEEPSEEK_LLM, False),  # deepseek-llm
+    "deepseek-coder": (_DEEPSEEK_CODER, False),  # deepseek-coder
 }
+MODELS = ("gpt2 (byte-level BPE)", "llama (SentencePiece)")
 
-CONTROL, USER_DEFINED = 3, 4
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 
 
 @lru_cache(maxsize=1)
@@ -65,46 +96,127 @@ def _byte_alphabet() -> dict:
     return dict(zip(bs, map(chr, cs)))
 
 
-def tokenizer_from_gguf(meta: dict) -> Tokenizer:
-    model = meta.get("tokenizer.ggml.model")
-    if model != "gpt2":
-        raise InputError(f"unsupported GGUF tokenizer model {model!r} (supported: gpt2 = byte-level BPE)")
-    pre = meta.get("tokenizer.ggml.pre", "gpt-2")
-    if pre not in PRE_TOKENIZERS:
-        raise InputError(f"unsupported GGUF tokenizer.ggml.pre {pre!r} (supported: {', '.join(PRE_TOKENIZERS)})")
+def _tokens(meta: dict) -> list:
     tokens = meta.get("tokenizer.ggml.tokens")
+    if not tokens:
+        raise InputError("GGUF metadata lacks tokenizer.ggml.tokens")
+    return tokens
+
+
+def _types(meta: dict, n: int) -> list:
+    types = meta.get("tokenizer.ggml.token_type")
+    return list(types) if types else [NORMAL] * n
+
+
+def _byte_level(meta: dict) -> tuple[tokenizers.Tokenizer, list, list]:
+    pre = meta.get("tokenizer.ggml.pre")
+    if pre not in PRE_TOKENIZERS:
+        got = "none" if pre is None else repr(pre)
+        raise InputError(f"unsupported GGUF tokenizer.ggml.pre {got} for a byte-level BPE vocabulary "
+                         f"(supported: {', '.join(PRE_TOKENIZERS)})")
+    tokens = _tokens(meta)
     merges = meta.get("tokenizer.ggml.merges")
-    if not tokens or merges is None:
-        raise InputError("GGUF metadata lacks tokenizer.ggml.tokens or tokenizer.ggml.merges")
+    if merges is None:
+        raise InputError("GGUF metadata lacks tokenizer.ggml.merges (a byte-level BPE vocabulary needs them)")
+    splits, ignore_merges = PRE_TOKENIZERS[pre]
 
     # Byte-level vocabularies spell every token in the byte alphabet; respell any that is not
-    # (as transformers does) so BPE can reach it.
-    alpha = set(_byte_alphabet().values())
+    # (as transformers does) so BPE can reach it, unless a token already has that spelling
+    # (Command-R stores both "\u200d" and its byte spelling "âĢį": llama.cpp finds the latter).
+    # A user-defined token keeps its own text ("  " in MPT): it is matched whole, never by BPE.
     spell = _byte_alphabet()
-    vocab = {}
-    for i, t in enumerate(tokens):
-        if not set(t) <= alpha:
-            t = "".join(spell[b] for b in t.encode("utf-8"))
+    alpha = set(spell.values())
+    types = _types(meta, len(tokens))
+    vocab, respelled = {}, []
+    for i, (t, ty) in enumerate(zip(tokens, types)):
+        if set(t) <= alpha or ty == USER_DEFINED:
+            vocab.setdefault(t, i)
+        else:
+            respelled.append(("".join(spell[b] for b in t.encode("utf-8")), i))
+    for t, i in respelled:
         vocab.setdefault(t, i)
     try:  # tokenizers panics on a merge whose result is no token: diagnose after, not on every start
         bpe = call_quietly(models.BPE, vocab=vocab, merges=[tuple(m.split(" ", 1)) for m in merges], dropout=None,
-                           continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False)
+                           continuing_subword_prefix="", end_of_word_suffix="", fuse_unk=False,
+                           ignore_merges=ignore_merges)
     except RuntimeError as e:
         check_merges(vocab, merges)
         raise InputError(f"GGUF tokenizer metadata cannot be built into a BPE tokenizer: {e}") from None
     tok = tokenizers.Tokenizer(bpe)
-    tok.pre_tokenizer = PRE_TOKENIZERS[pre]()
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Split(Regex(r), behavior="isolated") for r in splits]
+        + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok.decoder = decoders.ByteLevel()
 
     # Control tokens (<|im_start|>, ...) are matched whole and skipped on decode; user-defined
     # ones are matched whole but kept. A "control" token outside the byte alphabet is a
     # llama.cpp mislabel and is left alone (as transformers does).
-    types = meta.get("tokenizer.ggml.token_type") or []
     control = [AddedToken(t, normalized=False, special=True)
                for t, ty in zip(tokens, types) if ty == CONTROL and set(t) <= alpha]
     user = [AddedToken(t, normalized=False, special=False) for t, ty in zip(tokens, types) if ty == USER_DEFINED]
-    tok.add_special_tokens(control)
+    return tok, control, user
+
+
+def _spm_merges(tokens: list, scores: list, types: list) -> list:
+    """Every split of a normal token into two vocabulary pieces, best merged score first: BPE over
+    these ranks takes, at each step, the adjacent pair whose joined piece scores highest, as
+    llama.cpp's SPM tokenizer (llm_tokenizer_spm_session) does."""
+    index = {t: i for i, t in enumerate(tokens)}
+    merges = []
+    for i, t in enumerate(tokens):
+        if types[i] != NORMAL:
+            continue
+        for k in range(1, len(t)):
+            left, right = t[:k], t[k:]
+            if left in index and right in index:
+                merges.append((-scores[i], index[left], left, right))
+    merges.sort()
+    return [(left, right) for _, _, left, right in merges]
+
+
+def _sentencepiece(meta: dict) -> tuple[tokenizers.Tokenizer, list, list]:
+    tokens = _tokens(meta)
+    scores = meta.get("tokenizer.ggml.scores")
+    if not scores or len(scores) != len(tokens):
+        raise InputError("GGUF metadata lacks tokenizer.ggml.scores for every token "
+                         "(a SentencePiece vocabulary needs them)")
+    types = _types(meta, len(tokens))
+    if len(types) != len(tokens):
+        raise InputError(f"GGUF tokenizer.ggml.token_type has {len(types)} entries for {len(tokens)} tokens")
+    unk = meta.get("tokenizer.ggml.unknown_token_id")
+    unk = tokens[unk] if isinstance(unk, int) and 0 <= unk < len(tokens) else None
+    vocab = {}
+    for i, t in enumerate(tokens):
+        vocab.setdefault(t, i)
+    bpe = models.BPE(vocab=vocab, merges=_spm_merges(tokens, scores, types), dropout=None, unk_token=unk,
+                     fuse_unk=True, byte_fallback=True)
+    tok = tokenizers.Tokenizer(bpe)
+    prefix = bool(meta.get("tokenizer.ggml.add_space_prefix", True))
+    # llama.cpp puts one space before the text (and after every special token), whatever it starts
+    # with: a normalizer, not Metaspace (which skips text already starting with a space).
+    steps = ([normalizers.Prepend("▁")] if prefix else []) + [normalizers.Replace(" ", "▁")]
+    tok.normalizer = normalizers.Sequence(steps)
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
+                                    + ([decoders.Strip(" ", 1, 0)] if prefix else []))
+    special = [AddedToken(t, normalized=False, special=True)
+               for t, ty in zip(tokens, types) if ty in (CONTROL, UNKNOWN)]
+    user = [AddedToken(t, normalized=False, special=False) for t, ty in zip(tokens, types) if ty == USER_DEFINED]
+    return tok, special, user
+
+
+def tokenizer_from_gguf(meta: dict) -> Tokenizer:
+    model = meta.get("tokenizer.ggml.model")
+    if model == "gpt2":
+        tok, special, user = _byte_level(meta)
+        add_bos_default = meta.get("tokenizer.ggml.pre") in ("llama-bpe", "llama3", "llama-v3")  # llama.cpp
+    elif model == "llama":
+        tok, special, user = _sentencepiece(meta)
+        add_bos_default = True  # llama.cpp's default for SentencePiece vocabularies
+    else:
+        raise InputError(f"unsupported GGUF tokenizer model {model!r} (supported: {', '.join(MODELS)})")
+    tok.add_special_tokens(special)
     tok.add_tokens(user)
+    tokens = meta["tokenizer.ggml.tokens"]
 
     def token(key):
         i = meta.get(f"tokenizer.ggml.{key}")
@@ -115,6 +227,6 @@ def tokenizer_from_gguf(meta: dict) -> Tokenizer:
         chat_template=meta.get("tokenizer.chat_template"),
         bos_token=token("bos_token_id"),
         eos_token=token("eos_token_id"),
-        add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", False)),
+        add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", add_bos_default)),
         add_eos=bool(meta.get("tokenizer.ggml.add_eos_token", False)),
     )

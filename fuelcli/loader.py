@@ -51,3 +51,17 @@ def open_model(model: str, revision: str | None = None, hf_file: str | None = No
     from .weights.safetensors import checkpoint_bytes
 
     return Model(source, load_hf_config(source.path, checkpoint_bytes(source.path)))
+
+
+def open_tokenizer(model: str, revision: str | None = None):
+    """(source, Tokenizer) for MODEL without reading weights or config: a .gguf file's metadata
+    (a vocabulary-only file will do), or a directory (or hub repo) with a tokenizer.json."""
+    source = resolve(model, revision, tokenizer_only=True)
+    if source.kind == "gguf":
+        from .gguf_tokenizer import tokenizer_from_gguf
+        from .weights.gguf import read_gguf
+
+        return source, tokenizer_from_gguf(read_gguf(source.path, tensors=False).meta)
+    from .tokenizer import Tokenizer
+
+    return source, Tokenizer.from_dir(source.path)

@@ -88,9 +88,9 @@ def moe(cfg: ModelConfig, layer, x: np.ndarray) -> np.ndarray:
 
 
 @np.errstate(all="ignore")  # NaN/inf weights or float32 overflow: no warnings, the caller checks (finite.py)
-def forward(cfg: ModelConfig, weights: ModelWeights, tokens, hidden: bool = False):
-    """Logits [T, vocab] for every position; with hidden=True also the residual stream after the
-    embedding and after each layer, [L+1, T, H] (the engine's hidden_out)."""
+def trunk(cfg: ModelConfig, weights: ModelWeights, tokens, hidden: bool = False):
+    """The final-normed hidden states [T, H] (what the output head reads); with hidden=True also the
+    residual stream after the embedding and after each layer, [L+1, T, H]."""
     tokens = list(tokens)
     T = len(tokens)
     cos, sin = cos_sin(cfg.rope, cfg.head_dim, T)
@@ -101,5 +101,22 @@ def forward(cfg: ModelConfig, weights: ModelWeights, tokens, hidden: bool = Fals
         h = rmsnorm(x, layer.ffn_norm, cfg.rms_norm_eps)
         x = x + (moe(cfg, layer, h) if cfg.moe_layers[i] else swiglu(h, layer.gate, layer.up, layer.down))
         states.append(x)
-    logits = linear(rmsnorm(x, weights.final_norm, cfg.rms_norm_eps), weights.output).astype(np.float32)
-    return (logits, np.stack(states).astype(np.float32)) if hidden else logits
+    out = rmsnorm(x, weights.final_norm, cfg.rms_norm_eps)
+    return (out, np.stack(states).astype(np.float32)) if hidden else out
+
+
+@np.errstate(all="ignore")
+def head(weights: ModelWeights, x: np.ndarray, output: np.ndarray | None = None) -> np.ndarray:
+    """Logits [T, vocab] float32 of final-normed states; `output` is the dequantised output matrix
+    when the caller keeps it across calls (a long text's rows go through in slices)."""
+    w = dequantize(weights.output) if output is None else output
+    return (x @ w.T).astype(np.float32)
+
+
+def forward(cfg: ModelConfig, weights: ModelWeights, tokens, hidden: bool = False):
+    """Logits [T, vocab] for every position; with hidden=True also the residual stream after the
+    embedding and after each layer, [L+1, T, H] (the engine's hidden_out)."""
+    out = trunk(cfg, weights, tokens, hidden)
+    x, states = out if hidden else (out, None)
+    logits = head(weights, x)
+    return (logits, states) if hidden else logits

@@ -28,6 +28,9 @@ HUB_PATTERNS = [
     "chat_template.jinja",
 ]
 
+# What `fuel inspect tokens` needs: no weights.
+TOKENIZER_PATTERNS = ["tokenizer.json", "tokenizer_config.json", "config.json", "chat_template.jinja"]
+
 # owner/name as the hub spells them; anything path-like ("./x", "/x", "a/b/c") is not a repo id.
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[A-Za-z0-9][\w.\-]*$")
 _QUANT_TAG = re.compile(r"^[A-Za-z0-9][\w.\-]*$")
@@ -40,14 +43,17 @@ class ModelSource:
     name: str  # display name: repo id, directory name or file name
 
 
-def resolve(model: str, revision: str | None = None, hf_file: str | None = None) -> ModelSource:
+def resolve(model: str, revision: str | None = None, hf_file: str | None = None,
+            tokenizer_only: bool = False) -> ModelSource:
+    """tokenizer_only: a directory needs only tokenizer.json, and a hub repo gives only its tokenizer
+    files (a GGUF repo still its one .gguf file)."""
     try:
         path = Path(model).expanduser()
     except RuntimeError:  # ~user of no such user: the name as given
         path = Path(model)
     if is_present(path):
         _no_hf_file(hf_file, model)
-        return _local(path)
+        return _local(path, tokenizer_only)
     demo = _demo(model)
     if demo is not None:
         _no_hf_file(hf_file, model)
@@ -58,7 +64,7 @@ def resolve(model: str, revision: str | None = None, hf_file: str | None = None)
             raise InputError(f"give {model} or --hf-file, not both")
         if quant or hf_file:
             return _hub_gguf(repo, quant or None, hf_file, revision)
-        return _hub(repo, revision)
+        return _hub(repo, revision, tokenizer_only)
     raise ModelNotFound(f"{model}: no such file or directory, demo alias or hub repo id (owner/name)")
 
 
@@ -67,8 +73,12 @@ def _no_hf_file(hf_file: str | None, model: str):
         raise InputError(f"--hf-file picks a file of a hub repo; {model} is a local path or demo alias")
 
 
-def _local(path: Path) -> ModelSource:
+def _local(path: Path, tokenizer_only: bool = False) -> ModelSource:
     if path.is_dir():
+        if tokenizer_only:
+            if not is_present(path / "tokenizer.json"):
+                raise InputError(f"{path}: directory has no tokenizer.json")
+            return ModelSource("dir", path.resolve(), path.resolve().name)
         if not is_present(path / "config.json"):
             raise InputError(f"{path}: directory has no config.json (expected an HF model directory)")
         return ModelSource("dir", path.resolve(), path.resolve().name)
@@ -112,14 +122,19 @@ def _hub_errors(what: str):
         raise ModelNotFound(f"{what}: hub error: {type(e).__name__}: {first}") from e
 
 
-def _hub(repo_id: str, revision: str | None) -> ModelSource:
+def _hub(repo_id: str, revision: str | None, tokenizer_only: bool = False) -> ModelSource:
     # Imported here: it is slow to import and only this path needs it.
     import huggingface_hub
 
     what = repo_id + (f" (revision {revision})" if revision else "")
+    patterns = TOKENIZER_PATTERNS if tokenizer_only else HUB_PATTERNS
     with _hub_errors(what):
         # huggingface_hub itself honours HF_HOME / HF_HUB_CACHE / HF_HUB_OFFLINE / HF_ENDPOINT / HF_TOKEN.
-        folder = Path(huggingface_hub.snapshot_download(repo_id, revision=revision, allow_patterns=HUB_PATTERNS))
+        folder = Path(huggingface_hub.snapshot_download(repo_id, revision=revision, allow_patterns=patterns))
+    if tokenizer_only and (folder / "tokenizer.json").is_file():
+        return ModelSource("dir", folder, repo_id)
+    if tokenizer_only and (folder / "config.json").is_file():
+        raise ModelNotFound(f"{what}: the repo has no tokenizer.json")
     if not (folder / "config.json").is_file():
         # a repo of GGUF files: llama.cpp's default quant, as `llama-cli -hf owner/name` would take
         return _hub_gguf(repo_id, None, None, revision)

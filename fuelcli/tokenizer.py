@@ -194,12 +194,28 @@ class Tokenizer:
     def backend(self) -> tokenizers.Tokenizer:
         return self._tok
 
-    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+    def encode(self, text: str, add_special_tokens: bool = True, parse_special: bool = True) -> list[int]:
+        """parse_special=False reads special-token text ("<|im_end|>") as plain text, as llama.cpp's
+        tokenizer does by default (llama-perplexity, the tokenizer test vectors)."""
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as e:  # argv bytes that were not UTF-8 arrive as lone surrogates
             raise InputError(f"the text is not valid UTF-8 (an undecodable byte at character {e.start})") from None
-        return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+        if parse_special:
+            return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+        self._tok.encode_special_tokens = True
+        try:
+            return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+        finally:
+            self._tok.encode_special_tokens = False
+
+    @property
+    def adds_bos(self) -> bool:
+        """Whether encoding with special tokens puts BOS in front."""
+        if self.bos_token_id is None:
+            return False
+        return self._tok.encode("a", add_special_tokens=True).ids[:1] == [self.bos_token_id] != \
+            self._tok.encode("a", add_special_tokens=False).ids[:1]
 
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
@@ -207,6 +223,21 @@ class Tokenizer:
     def token_text(self, ids) -> list[str]:
         """Each id decoded on its own (byte pieces of a split character show as U+FFFD)."""
         return [self._tok.decode([int(i)], skip_special_tokens=False) for i in ids]
+
+    def pieces(self, ids) -> list[str]:
+        """The text each id adds after the one before it (a SentencePiece word keeps its leading
+        space, which decoding a token alone strips); a token holding part of a character shows as
+        U+FFFD."""
+        ids = [int(i) for i in ids]
+        out = []
+        for i, t in enumerate(ids):
+            if i:
+                prev, both = self.decode(ids[i - 1:i]), self.decode(ids[i - 1:i + 1])
+                if both.startswith(prev) and "\ufffd" not in prev:
+                    out.append(both[len(prev):])
+                    continue
+            out.append(self.decode([t]))
+        return out
 
     def is_special(self, token_id: int) -> bool:
         """True for the ids decode(skip_special_tokens=True) drops."""

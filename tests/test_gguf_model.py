@@ -186,11 +186,22 @@ def test_config_from_metadata():
 
 
 def test_tokenizer_errors():
-    meta = {"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": ["a"]}
-    with pytest.raises(InputError, match="unsupported GGUF tokenizer model 'llama'"):
+    meta = {"tokenizer.ggml.model": "bert", "tokenizer.ggml.tokens": ["a"]}
+    with pytest.raises(InputError, match="unsupported GGUF tokenizer model 'bert'.*gpt2.*llama"):
         tokenizer_from_gguf(meta)
     with pytest.raises(InputError, match="tokenizer.ggml.pre 'mystery'.*qwen2.*llama-bpe.*smollm"):
         tokenizer_from_gguf({**meta, "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "mystery"})
+    with pytest.raises(InputError, match="tokenizer.ggml.pre none"):
+        tokenizer_from_gguf({**meta, "tokenizer.ggml.model": "gpt2"})
+    with pytest.raises(InputError, match="tokenizer.ggml.merges"):
+        tokenizer_from_gguf({**meta, "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "qwen2"})
+    with pytest.raises(InputError, match="tokenizer.ggml.scores"):
+        tokenizer_from_gguf({**meta, "tokenizer.ggml.model": "llama"})
+    with pytest.raises(InputError, match="tokenizer.ggml.scores"):
+        tokenizer_from_gguf({**meta, "tokenizer.ggml.model": "llama", "tokenizer.ggml.scores": [0.0, 1.0]})
+    with pytest.raises(InputError, match="token_type has 2 entries for 1 tokens"):
+        tokenizer_from_gguf({**meta, "tokenizer.ggml.model": "llama", "tokenizer.ggml.scores": [0.0],
+                             "tokenizer.ggml.token_type": [1, 1]})
 
 
 # ----------------------------------------------------------------- real files: tokenizer

@@ -102,7 +102,7 @@ def test_saved_oracle_logits_must_be_finite(tmp_path):
     np.save(tmp_path / "o.npy", bad)
     with pytest.raises(Exception) as e:
         diff(m, [1, 2, 3], str(tmp_path / "o.npy"))
-    assert "the saved logits at position 1 are NaN or inf" in str(e.value)
+    assert "the saved logits at position (row) 1 are NaN or inf" in str(e.value)
 
 
 def test_generation_stops_at_the_first_non_finite_step(tmp_path):

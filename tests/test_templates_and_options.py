@@ -107,7 +107,7 @@ def test_tolerances_that_mean_something():
 
 def test_a_nan_kl_never_passes():
     """Defence in depth behind the option check: a verdict with NaN in it is a mismatch."""
-    from fuelcli.oracle import DiffResult, PositionDiff
+    from fuelcli.oracle.report import DiffResult, PositionDiff
 
     r = DiffResult("o", "decode", [1], 0, [PositionDiff(0, 1, "decode", float("nan"), 1, 1, float("nan"))],
                    tol=1e-3, min_top1=1.0, atol=1.0)

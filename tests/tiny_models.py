@@ -262,3 +262,19 @@ if __name__ == "__main__":  # python tests/tiny_models.py OUT_DIR
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/fuel_tiny")
     for c, p in write_all(out).items():
         print(c, p)
+
+
+def write_byte_tokenizer(d: Path) -> Path:
+    """d/tokenizer.json whose ids are the bytes of the text (GPT-2's byte alphabet, no merges): a
+    tokenizer for the tiny checkpoints (VOCAB = 256), so text commands run on them."""
+    import tokenizers
+    from tokenizers import decoders, models, pre_tokenizers
+
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    others = [b for b in range(256) if b not in printable]
+    spelling = {b: chr(b) for b in printable} | {b: chr(256 + i) for i, b in enumerate(others)}
+    tok = tokenizers.Tokenizer(models.BPE(vocab={ch: b for b, ch in spelling.items()}, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.save(str(Path(d) / "tokenizer.json"))
+    return Path(d)

@@ -1,15 +1,16 @@
-"""`fuel inspect mask-plan|config|weights|rope MODEL`: how a model is built, as rich tables or --json."""
+"""`fuel inspect mask-plan|config|weights|rope|tokens MODEL`: how a model is built, as rich tables or --json."""
 
 import json
 from typing import Optional
 
 import typer
 
+from ..errors import InputError
 from .app import app
 from .options import HfFile, Json, ModelArg, Revision
 
 inspect_app = typer.Typer(no_args_is_help=True, add_completion=False, rich_markup_mode=None,
-                          help="Show how a model is built: mask plan, config, weights, RoPE.")
+                          help="Show how a model is built: mask plan, config, weights, RoPE, tokens.")
 app.add_typer(inspect_app, name="inspect")
 
 
@@ -143,3 +144,31 @@ def rope_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[str
     con.print(t)
     if v["band_counts"]:
         con.print("bands: " + ", ".join(f"{k} {n}" for k, n in v["band_counts"].items()), highlight=False)
+
+
+@inspect_app.command("tokens")
+def tokens_cmd(model: str = ModelArg,
+               text: Optional[str] = typer.Option(None, "--text", help="the text to tokenize"),
+               file: Optional[str] = typer.Option(None, "--file", help="a UTF-8 file to tokenize"),
+               special: bool = typer.Option(False, "--special", help="add the BOS/EOS the model adds and match "
+                                            "special-token text (default: plain text, as llama.cpp's "
+                                            "tokenizer tests)"),
+               as_json: bool = Json, revision: Optional[str] = Revision):
+    """The token ids (and pieces) MODEL's tokenizer gives a text: fuel's llama-tokenize. Needs only
+    the tokenizer: a vocabulary-only .gguf or a directory with just tokenizer.json will do."""
+    from ..loader import open_tokenizer
+    from ..oracle.windows import read_text
+
+    if (text is None) == (file is None):
+        raise InputError("give exactly one of --text and --file")
+    source, tok = open_tokenizer(model, revision)
+    ids = tok.encode(read_text(file) if file is not None else text, add_special_tokens=special,
+                     parse_special=special)
+    if as_json:
+        return _dump({"ids": ids})
+    pieces = tok.pieces(ids)
+    t = _table(f"{source.name}: {len(ids)} tokens" + (" (with special tokens)" if special else ""),
+               ("#", "right"), ("id", "right"), "piece", "vocabulary entry")
+    for i, (tid, piece) in enumerate(zip(ids, pieces)):
+        _row(t, str(i), str(tid), repr(piece), tok.backend.id_to_token(tid))
+    _console().print(t)

@@ -154,17 +154,21 @@ def _decode(b: bytes) -> str:
 _SPLIT_NAME = re.compile(r"^(?P<prefix>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
 
 
-def read_gguf(path: str | os.PathLike) -> GGUFFile:
+def read_gguf(path: str | os.PathLike, tensors: bool = True) -> GGUFFile:
     """Parse the header of a GGUF file (every part of a split model, given any part) and map its
     tensors without copying their data.
 
     Held to what llama.cpp's gguf.cpp requires: unique keys and tensor names, a power-of-two
     alignment, at most GGML_MAX_DIMS dims, tensors packed in info order at aligned offsets and
     nothing after the last one (a tensor count lower than the tensors written shows up there).
-    Metadata values of the keys fuel reads are type-checked here too (gguf_meta.py)."""
-    gf = _read_one(os.fspath(path))
+    Metadata values of the keys fuel reads are type-checked here too (gguf_meta.py).
+
+    With tensors=False only the metadata (of the file given) is read, as a tokenizer needs nothing
+    else: no tensor is listed or checked, so a vocabulary-only file, or one with tensor types fuel
+    cannot run, still opens."""
+    gf = _read_one(os.fspath(path), tensors)
     count = gf.meta.get("split.count", 1)
-    if not isinstance(count, int) or count <= 1:
+    if not tensors or not isinstance(count, int) or count <= 1:
         return gf
     return _read_split(gf, count)
 
@@ -200,7 +204,7 @@ def _read_split(gf: GGUFFile, count: int) -> GGUFFile:
                     parts=tuple(paths))
 
 
-def _read_one(path: str) -> GGUFFile:
+def _read_one(path: str, tensors: bool = True) -> GGUFFile:
     """One GGUF file: header parsed, tensors mapped."""
     with open_regular(path) as fh:
         try:
@@ -228,7 +232,7 @@ def _read_one(path: str) -> GGUFFile:
                 raise ValueError(f"key {key!r} appears twice")
             meta[key] = cur.value(cur.u32())
         infos = []
-        for _ in range(n_tensors):
+        for _ in range(n_tensors if tensors else 0):
             name = cur.string()
             n_dims = cur.u32()
             if n_dims > MAX_DIMS:
@@ -241,11 +245,14 @@ def _read_one(path: str) -> GGUFFile:
         raise InputError(f"{path}: corrupt GGUF header ({e})") from None
 
     check_metadata(path, meta)
+    if not tensors:
+        return GGUFFile(path=path, version=version, alignment=DEFAULT_ALIGNMENT, meta=meta, tensors={}, size=size,
+                        _mmap=mm)
     alignment = meta.get("general.alignment", DEFAULT_ALIGNMENT)
     data_offset = -(-cur.pos // alignment) * alignment
 
     whole = np.frombuffer(mm, dtype=np.uint8)  # read-only view of the whole file
-    tensors: dict[str, Tensor] = {}
+    views: dict[str, Tensor] = {}
     supported = ", ".join(FORMATS)
     packed = 0  # where the next tensor must start, relative to the data section
     for name, dims, gtype, offset in infos:
@@ -272,10 +279,10 @@ def _read_one(path: str) -> GGUFFile:
         if offset != packed:
             raise InputError(f"{path}: tensor {name!r} is at offset {offset} of the data section, expected {packed} "
                              "(tensors are packed in order, each aligned: overlapping or misplaced data)")
-        if name in tensors:
+        if name in views:
             raise InputError(f"{path}: tensor {name!r} appears twice")
         data = whole[start : start + nbytes].reshape(shape[:-1] + (rb,))
-        tensors[name] = Tensor(name=name, fmt=fmt.name, shape=shape, data=data)
+        views[name] = Tensor(name=name, fmt=fmt.name, shape=shape, data=data)
         packed += -(-nbytes // alignment) * alignment
     end = data_offset + packed if infos else data_offset
     if size > end:
@@ -283,7 +290,7 @@ def _read_one(path: str) -> GGUFFile:
                          "(a tensor count lower than the tensors written, or trailing data)")
 
     return GGUFFile(
-        path=path, version=version, alignment=alignment, meta=meta, tensors=tensors,
+        path=path, version=version, alignment=alignment, meta=meta, tensors=views,
         data_offset=data_offset, size=size, _mmap=mm,
     )
 

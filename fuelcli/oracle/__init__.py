@@ -1,0 +1,22 @@
+"""Compare fuel's fast path with an oracle (`fuel diff`): per position KL(oracle ‖ fuel), max|Δ| of
+the logits and top-1 agreement; per layer max|Δ| of the residual stream; over long texts, in
+llama-perplexity windows, the perplexity of both sides.
+
+    tolerances.py  default thresholds (measured) and window sizes
+    metrics.py     per-position reductions, block by block (bounded memory)
+    fuel_side.py   fuel's engine over a window, as blocks of logits
+    oracles.py     self, transformers, llama.cpp, saved logits: the same blocks from the oracle
+    windows.py     a text file as llama-perplexity windows
+    compare.py     diff (a short token list) and diff_text (a long text)
+    report.py      results, verdicts, JSON
+    provenance.py  what was compared (versions, model SHA-256)
+    picture.py     KL against position (and per-layer divergence) in the terminal; plot.py: PNG/SVG
+"""
+
+from .compare import diff, diff_text
+from .metrics import kl_div
+from .tolerances import (DEFAULT_CTX, DEFAULT_DECODE_STEPS, DEFAULT_LAYER_RTOL, DEFAULT_MIN_TOP1,
+                         DEFAULT_TOL)
+
+__all__ = ["diff", "diff_text", "kl_div", "DEFAULT_CTX", "DEFAULT_DECODE_STEPS", "DEFAULT_LAYER_RTOL",
+           "DEFAULT_MIN_TOP1", "DEFAULT_TOL"]
