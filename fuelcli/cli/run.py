@@ -48,9 +48,11 @@ def run(
     ids = tok.encode_prompt(prompt, system=system, chat=not no_chat_template)
     if len(ids) >= m.cfg.max_position:
         raise InputError(f"the prompt has {len(ids)} tokens; the model's context is {m.cfg.max_position}")
+    from ..backends import resolve_device
+
+    if not quiet and resolve_device(device) == "cpu" and not kernels_cached(m.weights):
+        err("compiling fuel's kernels (first run only; cached afterwards)...")
     engine = make_engine(m.cfg, m.weights, n_ctx=len(ids) + max_tokens, device=device)
-    if not quiet and engine.device == "cpu" and not kernels_cached():
-        err("compiling fuel's kernels (first run only, about a minute; cached afterwards)...")
     stats = Stats()
     interrupted = False
     stops = [unescape(s) for s in stop]
