@@ -100,7 +100,37 @@ def test_quantize_roundtrip(fmt):
 
 # ----------------------------------------------------------------- CPU kernels, every ISA
 
+from numba import njit  # noqa: E402
+
 from fuelcli.backends.cpu import llvm  # noqa: E402
+from fuelcli.backends.cpu import matmul as M  # noqa: E402
+
+# the kernels' numba entry points are helpers only jitted code calls (jit.helper): jit them here
+
+
+@njit(cache=True)
+def quantize_rows(x, xq, xs, xf, core):
+    M.quantize_rows(x, xq, xs, xf, core)
+
+
+@njit(cache=True)
+def matmul(x, xq, xs, xf, w_addr, n_rows, row_bytes, code, kern, out):
+    M.matmul(x, xq, xs, xf, w_addr, n_rows, row_bytes, code, kern, out)
+
+
+@njit(cache=True)
+def dequant_row(kern, code, row_addr, K, out):
+    M.dequant_row(kern, code, row_addr, K, out)
+
+
+@njit(cache=True)
+def silu_mul(gate, up, core):
+    M.silu_mul(gate, up, core)
+
+
+@njit(cache=True)
+def attention(q, k_cache, v_cache, pos0, window, n_heads, n_kv, out, core):
+    M.attention(q, k_cache, v_cache, pos0, window, n_heads, n_kv, out, core)
 
 ISAS = [pytest.param(n, marks=pytest.mark.skipif(not llvm.supported(n), reason=f"CPU lacks {n}")) for n in llvm.ISAS]
 QUANT = ["q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q6_k"]
@@ -112,8 +142,6 @@ F32_REL_TOL = 1e-5  # float formats: f32 products, only the summation order diff
 
 
 def _kern(isa_name, fmts):
-    from fuelcli.backends.cpu import matmul as M
-
     isa = llvm.ISAS[isa_name]
     return M.kernel_table([FORMATS[f].code for f in fmts], isa), M.core_table(isa, 64)
 
@@ -128,8 +156,6 @@ def _x_cases(K):
 
 
 def _quantized(x, core):
-    from fuelcli.backends.cpu.matmul import quantize_rows
-
     T, K = x.shape
     xq, xs, xf = np.empty(T * K, np.int16), np.empty(T * K // 32, np.float32), np.empty(T * K // 32, np.float32)
     quantize_rows(x, xq, xs, xf, core)
@@ -137,8 +163,6 @@ def _quantized(x, core):
 
 
 def _matmul(x, raw, fmt, kern, core):
-    from fuelcli.backends.cpu.matmul import matmul
-
     xq, xs, xf = _quantized(x, core) if x.shape[1] % 32 == 0 else (np.empty(1, np.int16),) + (np.empty(1, np.float32),) * 2
     out = np.full((x.shape[0], raw.shape[0]), np.nan, np.float32)
     matmul(x, xq, xs, xf, raw.ctypes.data, raw.shape[0], raw.shape[1], FORMATS[fmt].code, kern, out)
@@ -148,8 +172,6 @@ def _matmul(x, raw, fmt, kern, core):
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("fmt", list(FORMATS))
 def test_dequant_kernel_exact(isa, fmt):
-    from fuelcli.backends.cpu.matmul import dequant_row
-
     f = FORMATS[fmt]
     ncols = 512
     raw = random_rows(fmt, 4, ncols, seed=10 + f.code)
@@ -162,8 +184,6 @@ def test_dequant_kernel_exact(isa, fmt):
 
 
 def test_dequant_kernel_f16_every_bit_pattern():
-    from fuelcli.backends.cpu.matmul import dequant_row
-
     raw = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.uint8)
     out = np.empty(1 << 16, np.float32)
     kern, _ = _kern(llvm.host_isa().name, ["f16"])
@@ -293,8 +313,6 @@ def test_float_formats(isa, fmt):
 
 @pytest.mark.parametrize("isa", ISAS)
 def test_silu_mul(isa):
-    from fuelcli.backends.cpu.matmul import silu_mul
-
     _, core = _kern(isa, [])
     rng = np.random.default_rng(0)
     for n in (128, 100):  # a vector tail
@@ -325,9 +343,8 @@ def _attention_ref(q, k, v, pos0, window, nh, nkv):
 def test_attention(isa, hd):
     """Causal and windowed, GQA, a query at the cache's last position (no row past it is read),
     key counts that are not a multiple of the vector."""
-    from fuelcli.backends.cpu.matmul import attention, core_table
 
-    core = core_table(llvm.ISAS[isa], hd)
+    core = M.core_table(llvm.ISAS[isa], hd)
     rng = np.random.default_rng(hd)
     nh, nkv, n_ctx = 6, 2, 50
     k = rng.standard_normal((n_ctx, nkv, hd)).astype(np.float32)

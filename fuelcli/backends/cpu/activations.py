@@ -9,6 +9,7 @@ import numpy as np
 
 from ...config import ModelConfig
 from ...formats import ACTIVATION_BLOCK
+from .matmul import DESC_COLS, DESC_ROWS
 
 
 class Activations(NamedTuple):
@@ -30,6 +31,7 @@ class Activations(NamedTuple):
     xq: np.ndarray  # [rows * K] int16: an input quantised for the block-format kernels (K <= max_k)
     xs: np.ndarray  # [rows * K / 32] its block scales
     xf: np.ndarray  # [rows * K / 32] its block sums
+    desc: np.ndarray  # [3, 13] int64: the task kernels of one parallel loop (matmul.batch)
 
 
 def allocate(cfg: ModelConfig, rows: int) -> Activations:
@@ -46,6 +48,7 @@ def allocate(cfg: ModelConfig, rows: int) -> Activations:
         expert_w=f32(k), egate=f32(1, max(cfg.moe_intermediate_size, 1)),
         eup=f32(1, max(cfg.moe_intermediate_size, 1)), ey=f32(1, H),
         xq=np.zeros(rows * nb * ACTIVATION_BLOCK, np.int16), xs=f32(rows * nb), xf=f32(rows * nb),
+        desc=np.zeros((DESC_ROWS, DESC_COLS), np.int64),
     )
 
 

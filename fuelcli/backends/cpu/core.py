@@ -1,10 +1,14 @@
-"""Format-independent kernels as IR: activation quantisation, SwiGLU's gate, attention.
+"""Format-independent kernels as IR: activation quantisation, norms, RoPE, SwiGLU's gate, attention.
 
 Every kernel is a task kernel `void f(i64 task, i64 a0, ..., i64 a10)` (TASK_ARGS arguments): numba
 runs `n` of them in one parallel loop (matmul.run_tasks) or calls one directly.
 
   quantize(t, x, ldx, K, xq, xs, xf)       row t of x -> int16 per 32-block (matmul.py says why)
   silu_mul(t, gate, up, n)                 gate[t] <- silu(gate[t]) * up[t]
+  rmsnorm(t, x, y, w, out, n, eps)         x[t] += y[t] (the residual), out[t] = RMSNorm(x[t]) * w
+  rope(t, x, bias, norm, nh, hd, pos0, cos, sin, eps)   + bias, per-head RMSNorm, rotate-half RoPE
+  kv_store(t, k, v, kc, vc, pos0, n)       K and V rows into the cache
+  batch(task, desc, n)                     several task kernels in one parallel loop
   attention(task, q, k, v, out, pos0, window, n_heads, n_kv, T)
       task = (t, head): causal softmax(q k^T / sqrt(hd)) v over the cache of one layer
       ([n_ctx, n_kv, hd] each). Keys go by blocks of L: L dot products reduced into one vector of
@@ -134,6 +138,146 @@ def _attention(isa, mod, name, hd):
     bd.ret_void()
 
 
+def _row_loop(bd, n, L, step):
+    """step(i, w) for i in 0..n by vectors of w = L lanes, then one lane at a time."""
+    nv = bd.mul(bd.udiv(n, c64(L)), c64(L))
+    with Loop(bd, 0, nv, L) as i:
+        step(i, L)
+    with Loop(bd, nv, n) as i:
+        step(i, 1)
+
+
+def _vload(bd, p, i, w):
+    return bd.load(bd.bitcast(bd.gep(p, [i]), vec(F32T, w).as_pointer()), align=4)
+
+
+def _vstore(bd, v, p, i):
+    bd.store(v, bd.bitcast(bd.gep(p, [i]), v.type.as_pointer()), align=4)
+
+
+def _sum_squares(bd, x, n, L):
+    acc = Var(bd, splat_c(F32T, 0.0, L))
+    tail = Var(bd, ir.Constant(F32T, 0.0))
+
+    def step(i, w):
+        v = _vload(bd, x, i, w)
+        if w == L:
+            acc.set(fmuladd(bd, v, v, acc.get()))
+        else:
+            e = bd.extract_element(v, ir.Constant(I32, 0))
+            tail.set(fmuladd(bd, e, e, tail.get()))
+
+    _row_loop(bd, n, L, step)
+    return bd.fadd(hsum(bd, acc.get()), tail.get())
+
+
+def _inv_rms(bd, ss, n, eps):
+    """1 / sqrt(ss / n + eps), f32."""
+    mean = bd.fdiv(ss, bd.uitofp(n, F32T))
+    root = call_intrinsic(bd, "llvm.sqrt.f32", F32T, [bd.fadd(mean, eps)])
+    return bd.fdiv(ir.Constant(F32T, 1.0), root)
+
+
+def _eps(bd, bits):
+    return bd.bitcast(bd.trunc(bits, I32), F32T)
+
+
+def _rmsnorm(isa, mod, name):
+    """rmsnorm(t, x, y, w, out, n, eps): x[t] += y[t] (y != 0: the residual add), then
+    out[t] = w * (x[t] / rms(x[t])); eps as f32 bits."""
+    fn, bd = func(mod, name, TASK_ARGS)
+    t, x_, y_, w_, out_, n, eps_bits = fn.args[:7]
+    L = isa.lanes
+    x = bd.gep(ptr_to(bd, x_, F32T), [bd.mul(t, n)])
+    out = bd.gep(ptr_to(bd, out_, F32T), [bd.mul(t, n)])
+    w = ptr_to(bd, w_, F32T)
+    with bd.if_then(bd.icmp_signed("!=", y_, c64(0))):
+        y = bd.gep(ptr_to(bd, y_, F32T), [bd.mul(t, n)])
+        _row_loop(bd, n, L, lambda i, k: _vstore(bd, bd.fadd(_vload(bd, x, i, k), _vload(bd, y, i, k)), x, i))
+    inv = _inv_rms(bd, _sum_squares(bd, x, n, L), n, _eps(bd, eps_bits))
+    _row_loop(bd, n, L, lambda i, k: _vstore(
+        bd, bd.fmul(_vload(bd, w, i, k), bd.fmul(_vload(bd, x, i, k), splat(bd, inv, k))), out, i))
+    bd.ret_void()
+
+
+def _rope(isa, mod, name):
+    """rope(t, x, bias, norm, n_heads, hd, pos0, cos, sin, eps): on row t of x [T, n_heads*hd]:
+    + bias (bias != 0), RMSNorm over each head's hd with weight `norm` (norm != 0: Qwen3's QK-norm),
+    then rotate-half RoPE at position pos0 + t (cos/sin: [n_ctx, hd/2]; hd = 0: no rotation)."""
+    fn, bd = func(mod, name, TASK_ARGS)
+    t, x_, b_, nw_, nh, hd, pos0, cos_, sin_, eps_bits = fn.args[:10]
+    L = isa.lanes
+    hd_ = bd.select(bd.icmp_signed("==", hd, c64(0)), c64(1), hd)
+    n = bd.mul(nh, hd_)
+    x = bd.gep(ptr_to(bd, x_, F32T), [bd.mul(t, n)])
+    with bd.if_then(bd.icmp_signed("!=", b_, c64(0))):
+        b = ptr_to(bd, b_, F32T)
+        _row_loop(bd, n, L, lambda i, k: _vstore(bd, bd.fadd(_vload(bd, x, i, k), _vload(bd, b, i, k)), x, i))
+    with bd.if_then(bd.icmp_signed("!=", nw_, c64(0))):
+        nw = ptr_to(bd, nw_, F32T)
+        with Loop(bd, 0, nh) as h:
+            xh = bd.gep(x, [bd.mul(h, hd)])
+            inv = _inv_rms(bd, _sum_squares(bd, xh, hd, L), hd, _eps(bd, eps_bits))
+            _row_loop(bd, hd, L, lambda i, k: _vstore(
+                bd, bd.fmul(_vload(bd, nw, i, k), bd.fmul(_vload(bd, xh, i, k), splat(bd, inv, k))), xh, i))
+    with bd.if_then(bd.icmp_signed("!=", hd, c64(0))):
+        half = bd.udiv(hd, c64(2))
+        p = bd.add(pos0, t)
+        cs = bd.gep(ptr_to(bd, cos_, F32T), [bd.mul(p, half)])
+        sn = bd.gep(ptr_to(bd, sin_, F32T), [bd.mul(p, half)])
+        with Loop(bd, 0, nh) as h:
+            lo = bd.gep(x, [bd.mul(h, hd)])
+            hi = bd.gep(lo, [half])
+
+            def step(i, k):
+                a, b2 = _vload(bd, lo, i, k), _vload(bd, hi, i, k)
+                c, s2 = _vload(bd, cs, i, k), _vload(bd, sn, i, k)
+                _vstore(bd, bd.fsub(bd.fmul(a, c), bd.fmul(b2, s2)), lo, i)
+                _vstore(bd, bd.fadd(bd.fmul(b2, c), bd.fmul(a, s2)), hi, i)
+
+            _row_loop(bd, half, L, step)
+    bd.ret_void()
+
+
+def _kv_store(isa, mod, name):
+    """kv_store(t, k, v, kc, vc, pos0, n): rows t of k and v (n floats) to cache position pos0 + t."""
+    fn, bd = func(mod, name, TASK_ARGS)
+    t, k_, v_, kc_, vc_, pos0, n = fn.args[:7]
+    L = isa.lanes
+    dst = bd.mul(bd.add(pos0, t), n)
+    for src_, cache_ in ((k_, kc_), (v_, vc_)):
+        src = bd.gep(ptr_to(bd, src_, F32T), [bd.mul(t, n)])
+        cache = bd.gep(ptr_to(bd, cache_, F32T), [dst])
+        _row_loop(bd, n, L, lambda i, k, src=src, cache=cache: _vstore(bd, _vload(bd, src, i, k), cache, i))
+    bd.ret_void()
+
+
+def _batch(isa, mod, name):
+    """batch(task, desc, n): one parallel loop over several task kernels. desc is int64 [n, 13]:
+    (kernel address, its number of tasks, its 11 arguments); task i runs row r's kernel with the
+    task index i minus the tasks of the rows before r."""
+    fn, bd = func(mod, name, TASK_ARGS)
+    task, desc_, n = fn.args[:3]
+    desc = ptr_to(bd, desc_, I64)
+    kty = ir.FunctionType(ir.VoidType(), [I64] * TASK_ARGS).as_pointer()
+    done = fn.append_basic_block("done")
+    rem = Var(bd, task)
+    with Loop(bd, 0, n) as r:
+        row = bd.gep(desc, [bd.mul(r, c64(TASK_ARGS + 1))])
+        fields = [bd.load(bd.gep(row, [c64(i)])) for i in range(TASK_ARGS + 1)]
+        cur = rem.get()
+        call, skip = fn.append_basic_block("call"), fn.append_basic_block("skip")
+        bd.cbranch(bd.icmp_signed("<", cur, fields[1]), call, skip)
+        bd.position_at_end(call)
+        bd.call(bd.inttoptr(fields[0], kty), [cur] + fields[2:])
+        bd.branch(done)
+        bd.position_at_end(skip)
+        rem.set(bd.sub(cur, fields[1]))
+    bd.branch(done)
+    bd.position_at_end(done)
+    bd.ret_void()
+
+
 def _f32(x: float) -> float:
     import numpy as np
 
@@ -148,13 +292,25 @@ def attention_lanes(isa: Isa, head_dim: int) -> int:
     return lanes
 
 
-@lru_cache(maxsize=None)
-def addresses(isa: Isa, head_dim: int) -> tuple[int, int, int]:
-    """(quantize, silu_mul, attention) for one ISA and head size, compiled or loaded once."""
+CORE = ("quantize", "silu_mul", "attention", "rmsnorm", "rope", "kv_store", "batch")
+
+
+def module(isa: Isa, head_dim: int) -> tuple[ir.Module, list[str]]:
     mod = ir.Module(name=f"fuel_core_{isa.name}_hd{head_dim}")
-    names = [f"fuel_{k}_{isa.name}_hd{head_dim}" for k in ("quantize", "silu_mul", "attention")]
+    names = [f"fuel_{k}_{isa.name}_hd{head_dim}" for k in CORE]
     _quantize(isa, mod, names[0])
     _silu_mul(isa, mod, names[1])
     _attention(isa._replace(lanes=attention_lanes(isa, head_dim)), mod, names[2], head_dim)
+    _rmsnorm(isa, mod, names[3])
+    _rope(isa, mod, names[4])
+    _kv_store(isa, mod, names[5])
+    _batch(isa, mod, names[6])
+    return mod, names
+
+
+@lru_cache(maxsize=None)
+def addresses(isa: Isa, head_dim: int) -> tuple:
+    """The CORE kernels' addresses for one ISA and head size, compiled or loaded once."""
+    mod, names = module(isa, head_dim)
     got = compile_module(mod, isa, names)
     return tuple(got[n] for n in names)

@@ -1,28 +1,26 @@
-"""The numba CPU forward: the whole decoder in one njit call.
+"""The numba CPU forward: the whole decoder in one njit call, orchestrating the IR kernels.
 
 Calling a parallel numba function from Python costs milliseconds of thread wake-up here, so the
-engine makes one call per forward (prefill of T tokens or decode of one). Weight matrices stay where
-they are (mmap'd files) in their stored format: `mats` is an int64 table of (address, rows,
-row_bytes, format code) per matrix, viewed as uint8 [rows, row_bytes] inside the kernel. (A numba
-typed List of arrays would do too, but building one compiles list code at every start: seconds.)
-The matrix products call the per-format kernels by address (`kern`, matmul.py); an input that
-meets block-format weights is quantised to int16 once (`prepare`). Norms and biases are f32 in one
-flat array `vecs` with a (offset, length) table `vec_tab`.
+engine makes one call per forward (prefill of T tokens or decode of one). Every heavy step is an
+IR kernel called by address (matmul.py, kernels.py, core.py); this file only says in which order
+and on which buffers, so it is small and compiles in seconds on a first run, once for every
+model (nothing in it depends on a weight format).
 
-Compile time is part of a first run: the code here avoids what makes numba slow to compile
-(array expressions with broadcasting and their shape-error messages, sorting), and nothing in it
-depends on a weight format.
-
-Slot tables (built by engine.py) say which matrix/vector a layer reads:
+Weight matrices stay where they are (mmap'd files) in their stored format: `mats` is an int64
+table of (address, rows, row_bytes, format code) per matrix. Norms and biases are f32 in one flat
+array `vecs` with an (offset, length) table `vec_tab`. Slot tables (built by engine.py) say which
+matrix/vector a layer reads:
   mat_idx[l, M_*] -> row of `mats` (-1 = absent); vec_idx[l, V_*] -> row of `vec_tab`.
   exp_idx[l, e, 0..2] -> gate/up/down matrix of expert e.
 """
 
 import numpy as np
-from numba import njit
+from numba import literally, njit, types
+from numba.extending import overload
 
-from .jit import EXACT, FAST
-from .matmul import attention, dequant_row, matmul, quantize_rows, silu_mul
+from .jit import FAST, helper
+from .matmul import (C_KV_STORE, C_RMSNORM, C_ROPE, K_QUANT, args11, attention, batch, dequant_row,
+                     describe, matmul, matmul_task, ptr, quantize_rows, silu_mul, tasks)
 
 M_Q, M_K, M_V, M_O, M_GATE, M_UP, M_DOWN, M_ROUTER = range(8)
 N_MATS = 8
@@ -32,96 +30,69 @@ N_VECS = 8
 D_NH, D_NKV, D_HD, D_TOPK, D_NORM_TOPK, D_QUANT = range(6)
 N_DIMS = 6
 
-@njit(**FAST)
+
+@helper()
+def vaddr(vecs, vec_tab, i):
+    """Address of vector i of the table, 0 when absent (i < 0)."""
+    return np.int64(0) if i < 0 else ptr(vecs) + 4 * vec_tab[i, 0]
+
+
+@helper()
 def prepare(x, act, quant, core):
     """Quantise x for the block-format kernels (when the model has any)."""
     if quant:
         quantize_rows(x, act.xq, act.xs, act.xf, core)
 
 
-@njit(**FAST)
+@helper()
 def linear(x, act, mats, i, kern, out):
     """out = x @ W_i^T for matrix i of the table (x prepared)."""
     matmul(x, act.xq, act.xs, act.xf, mats[i, 0], mats[i, 1], mats[i, 2], mats[i, 3], kern, out)
 
 
-@njit(**FAST)
-def add_into(x, y):
-    for t in range(x.shape[0]):
-        for i in range(x.shape[1]):
-            x[t, i] += y[t, i]
+@helper()
+def describe_linear(x, act, mats, i, kern, out, r):
+    """Row r of the batch: out = x @ W_i^T (x prepared)."""
+    T, K = x.shape
+    code = mats[i, 3]
+    xp = ptr(act.xq) if kern[code, K_QUANT] else ptr(x)
+    fn, n, a = matmul_task(T, K, xp, ptr(act.xs), ptr(act.xf), mats[i, 0], mats[i, 1], mats[i, 2], code, kern,
+                           ptr(out))
+    describe(act.desc, r, fn, n, a)
 
 
-@njit(**FAST)
+@helper()
+def rmsnorm(x, residual, weight, eps, out, core):
+    """x += residual (when given: an array with rows), out = RMSNorm(x) * weight, row by row."""
+    T, n = x.shape
+    tasks(core[C_RMSNORM], T, args11(ptr(x), ptr(residual) if residual.shape[0] else 0, weight, ptr(out), n, eps))
+
+
+@helper()
+def rope(x, bias, norm, n_heads, head_dim, pos0, cos, sin, eps, core):
+    """x (+ bias) (per-head RMSNorm) (RoPE unless head_dim is 0), in place, row by row."""
+    tasks(core[C_ROPE], x.shape[0], args11(ptr(x), bias, norm, n_heads, head_dim, pos0, ptr(cos), ptr(sin), eps))
+
+
+@helper()
 def copy_into(dst, src):
     for t in range(src.shape[0]):
         for i in range(src.shape[1]):
             dst[t, i] = src[t, i]
 
 
-@njit(inline="always")
-def vec(vecs, vec_tab, i):
-    return vecs[vec_tab[i, 0] : vec_tab[i, 0] + vec_tab[i, 1]]
-
-
-@njit(**FAST)
-def rmsnorm(x, weight, eps, out):
-    for t in range(x.shape[0]):
-        ss = np.float32(0.0)
-        for i in range(x.shape[1]):
-            ss += x[t, i] * x[t, i]
-        inv = np.float32(1.0) / np.sqrt(ss / np.float32(x.shape[1]) + np.float32(eps))
-        for i in range(x.shape[1]):
-            out[t, i] = weight[i] * (x[t, i] * inv)
-
-
-@njit(**FAST)
-def head_rmsnorm(x, n_heads, head_dim, weight, eps):
-    """In-place RMSNorm over each head's head_dim slice (Qwen3 q_norm / k_norm)."""
-    for t in range(x.shape[0]):
-        for h in range(n_heads):
-            base = h * head_dim
-            ss = np.float32(0.0)
-            for i in range(head_dim):
-                ss += x[t, base + i] * x[t, base + i]
-            inv = np.float32(1.0) / np.sqrt(ss / np.float32(head_dim) + np.float32(eps))
-            for i in range(head_dim):
-                x[t, base + i] = weight[i] * (x[t, base + i] * inv)
-
-
-@njit(**FAST)
-def rope(x, n_heads, head_dim, pos0, cos, sin):
-    """Rotate-half RoPE in place: dimension i pairs with i + head_dim/2."""
-    half = head_dim // 2
-    for t in range(x.shape[0]):
-        p = pos0 + t
-        for h in range(n_heads):
-            base = h * head_dim
-            for i in range(half):
-                a = x[t, base + i]
-                b = x[t, base + half + i]
-                x[t, base + i] = a * cos[p, i] - b * sin[p, i]
-                x[t, base + half + i] = b * cos[p, i] + a * sin[p, i]
-
-
-@njit(**FAST)
-def add_bias(x, bias):
-    for t in range(x.shape[0]):
-        for i in range(x.shape[1]):
-            x[t, i] += bias[i]
-
-
-@njit(**FAST)
+@helper()
 def swiglu(h, act, mats, ig, iu, idn, kern, core, quant, gate, up, out):
-    """out = down(silu(gate(h)) * up(h)); h prepared."""
-    linear(h, act, mats, ig, kern, gate)
-    linear(h, act, mats, iu, kern, up)
+    """out = down(silu(gate(h)) * up(h)); h prepared. gate and up run in one parallel loop."""
+    describe_linear(h, act, mats, ig, kern, gate, 0)
+    describe_linear(h, act, mats, iu, kern, up, 1)
+    batch(act.desc, 2, core)
     silu_mul(gate, up, core)
     prepare(gate, act, quant, core)
     linear(gate, act, mats, idn, kern, out)
 
 
-@njit(**EXACT)
+@helper(fastmath=False)
 def route(logits, k, renorm, experts, weights):
     """softmax over all experts in f32, take the top k (ties to the lower index, like torch.topk),
     renormalise only if asked."""
@@ -150,7 +121,7 @@ def route(logits, k, renorm, experts, weights):
             weights[j] /= total
 
 
-@njit(**FAST)
+@helper()
 def moe(h, act, mats, router_i, exp_idx_l, k, renorm, kern, core, quant, out):
     """Sparse FFN of one layer, token by token; act's router/expert buffers are the engine's."""
     T, H = h.shape
@@ -170,64 +141,79 @@ def moe(h, act, mats, router_i, exp_idx_l, k, renorm, kern, core, quant, out):
                 out[t, j] += weights[i] * act.ey[0, j]
 
 
+def ffn(has_moe, h, act, mats, mi, exp_idx_l, dims, kern, core, quant, gate, up, out):
+    """The FFN of a layer: has_moe is a literal, so a dense model's forward holds no MoE code."""
+
+
+@overload(ffn, prefer_literal=True, jit_options=dict(fastmath=True, error_model="numpy"))
+def _ffn(has_moe, h, act, mats, mi, exp_idx_l, dims, kern, core, quant, gate, up, out):
+    if not isinstance(has_moe, types.BooleanLiteral):
+        return None
+    if not has_moe.literal_value:
+        def dense(has_moe, h, act, mats, mi, exp_idx_l, dims, kern, core, quant, gate, up, out):
+            swiglu(h, act, mats, mi[M_GATE], mi[M_UP], mi[M_DOWN], kern, core, quant, gate, up, out)
+        return dense
+
+    def sparse_or_dense(has_moe, h, act, mats, mi, exp_idx_l, dims, kern, core, quant, gate, up, out):
+        if mi[M_ROUTER] >= 0:
+            moe(h, act, mats, mi[M_ROUTER], exp_idx_l, dims[D_TOPK], dims[D_NORM_TOPK] != 0, kern, core, quant, out)
+        else:
+            swiglu(h, act, mats, mi[M_GATE], mi[M_UP], mi[M_DOWN], kern, core, quant, gate, up, out)
+    return sparse_or_dense
+
+
 @njit(**FAST)
 def forward(tokens, pos0, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, embed_i, out_i, final_norm_i,
-            dims, eps, windows, cos, sin, k_cache, v_cache, kern, core, act, all_logits, logits, hidden_out):
+            dims, eps, windows, cos, sin, k_cache, v_cache, kern, core, act, all_logits, logits, hidden_out,
+            has_moe):
     """One forward over T new tokens at positions pos0..pos0+T-1, writing K/V into the cache.
 
-    act: the engine's activations (activations.py), at least T rows each. logits: [T or 1, vocab]
+    eps: the RMSNorm epsilon as the bits of an f32. act: the engine's activations (activations.py),
+    at least T rows each. logits: [T or 1, vocab]
     (all positions, or the last one). hidden_out: [L+1, T, H] residual stream after the embedding
-    and after each layer, or an empty array to skip it.
+    and after each layer, or an empty array to skip it. has_moe: whether any layer is MoE, a
+    compile-time constant (a dense model's forward has no MoE code to compile).
     """
+    literally(has_moe)
     T = tokens.shape[0]
     nh, nkv, hd = dims[D_NH], dims[D_NKV], dims[D_HD]
     quant = dims[D_QUANT] != 0
     L = mat_idx.shape[0]
     x, h, q, k, v = act.x[:T], act.h[:T], act.q[:T], act.k[:T], act.v[:T]
     att, o, gate, up = act.att[:T], act.o[:T], act.gate[:T], act.up[:T]
+    none = act.x[:0]
+    H = x.shape[1]
     for t in range(T):
-        dequant_row(kern, mats[embed_i, 3], mats[embed_i, 0] + tokens[t] * mats[embed_i, 2], x.shape[1], x[t])
+        dequant_row(kern, mats[embed_i, 3], mats[embed_i, 0] + tokens[t] * mats[embed_i, 2], H, x[t])
     keep_hidden = hidden_out.shape[0] > 0
     if keep_hidden:
         copy_into(hidden_out[0], x)
+    rmsnorm(x, none, vaddr(vecs, vec_tab, vec_idx[0, V_ATTN_NORM]), eps, h, core)
     for l in range(L):
         mi = mat_idx[l]
         vi = vec_idx[l]
-        rmsnorm(x, vec(vecs, vec_tab, vi[V_ATTN_NORM]), eps, h)
         prepare(h, act, quant, core)
-        linear(h, act, mats, mi[M_Q], kern, q)
-        linear(h, act, mats, mi[M_K], kern, k)
-        linear(h, act, mats, mi[M_V], kern, v)
-        if vi[V_QB] >= 0:
-            add_bias(q, vec(vecs, vec_tab, vi[V_QB]))
-            add_bias(k, vec(vecs, vec_tab, vi[V_KB]))
-            add_bias(v, vec(vecs, vec_tab, vi[V_VB]))
-        if vi[V_QN] >= 0:
-            head_rmsnorm(q, nh, hd, vec(vecs, vec_tab, vi[V_QN]), eps)
-            head_rmsnorm(k, nkv, hd, vec(vecs, vec_tab, vi[V_KN]), eps)
-        rope(q, nh, hd, pos0, cos, sin)
-        rope(k, nkv, hd, pos0, cos, sin)
-        for t in range(T):
-            for j in range(nkv):
-                for d in range(hd):
-                    k_cache[l, pos0 + t, j, d] = k[t, j * hd + d]
-                    v_cache[l, pos0 + t, j, d] = v[t, j * hd + d]
+        describe_linear(h, act, mats, mi[M_Q], kern, q, 0)
+        describe_linear(h, act, mats, mi[M_K], kern, k, 1)
+        describe_linear(h, act, mats, mi[M_V], kern, v, 2)
+        batch(act.desc, 3, core)
+        rope(q, vaddr(vecs, vec_tab, vi[V_QB]), vaddr(vecs, vec_tab, vi[V_QN]), nh, hd, pos0, cos, sin, eps, core)
+        rope(k, vaddr(vecs, vec_tab, vi[V_KB]), vaddr(vecs, vec_tab, vi[V_KN]), nkv, hd, pos0, cos, sin, eps, core)
+        if vi[V_VB] >= 0:
+            rope(v, vaddr(vecs, vec_tab, vi[V_VB]), 0, nkv * hd, 0, pos0, cos, sin, eps, core)
+        tasks(core[C_KV_STORE], T, args11(ptr(k), ptr(v), ptr(k_cache[l]), ptr(v_cache[l]), pos0, nkv * hd))
         attention(q, k_cache[l], v_cache[l], pos0, windows[l], nh, nkv, att, core)
         prepare(att, act, quant, core)
         linear(att, act, mats, mi[M_O], kern, o)
         if vi[V_OB] >= 0:
-            add_bias(o, vec(vecs, vec_tab, vi[V_OB]))
-        add_into(x, o)
-        rmsnorm(x, vec(vecs, vec_tab, vi[V_FFN_NORM]), eps, h)
+            rope(o, vaddr(vecs, vec_tab, vi[V_OB]), 0, H, 0, pos0, cos, sin, eps, core)
+        rmsnorm(x, o, vaddr(vecs, vec_tab, vi[V_FFN_NORM]), eps, h, core)
         prepare(h, act, quant, core)
-        if mi[M_ROUTER] >= 0:
-            moe(h, act, mats, mi[M_ROUTER], exp_idx[l], dims[D_TOPK], dims[D_NORM_TOPK] != 0, kern, core, quant, o)
-        else:
-            swiglu(h, act, mats, mi[M_GATE], mi[M_UP], mi[M_DOWN], kern, core, quant, gate, up, o)
-        add_into(x, o)
+        ffn(has_moe, h, act, mats, mi, exp_idx[l], dims, kern, core, quant, gate, up, o)
+        nxt = vec_idx[l + 1, V_ATTN_NORM] if l + 1 < L else final_norm_i
+        rmsnorm(x, o, vaddr(vecs, vec_tab, nxt), eps, h, core)  # x += o; h = the next norm of x
         if keep_hidden:
             copy_into(hidden_out[l + 1], x)
-    rmsnorm(x, vec(vecs, vec_tab, final_norm_i), eps, h)
     if all_logits:
         prepare(h, act, quant, core)
         linear(h, act, mats, out_i, kern, logits)

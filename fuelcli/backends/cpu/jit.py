@@ -8,3 +8,12 @@ divisions need no zero test. cache=True: compiled code is kept on disk for later
 EXACT = dict(cache=True, fastmath=False, error_model="numpy")  # bit-exact decodes: no reassociation, no FMA
 FAST = dict(cache=True, fastmath=True, error_model="numpy")
 PARALLEL = dict(FAST, parallel=True)
+
+
+def helper(fastmath=True):
+    """A function only jitted code calls: typed and compiled inside its caller's library, not as a
+    dispatcher of its own (no CPython wrapper, no machine code or cache entry of its own: each
+    separate njit function costs a first run a few tenths of a second)."""
+    from numba.extending import register_jitable
+
+    return register_jitable(fastmath=fastmath, error_model="numpy")

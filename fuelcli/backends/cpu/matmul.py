@@ -1,27 +1,33 @@
-"""Stored-format matrix products: x quantised once, the format's kernel called by address per task.
+"""How the numba forward runs the IR kernels: the kernel tables, the one parallel loop, matrix products.
 
 `kern` is the engine's kernel table (kernel_table): one row per format code with the addresses of
-its kernels (kernels.py) and whether it takes int16 activations. A block-format product needs x
-quantised first (`quantize_rows`, once per input: q/k/v share one, gate/up another).
+its kernels (kernels.py) and whether it takes int16 activations; `core` holds the
+format-independent kernels (core.py). A block-format product needs its input quantised first
+(`quantize_rows`, once per input: q/k/v share one, gate/up another).
 
 Activations are quantised to int16 per ACTIVATION_BLOCK (32) elements: xq = rint(x * 32767 / amax)
 with the block scale xs = amax / 32767 and the block's f32 sum xf (for the formats with a min).
 16 bits keep a block's values within amax / 65534 of f32: measured on 128 tokens against
 transformers (the numpy reference with only this change), mean KL 7e-8 on SmolLM2 Q4_1, where 8 bits
 (llama.cpp's Q8 activations) give 3.6e-3 and top-1 0.969.
+
+A parallel region costs ~20 us here (threads wake from a passive wait), so a decode step runs its
+matrices in few regions: q/k/v in one (`linears`), gate/up in one; per-token work (norms, RoPE)
+runs in the calling thread when there is one token.
 """
 
 import numpy as np
 from numba import njit, prange
 
 from ...formats import ACTIVATION_BLOCK as AB
-from .jit import FAST, PARALLEL
+from .jit import PARALLEL, helper
 from .kernels import DECODE_ROWS, TASK_ROWS
 from .llvm import kcall
 
 K_DECODE, K_PREFILL, K_UNPACK, K_DEQUANT, K_QUANT = range(5)  # columns of the kernel table
 N_KERNEL_COLS = 5
-C_QUANTIZE, C_SILU, C_ATTENTION = range(3)  # the core table: format-independent kernels
+C_QUANTIZE, C_SILU, C_ATTENTION, C_RMSNORM, C_ROPE, C_KV_STORE, C_BATCH = range(7)  # the core table
+DESC_ROWS, DESC_COLS = 3, 13  # a batch of task kernels: (address, n_tasks, 11 arguments) per row
 
 
 def kernel_table(codes, isa) -> np.ndarray:
@@ -49,65 +55,89 @@ def run_tasks(fn, n, args):
         kcall(fn, (np.int64(i),) + args)
 
 
-@njit(**FAST)
+@helper()
 def tasks(fn, n, args):
-    """n tasks: in parallel, or directly when there is one (a parallel region costs microseconds)."""
+    """n tasks: in parallel, or directly when there is one."""
     if n == 1:
         kcall(fn, (np.int64(0),) + args)
     elif n > 1:
         run_tasks(fn, n, args)
 
 
-@njit(**FAST)
+@helper()
+def ptr(a):
+    return np.int64(a.ctypes.data)
+
+
+@helper()
+def args11(a0=0, a1=0, a2=0, a3=0, a4=0, a5=0, a6=0, a7=0, a8=0, a9=0, a10=0):
+    i = np.int64
+    return (i(a0), i(a1), i(a2), i(a3), i(a4), i(a5), i(a6), i(a7), i(a8), i(a9), i(a10))
+
+
+@helper()
 def quantize_rows(x, xq, xs, xf, core):
     """x [T, K] (C-contiguous) -> int16 per 32-block into the first T*K of xq and T*K/32 of xs
     (block scales) and xf (block sums): flat row-major buffers."""
     T, K = x.shape
-    z = np.int64(0)
-    tasks(core[C_QUANTIZE], T, (np.int64(x.ctypes.data), np.int64(K), np.int64(K // AB * AB),
-                                np.int64(xq.ctypes.data), np.int64(xs.ctypes.data), np.int64(xf.ctypes.data),
-                                z, z, z, z, z))
+    tasks(core[C_QUANTIZE], T, args11(ptr(x), K, K // AB * AB, ptr(xq), ptr(xs), ptr(xf)))
 
 
-@njit(**FAST)
+@helper()
 def silu_mul(gate, up, core):
     """gate <- silu(gate) * up, row by row (C-contiguous [T, n])."""
-    T, n = gate.shape
-    z = np.int64(0)
-    tasks(core[C_SILU], T, (np.int64(gate.ctypes.data), np.int64(up.ctypes.data), np.int64(n), z, z, z, z, z, z,
-                            z, z))
+    tasks(core[C_SILU], gate.shape[0], args11(ptr(gate), ptr(up), gate.shape[1]))
 
 
-@njit(**FAST)
+@helper()
 def attention(q, k_cache, v_cache, pos0, window, n_heads, n_kv, out, core):
     """Causal attention of T queries at pos0.. over one layer's cache ([n_ctx, n_kv, head_dim]);
     window w > 0 keeps keys j with p - w < j <= p (transformers' sliding-window direction)."""
     T = q.shape[0]
-    z = np.int64(0)
-    tasks(core[C_ATTENTION], T * n_heads, (np.int64(q.ctypes.data), np.int64(k_cache.ctypes.data),
-                                           np.int64(v_cache.ctypes.data), np.int64(out.ctypes.data),
-                                           np.int64(pos0), np.int64(window), np.int64(n_heads), np.int64(n_kv),
-                                           np.int64(T), z, z))
+    tasks(core[C_ATTENTION], T * n_heads,
+          args11(ptr(q), ptr(k_cache), ptr(v_cache), ptr(out), pos0, window, n_heads, n_kv, T))
 
 
-@njit(**FAST)
+@helper()
+def matmul_task(T, K, xp, xs, xf, w_addr, n_rows, row_bytes, code, kern, out_addr):
+    """(kernel, n_tasks, args) of out = x @ W^T for the stored matrix at w_addr: xp is x (float
+    formats) or its int16 quantisation (block formats), C-contiguous."""
+    if T == 1:
+        return (kern[code, K_DECODE], (n_rows + DECODE_ROWS - 1) // DECODE_ROWS,
+                args11(w_addr, n_rows, row_bytes, K, xp, xs, xf, out_addr))
+    return (kern[code, K_PREFILL], (n_rows + TASK_ROWS - 1) // TASK_ROWS,
+            args11(kern[code, K_UNPACK], w_addr, n_rows, row_bytes, K, T, xp, xs, xf, out_addr))
+
+
+@helper()
 def matmul(x, xq, xs, xf, w_addr, n_rows, row_bytes, code, kern, out):
     """out[t, n] = sum_k x[t, k] * W[n, k] for the stored matrix W at w_addr (n_rows x row_bytes,
     format `code`); x and out C-contiguous, xq/xs/xf hold x quantised (block formats)."""
     T, K = x.shape
-    xp = np.int64(xq.ctypes.data) if kern[code, K_QUANT] else np.int64(x.ctypes.data)
-    sp, fp_ = np.int64(xs.ctypes.data), np.int64(xf.ctypes.data)
-    op = np.int64(out.ctypes.data)
-    K = np.int64(K)
-    if T == 1:
-        tasks(kern[code, K_DECODE], (n_rows + DECODE_ROWS - 1) // DECODE_ROWS,
-              (w_addr, n_rows, row_bytes, K, xp, sp, fp_, op, np.int64(0), np.int64(0), np.int64(0)))
-    else:
-        tasks(kern[code, K_PREFILL], (n_rows + TASK_ROWS - 1) // TASK_ROWS,
-              (kern[code, K_UNPACK], w_addr, n_rows, row_bytes, K, np.int64(T), xp, sp, fp_, op, np.int64(0)))
+    xp = ptr(xq) if kern[code, K_QUANT] else ptr(x)
+    fn, n, a = matmul_task(T, K, xp, ptr(xs), ptr(xf), w_addr, n_rows, row_bytes, code, kern, ptr(out))
+    tasks(fn, n, a)
 
 
-@njit(**FAST)
+@helper()
+def describe(desc, r, fn, n, a):
+    desc[r, 0] = fn
+    desc[r, 1] = n
+    for i in range(DESC_COLS - 2):
+        desc[r, 2 + i] = a[i]
+    return n
+
+
+@helper()
+def batch(desc, rows, core):
+    """The task kernels described in the first `rows` rows of desc, in one parallel loop."""
+    total = np.int64(0)
+    for r in range(rows):
+        total += desc[r, 1]
+    tasks(core[C_BATCH], total, args11(ptr(desc), rows))
+
+
+@helper()
 def dequant_row(kern, code, row_addr, K, out):
     """One stored row decoded exactly into out (f32, K)."""
-    kcall(kern[code, K_DEQUANT], (row_addr, np.int64(K), np.int64(out.ctypes.data)))
+    kcall(kern[code, K_DEQUANT], (np.int64(row_addr), np.int64(K), ptr(out)))
