@@ -94,7 +94,7 @@ class CpuEngine(Engine):
         dims[F.D_HD], dims[F.D_TOPK], dims[F.D_NORM_TOPK] = cfg.head_dim, cfg.experts_per_tok, cfg.norm_topk_prob
         dims[F.D_QUANT] = any(self.kern[c, K_QUANT] for c in self.codes)
         self.dims = dims
-        self.has_moe = bool((self.mat_idx[:, F.M_ROUTER] >= 0).any())
+        self.moe_idx = self.exp_idx if cfg.num_experts else None  # None: numba compiles no MoE code
         self.windows = np.array(cfg.windows, np.int64)
         self.cos, self.sin = cos_sin(cfg.rope, cfg.head_dim, self.n_ctx)
         self.kv = KVCache(L, self.n_ctx, cfg.num_kv_heads, cfg.head_dim)
@@ -114,11 +114,11 @@ class CpuEngine(Engine):
         for s in range(0, T, self.n_batch):
             e = min(T, s + self.n_batch)
             states = np.empty((cfg.num_layers + 1, e - s, cfg.hidden_size), np.float32) if hidden else hidden_out
-            self._forward(tokens[s:e], self.pos, self.mats, self.mat_idx, self.exp_idx, self.vecs, self.vec_tab,
+            self._forward(tokens[s:e], self.pos, self.mats, self.mat_idx, self.moe_idx, self.vecs, self.vec_tab,
                           self.vec_idx, self.embed_i, self.out_i, self.final_norm_i, self.dims,
                           np.int64(np.float32(cfg.rms_norm_eps).view(np.int32)), self.windows, self.cos, self.sin, self.kv.k, self.kv.v,
                           self.kern, self.core, self.act, all_logits, logits[s:e] if all_logits else logits,
-                          states, self.has_moe)
+                          states)
             if hidden:
                 hidden_out[:, s:e] = states
             self.pos += e - s

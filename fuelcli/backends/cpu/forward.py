@@ -15,7 +15,7 @@ matrix/vector a layer reads:
 """
 
 import numpy as np
-from numba import literally, njit, types
+from numba import njit, types
 from numba.extending import overload
 
 from .jit import FAST, helper
@@ -141,22 +141,21 @@ def moe(h, act, mats, router_i, exp_idx_l, k, renorm, kern, core, quant, out):
                 out[t, j] += weights[i] * act.ey[0, j]
 
 
-def ffn(has_moe, h, act, mats, mi, exp_idx_l, dims, kern, core, quant, gate, up, out):
-    """The FFN of a layer: has_moe is a literal, so a dense model's forward holds no MoE code."""
+def ffn(exp_idx, l, h, act, mats, mi, dims, kern, core, quant, gate, up, out):
+    """The FFN of layer l. exp_idx is None for a model without MoE layers: a type, so a dense
+    model's forward holds no MoE code (and the call from Python stays on numba's fast path)."""
 
 
-@overload(ffn, prefer_literal=True, jit_options=dict(fastmath=True, error_model="numpy"))
-def _ffn(has_moe, h, act, mats, mi, exp_idx_l, dims, kern, core, quant, gate, up, out):
-    if not isinstance(has_moe, types.BooleanLiteral):
-        return None
-    if not has_moe.literal_value:
-        def dense(has_moe, h, act, mats, mi, exp_idx_l, dims, kern, core, quant, gate, up, out):
+@overload(ffn, jit_options=dict(fastmath=True, error_model="numpy"))
+def _ffn(exp_idx, l, h, act, mats, mi, dims, kern, core, quant, gate, up, out):
+    if isinstance(exp_idx, types.NoneType):
+        def dense(exp_idx, l, h, act, mats, mi, dims, kern, core, quant, gate, up, out):
             swiglu(h, act, mats, mi[M_GATE], mi[M_UP], mi[M_DOWN], kern, core, quant, gate, up, out)
         return dense
 
-    def sparse_or_dense(has_moe, h, act, mats, mi, exp_idx_l, dims, kern, core, quant, gate, up, out):
+    def sparse_or_dense(exp_idx, l, h, act, mats, mi, dims, kern, core, quant, gate, up, out):
         if mi[M_ROUTER] >= 0:
-            moe(h, act, mats, mi[M_ROUTER], exp_idx_l, dims[D_TOPK], dims[D_NORM_TOPK] != 0, kern, core, quant, out)
+            moe(h, act, mats, mi[M_ROUTER], exp_idx[l], dims[D_TOPK], dims[D_NORM_TOPK] != 0, kern, core, quant, out)
         else:
             swiglu(h, act, mats, mi[M_GATE], mi[M_UP], mi[M_DOWN], kern, core, quant, gate, up, out)
     return sparse_or_dense
@@ -164,17 +163,14 @@ def _ffn(has_moe, h, act, mats, mi, exp_idx_l, dims, kern, core, quant, gate, up
 
 @njit(**FAST)
 def forward(tokens, pos0, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, embed_i, out_i, final_norm_i,
-            dims, eps, windows, cos, sin, k_cache, v_cache, kern, core, act, all_logits, logits, hidden_out,
-            has_moe):
+            dims, eps, windows, cos, sin, k_cache, v_cache, kern, core, act, all_logits, logits, hidden_out):
     """One forward over T new tokens at positions pos0..pos0+T-1, writing K/V into the cache.
 
     eps: the RMSNorm epsilon as the bits of an f32. act: the engine's activations (activations.py),
     at least T rows each. logits: [T or 1, vocab]
     (all positions, or the last one). hidden_out: [L+1, T, H] residual stream after the embedding
-    and after each layer, or an empty array to skip it. has_moe: whether any layer is MoE, a
-    compile-time constant (a dense model's forward has no MoE code to compile).
+    and after each layer, or an empty array to skip it. exp_idx: None when no layer is MoE.
     """
-    literally(has_moe)
     T = tokens.shape[0]
     nh, nkv, hd = dims[D_NH], dims[D_NKV], dims[D_HD]
     quant = dims[D_QUANT] != 0
@@ -209,7 +205,7 @@ def forward(tokens, pos0, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, embed_
             rope(o, vaddr(vecs, vec_tab, vi[V_OB]), 0, H, 0, pos0, cos, sin, eps, core)
         rmsnorm(x, o, vaddr(vecs, vec_tab, vi[V_FFN_NORM]), eps, h, core)
         prepare(h, act, quant, core)
-        ffn(has_moe, h, act, mats, mi, exp_idx[l], dims, kern, core, quant, gate, up, o)
+        ffn(exp_idx, l, h, act, mats, mi, dims, kern, core, quant, gate, up, o)
         nxt = vec_idx[l + 1, V_ATTN_NORM] if l + 1 < L else final_norm_i
         rmsnorm(x, o, vaddr(vecs, vec_tab, nxt), eps, h, core)  # x += o; h = the next norm of x
         if keep_hidden:
