@@ -50,6 +50,9 @@ def tokens_per_tile(isa: Isa, quant: bool) -> int:
 # ------------------------------------------------------------------ block formats
 
 
+DECODE_UNROLL = 4  # rows a decode kernel dots at once: independent chains, x loaded once for all
+
+
 def _decode_quant(isa, mod, code, name):
     fn, bd = func(mod, name, 8)
     fn.linkage = "internal"
@@ -59,22 +62,37 @@ def _decode_quant(isa, mod, code, name):
     wp, xq = ptr_to(bd, w, I8), ptr_to(bd, xq_, I16)
     xs, xf, out = ptr_to(bd, xs_, F32T), ptr_to(bd, xf_, F32T), ptr_to(bd, out_, F32T)
     nfb = bd.udiv(K, c64(BL.block_elems))
-    with Loop(bd, 0, n_rows) as r:
-        row = bd.gep(wp, [bd.mul(r, row_bytes)])
-        acc = Var(bd, splat_c(F32T, 0.0, L))
-        mins = Var(bd, ir.Constant(F32T, 0.0))
+
+    def rows(r0, R):
+        row = [bd.gep(wp, [bd.mul(bd.add(r0, c64(i)), row_bytes)]) for i in range(R)]
+        acc = [Var(bd, splat_c(F32T, 0.0, L)) for _ in range(R)]
+        mins = [Var(bd, splat_c(F32T, 0.0, per)) for _ in range(R)]
         with Loop(bd, 0, nfb) as fb:
-            a, m = acc.get(), mins.get()
-            for j, g in enumerate(U.groups(code, bd, row, fb)):
-                b = bd.add(bd.mul(fb, c64(per)), c64(j))
-                isum = dot_group(isa, bd, g.w, load(bd, xq, bd.mul(b, c64(G)), vec(I16, G)))
-                s = bd.fmul(g.scale, load(bd, xs, b, F32T))
-                a = fmuladd(bd, bd.sitofp(isum, vec(F32T, L)), splat(bd, s, L), a)
-                if g.min is not None:
-                    m = fmuladd(bd, g.min, load(bd, xf, b, F32T), m)
-            acc.set(a)
-            mins.set(m)
-        bd.store(bd.fadd(hsum(bd, acc.get()), mins.get()), bd.gep(out, [r]))
+            a, m = [v.get() for v in acc], [v.get() for v in mins]
+            b0 = bd.mul(fb, c64(per))
+            xv = [load(bd, xq, bd.mul(bd.add(b0, c64(j)), c64(G)), vec(I16, G)) for j in range(per)]
+            sv = load(bd, xs, b0, vec(F32T, per))
+            fv = load(bd, xf, b0, vec(F32T, per)) if code in U.HAS_MIN else None
+            for i in range(R):
+                blk = U.block(code, bd, row[i], fb)
+                scale = bd.fmul(blk.scale, sv)  # group j's weight scale times its activation scale
+                for j, w in enumerate(blk.w):
+                    isum = dot_group(isa, bd, w, xv[j])
+                    sj = splat(bd, bd.extract_element(scale, ir.Constant(I32, j)), L)
+                    a[i] = fmuladd(bd, bd.sitofp(isum, vec(F32T, L)), sj, a[i])
+                if blk.min is not None:
+                    m[i] = fmuladd(bd, blk.min, fv, m[i])
+            for i in range(R):
+                acc[i].set(a[i])
+                mins[i].set(m[i])
+        for i in range(R):
+            bd.store(bd.fadd(hsum(bd, acc[i].get()), hsum(bd, mins[i].get())), bd.gep(out, [bd.add(r0, c64(i))]))
+
+    n_main = bd.mul(bd.udiv(n_rows, c64(DECODE_UNROLL)), c64(DECODE_UNROLL))
+    with Loop(bd, 0, n_main, DECODE_UNROLL) as r:
+        rows(r, DECODE_UNROLL)
+    with Loop(bd, n_main, n_rows) as r:
+        rows(r, 1)
     bd.ret_void()
     return fn
 
@@ -99,16 +117,18 @@ def _unpack_panel(isa, bd, code, wp, row_bytes, n_rows, k0, kc, panel, scales, m
                 row = bd.gep(wp, [bd.mul(rr, row_bytes)])
                 fb0 = bd.udiv(k0, c64(BL.block_elems))
                 with Loop(bd, 0, bd.udiv(as_i64(kc), c64(BL.block_elems))) as fbi:
-                    for j, grp in enumerate(U.groups(code, bd, row, bd.add(fb0, fbi))):
+                    blk = U.block(code, bd, row, bd.add(fb0, fbi))
+                    for j, w in enumerate(blk.w):
                         b = bd.add(bd.mul(fbi, c64(per)), c64(j))
-                        pairs = bd.bitcast(grp.w, vec(I32, PAIRS))
+                        pairs = bd.bitcast(w, vec(I32, PAIRS))
                         base = bd.add(bd.mul(bd.mul(b, c64(PAIRS)), c64(L)), lane)
                         for p in range(PAIRS):
                             bd.store(bd.extract_element(pairs, ir.Constant(I32, p)),
                                      bd.gep(pg, [bd.add(base, c64(p * L))]))
-                        bd.store(grp.scale, bd.gep(sg, [bd.add(bd.mul(b, c64(L)), lane)]))
+                        jj = ir.Constant(I32, j)
+                        bd.store(bd.extract_element(blk.scale, jj), bd.gep(sg, [bd.add(bd.mul(b, c64(L)), lane)]))
                         if mg is not None:
-                            bd.store(grp.min, bd.gep(mg, [bd.add(bd.mul(b, c64(L)), lane)]))
+                            bd.store(bd.extract_element(blk.min, jj), bd.gep(mg, [bd.add(bd.mul(b, c64(L)), lane)]))
             with otherwise:
                 with Loop(bd, 0, nb) as b:
                     base = bd.add(bd.mul(bd.mul(b, c64(PAIRS)), c64(L)), lane)
@@ -267,11 +287,13 @@ def _dequant_quant(isa, mod, code, name):
     BL = U.BLOCK[code]
     row, out = ptr_to(bd, row_, I8), ptr_to(bd, out_, F32T)
     with Loop(bd, 0, bd.udiv(K, c64(BL.block_elems))) as fb:
-        for j, g in enumerate(U.groups(code, bd, row, fb)):
-            sv, wv = g.exact if g.exact is not None else (splat(bd, g.scale, G), g.w)
+        blk = U.block(code, bd, row, fb)
+        for j, w in enumerate(blk.w):
+            jj = ir.Constant(I32, j)
+            sv, wv = blk.exact[j] if blk.exact is not None else (splat(bd, bd.extract_element(blk.scale, jj), G), w)
             v = bd.fmul(sv, bd.sitofp(wv, vec(F32T, G)))
-            if g.min is not None:
-                v = bd.fadd(v, splat(bd, g.min, G))
+            if blk.min is not None:
+                v = bd.fadd(v, splat(bd, bd.extract_element(blk.min, jj), G))
             o = bd.add(bd.mul(fb, c64(BL.block_elems)), c64(j * G))
             bd.store(v, bd.bitcast(bd.gep(out, [o]), vec(F32T, G).as_pointer()), align=4)
     bd.ret_void()

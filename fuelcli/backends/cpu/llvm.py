@@ -63,6 +63,15 @@ def _llvm():
     if not _init:
         llb.initialize_native_target()
         llb.initialize_native_asmprinter()
+        # LLVM turns zeroing and copying loops into calls to these: an object file refers to them
+        # by name, and the loader resolves them only from symbols it was told about (unresolved,
+        # a call would jump to address 0)
+        import ctypes
+        import ctypes.util
+
+        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        for name in ("memset", "memcpy", "memmove"):
+            llb.add_symbol(name, ctypes.cast(getattr(libc, name), ctypes.c_void_p).value)
         _init = True
 
 
@@ -150,6 +159,7 @@ def compile_module(module: ir.Module, isa: Isa, names: list[str]) -> dict[str, i
                 os.replace(tmp, path)
             except OSError:  # a read-only cache is not an error: the code still runs
                 pass
+        _llvm()
         ee = llb.create_mcjit_compiler(llb.parse_assembly(""), tm)
         ee.add_object_file(llb.ObjectFileRef.from_data(obj))
         ee.finalize_object()

@@ -10,9 +10,10 @@ element `scale * w (+ min)` with w a small signed integer:
     q4_k  w = q                   scale d*sc_i,   min -(dmin*m_i)   (sub-block i = group i)
     q6_k  w = (q - 32) * sc_s     scale d         (|w| <= 4096: the 16-element scales are folded in)
 
-`groups()` emits the unpacking of one format block (1 group, or 8 for the 256-element K-quants, so
-their sub-block indices are compile-time constants) and returns, per group, a <32 x i16> of w, the
-scale and the min (or None). The decode and prefill kernels dot w with int16 activations; the exact
+`block()` emits the unpacking of one format block (1 group, or 8 for the 256-element K-quants, so
+their sub-block indices are compile-time constants) and returns each group's <32 x i16> w and the
+scales and mins of all its groups as one vector (the K-quants' 6-bit scales are unpacked with
+vector operations, not per group). The decode and prefill kernels dot w with int16 activations; the exact
 row decode multiplies it out: every product here is exact in f32 (scale has at most 18 significant
 bits, w at most 13), so `scale * w (+ min)` rounds like the numpy decode in formats/ (once, at the
 min; q6_k gives its per-element scale for the sign of zeros). All sizes and offsets come from the
@@ -44,12 +45,22 @@ def nibbles(bd, qs16):
     return bd.shuffle_vector(lo, hi, const(I32, range(32)))
 
 
-class Group(NamedTuple):
-    w: ir.Value  # <32 x i16>
-    scale: ir.Value  # float
-    min: ir.Value | None  # float or None
-    exact: tuple | None = None  # (<32 x float> scales, <32 x i16> w) when the exact decode must
-    # round differently from scale * w: q6_k's (d * sc) * (q - 32) keeps the sign of a zero q - 32
+class Block(NamedTuple):
+    """One format block as n = block_elems / 32 groups."""
+
+    w: list  # n x <32 x i16>: the signed integer weights of each group
+    scale: ir.Value  # <n x float>: group j's scale in lane j
+    min: ir.Value | None  # <n x float> (formats with a min) or None
+    exact: list | None = None  # q6_k: n x (<32 x float> scales, <32 x i16> w) for the exact decode,
+    # whose (d * sc) * (q - 32) keeps the sign of a zero q - 32 (d * ((q - 32) * sc) would not)
+
+
+def _lanes(bd, *vals):
+    """Scalars -> <n x float>."""
+    v = ir.Constant(vec(F32T, len(vals)), ir.Undefined)
+    for i, x in enumerate(vals):
+        v = bd.insert_element(v, x, ir.Constant(I32, i))
+    return v
 
 
 # ------------------------------------------------------------------ 32-element formats
@@ -59,61 +70,67 @@ def _q8_0(bd, row, blk):
     L = Q8_0.layout
     p = bd.mul(blk, c64(L.block_bytes))
     w = bd.sext(load(bd, row, bd.add(p, c64(L.qs)), vec(I8, G)), vec(I16, G))
-    return [Group(w, f16(bd, row, bd.add(p, c64(L.d))), None)]
+    return Block([w], _lanes(bd, f16(bd, row, bd.add(p, c64(L.d)))), None)
 
 
 def _q4_0(bd, row, blk):
     L = Q4_0.layout
     p = bd.mul(blk, c64(L.block_bytes))
     q = bd.zext(nibbles(bd, load(bd, row, bd.add(p, c64(L.qs)), vec(I8, G // 2))), vec(I16, G))
-    return [Group(bd.sub(q, splat_c(I16, L.zero, G)), f16(bd, row, bd.add(p, c64(L.d))), None)]
+    return Block([bd.sub(q, splat_c(I16, L.zero, G))], _lanes(bd, f16(bd, row, bd.add(p, c64(L.d)))), None)
 
 
 def _q4_1(bd, row, blk):
     L = Q4_1.layout
     p = bd.mul(blk, c64(L.block_bytes))
     q = bd.zext(nibbles(bd, load(bd, row, bd.add(p, c64(L.qs)), vec(I8, G // 2))), vec(I16, G))
-    return [Group(q, f16(bd, row, bd.add(p, c64(L.d))), f16(bd, row, bd.add(p, c64(L.m))))]
-
-
-_BYTEBIT = const(I8, [1 << (j % 8) if j % 8 < 7 else -128 for j in range(G)])
+    return Block([q], _lanes(bd, f16(bd, row, bd.add(p, c64(L.d)))), _lanes(bd, f16(bd, row, bd.add(p, c64(L.m)))))
 
 
 def _q5_0(bd, row, blk):
-    """q - 16 == nibble | 0xF0 (as int8) where the 5th bit is clear, the nibble where it is set."""
+    """qh is a 32-bit mask (bit j: the 5th bit of element j): w = nibble where it is set, else
+    nibble - 16 (one masked subtract with AVX-512)."""
     L = Q5_0.layout
     p = bd.mul(blk, c64(L.block_bytes))
-    qh = bd.bitcast(load(bd, row, bd.add(p, c64(L.qh)), I32), vec(I8, 4))
-    nib = nibbles(bd, load(bd, row, bd.add(p, c64(L.qs)), vec(I8, G // 2)))
-    hb = bd.shuffle_vector(qh, qh, const(I32, [j // 8 for j in range(G)]))
-    clear = bd.icmp_unsigned("==", bd.and_(hb, _BYTEBIT), splat_c(I8, 0, G))
-    w8 = bd.or_(nib, bd.select(clear, splat_c(I8, -L.zero, G), splat_c(I8, 0, G)))
-    return [Group(bd.sext(w8, vec(I16, G)), f16(bd, row, bd.add(p, c64(L.d))), None)]
+    high = bd.bitcast(load(bd, row, bd.add(p, c64(L.qh)), I32), vec(ir.IntType(1), G))
+    nib = bd.zext(nibbles(bd, load(bd, row, bd.add(p, c64(L.qs)), vec(I8, G // 2))), vec(I16, G))
+    w = bd.select(high, nib, bd.sub(nib, splat_c(I16, L.zero, G)))
+    return Block([w], _lanes(bd, f16(bd, row, bd.add(p, c64(L.d)))), None)
 
 
 # ------------------------------------------------------------------ K-quants (256-element blocks)
 
 
 def _q4_k(bd, row, blk):
+    """The 8 six-bit scales and mins come out of the 12 scale bytes as vectors (get_scale_min_k4:
+    sub-block i < 4 takes the low 6 bits of bytes i and i+4; i >= 4 the nibbles of byte i+4 and the
+    top 2 bits of bytes i-4 and i), so each group costs a lane broadcast, not scalar bit work."""
     L = Q4_K.layout
+    n = L.sub_blocks
     p = bd.mul(blk, c64(L.block_bytes))
     d = f16(bd, row, bd.add(p, c64(L.d)))
     dmin = f16(bd, row, bd.add(p, c64(L.dmin)))
-    sb = [u8(bd, row, bd.add(p, c64(L.scales + i))) for i in range(L.qs - L.scales)]
-    c63, c15, c4, c6 = (ir.Constant(I32, v) for v in (63, 15, 4, 6))
-    out = []
-    for i in range(L.sub_blocks):  # get_scale_min_k4
-        if i < 4:
-            s, m = bd.and_(sb[i], c63), bd.and_(sb[i + 4], c63)
-        else:
-            s = bd.or_(bd.and_(sb[i + 4], c15), bd.shl(bd.lshr(sb[i - 4], c6), c4))
-            m = bd.or_(bd.lshr(sb[i + 4], c4), bd.shl(bd.lshr(sb[i], c6), c4))
+    nsc = L.qs - L.scales  # 12 bytes; the 16-byte load takes 4 bytes of qs along, unused
+    raw = bd.zext(load(bd, row, bd.add(p, c64(L.scales)), vec(I8, 16)), vec(I32, 16))
+    half = n // 2
+    pick = lambda idx: bd.shuffle_vector(raw, raw, const(I32, idx))  # noqa: E731
+    a = pick([*range(half), *range(2 * half, nsc)])  # i < 4: byte i; i >= 4: byte i + 4
+    b = pick([*range(half, nsc)])  # byte i + 4
+    c = pick([*range(half), *range(half)])  # i >= 4: byte i - 4
+    e = pick([*range(half, 2 * half), *range(half, 2 * half)])  # i >= 4: byte i
+    k = lambda v: splat_c(I32, v, n)  # noqa: E731
+    low = bd.icmp_unsigned("<", const(I32, range(n)), k(half))
+    top2 = lambda v: bd.shl(bd.lshr(v, k(6)), k(4))  # noqa: E731
+    sc = bd.select(low, bd.and_(a, k(63)), bd.or_(bd.and_(a, k(15)), top2(c)))
+    mn = bd.select(low, bd.and_(b, k(63)), bd.or_(bd.lshr(b, k(4)), top2(e)))
+    scale = bd.fmul(splat(bd, d, n), bd.sitofp(sc, vec(F32T, n)))
+    mins = bd.fneg(bd.fmul(splat(bd, dmin, n), bd.sitofp(mn, vec(F32T, n))))
+    w = []
+    for i in range(n):  # sub-block i: chunk i // 2 of qs, low nibbles for even i, high for odd
         qs = load(bd, row, bd.add(p, c64(L.qs + (i // 2) * L.sub_elems)), vec(I8, G))
         q = bd.and_(qs, splat_c(I8, 15, G)) if i % 2 == 0 else bd.lshr(qs, splat_c(I8, 4, G))
-        scale = bd.fmul(d, bd.sitofp(s, F32T))
-        mn = bd.fneg(bd.fmul(dmin, bd.sitofp(m, F32T)))
-        out.append(Group(bd.zext(q, vec(I16, G)), scale, mn))
-    return out
+        w.append(bd.zext(q, vec(I16, G)))
+    return Block(w, scale, mins)
 
 
 def _q6_k(bd, row, blk):
@@ -121,7 +138,8 @@ def _q6_k(bd, row, blk):
     p = bd.mul(blk, c64(L.block_bytes))
     d = f16(bd, row, bd.add(p, c64(L.d)))
     quarter = L.half // 4  # 32 elements: the l of element l + quarter*k
-    out = []
+    scs = bd.sext(load(bd, row, bd.add(p, c64(L.scales)), vec(I8, L.sub_blocks)), vec(I16, L.sub_blocks))
+    w, exact = [], []
     for h in range(L.block_elems // L.half):
         qh = load(bd, row, bd.add(p, c64(L.qh + h * quarter)), vec(I8, G))
         for k in range(4):
@@ -130,12 +148,12 @@ def _q6_k(bd, row, blk):
             hi = bd.and_(bd.lshr(qh, splat_c(I8, 2 * k, G)), splat_c(I8, 3, G))
             q = bd.sub(bd.or_(lo, bd.shl(hi, splat_c(I8, 4, G))), splat_c(I8, L.zero, G))
             s0 = h * L.half // L.sub_elems + 2 * k  # sub-blocks s0 (l < 16) and s0 + 1
-            sc = [bd.sext(load(bd, row, bd.add(p, c64(L.scales + s0 + j)), I8), I16) for j in (0, 1)]
-            scv = bd.shuffle_vector(splat(bd, sc[0], G // 2), splat(bd, sc[1], G // 2), const(I32, range(G)))
+            scv = bd.shuffle_vector(scs, scs, const(I32, [s0] * (G // 2) + [s0 + 1] * (G // 2)))
             q16 = bd.sext(q, vec(I16, G))
-            exact = (bd.fmul(splat(bd, d, G), bd.sitofp(scv, vec(F32T, G))), q16)
-            out.append(Group(bd.mul(q16, scv), d, None, exact))
-    return out
+            w.append(bd.mul(q16, scv))
+            exact.append((bd.fmul(splat(bd, d, G), bd.sitofp(scv, vec(F32T, G))), q16))
+    n = L.block_elems // G
+    return Block(w, splat(bd, d, n), None, exact)
 
 
 EMITTERS = {Q8_0.code: _q8_0, Q4_0.code: _q4_0, Q4_1.code: _q4_1, Q5_0.code: _q5_0, Q4_K.code: _q4_k,
@@ -144,8 +162,8 @@ BLOCK = {f.code: f.layout for f in (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K)}
 HAS_MIN = {Q4_1.code, Q4_K.code}
 
 
-def groups(code: int, bd, row, blk) -> list[Group]:
-    """The groups of format block `blk` (i64) of the row at `row` (i8*)."""
+def block(code: int, bd, row, blk) -> Block:
+    """Format block `blk` (i64) of the row at `row` (i8*), unpacked."""
     return EMITTERS[code](bd, row, blk)
 
 
