@@ -41,13 +41,8 @@ class CpuEngine(Engine):
 
     def __init__(self, cfg: ModelConfig, weights: ModelWeights, n_ctx: int | None = None,
                  n_batch: int = N_BATCH):
-        import numba
-
         from . import forward as F
 
-        # Start numba's thread pool now: a forward loaded from the on-disk cache calls into it
-        # without starting it (compiling a parallel function would have), and would jump to 0.
-        numba.get_num_threads()
         super().__init__(cfg, n_ctx)
         self.weights, self._forward = weights, F.forward
         mats, vecs, vec_tab = [], [], []

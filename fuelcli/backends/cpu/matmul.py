@@ -16,6 +16,7 @@ matrices in few regions: q/k/v in one (`linears`), gate/up in one; per-token wor
 runs in the calling thread when there is one token.
 """
 
+import numba
 import numpy as np
 from numba import njit, prange
 
@@ -53,6 +54,11 @@ def run_tasks(fn, n, args):
     """The one parallel loop: task kernel `fn` (an address) for tasks 0..n-1, with 11 int64 args."""
     for i in prange(n):
         kcall(fn, (np.int64(i),) + args)
+
+
+# Start numba's thread pool now: a function loaded from the on-disk cache that reaches run_tasks
+# calls into the pool without starting it (compiling a parallel function would have): a jump to 0.
+numba.get_num_threads()
 
 
 @helper()
