@@ -10,7 +10,8 @@ runs `n` of them in one parallel loop (matmul.run_tasks) or calls one directly.
   kv_store(t, k, v, kc, vc, pos0, n)       K and V rows into the cache
   batch(task, desc, n)                     several task kernels in one parallel loop
   attention(task, q, k, v, out, pos0, window, n_heads, n_kv, T)
-      task = (t, head): causal softmax(q k^T / sqrt(hd)) v over the cache of one layer
+      task = (block of ATT_TOKENS tokens, kv head): for its query heads and tokens, causal
+      softmax(q k^T / sqrt(hd)) v over the cache of one layer
       ([n_ctx, n_kv, hd] each). Keys go by blocks of L: L dot products reduced into one vector of
       L scores, a blocked online softmax (rescale once per block), then v rows weighted into hd/L
       vector accumulators. head_dim is a compile-time constant (one module per head size).
@@ -81,14 +82,36 @@ def _silu_mul(isa, mod, name):
     bd.ret_void()
 
 
+ATT_TOKENS = 16  # queries of one attention task: they and the query heads sharing the task's KV
+# head reuse its K and V rows from the cache (L2) instead of streaming them once per query
+
+
 def _attention(isa, mod, name, hd):
+    """attention(task, q, k, v, out, pos0, window, nh, nkv, T): task = (token block, kv head); every
+    query head of the kv head's group, every token of the block."""
+    body = _attend(isa, mod, name + "_one", hd)
     fn, bd = func(mod, name, TASK_ARGS)
     task, q_, k_, v_, out_, pos0, window, nh, nkv, T = fn.args[:10]
+    tb, kvh = bd.udiv(task, nkv), bd.urem(task, nkv)
+    group = bd.udiv(nh, nkv)
+    t0 = bd.mul(tb, c64(ATT_TOKENS))
+    t1 = bd.add(t0, c64(ATT_TOKENS))
+    t1 = bd.select(bd.icmp_signed("<", T, t1), T, t1)
+    with Loop(bd, 0, group) as g:
+        with Loop(bd, t0, t1) as t:
+            bd.call(body, [t, bd.add(bd.mul(kvh, group), g), q_, k_, v_, out_, pos0, window, nh, nkv])
+    bd.ret_void()
+
+
+def _attend(isa, mod, name, hd):
+    """One query (token t, head h): blocked online softmax over its keys, as described above."""
+    fn, bd = func(mod, name, 10)
+    fn.linkage = "internal"
+    t, h, q_, k_, v_, out_, pos0, window, nh, nkv = fn.args
     L = isa.lanes
     ND = hd // L
     vt = vec(F32T, L)
     q, kc, vc, out = (ptr_to(bd, a, F32T) for a in (q_, k_, v_, out_))
-    t, h = bd.udiv(task, nh), bd.urem(task, nh)
     kvh = bd.udiv(h, bd.udiv(nh, nkv))
     p = bd.add(pos0, t)
     from_window = bd.sub(bd.add(p, c64(1)), window)
@@ -136,6 +159,7 @@ def _attention(isa, mod, name, hd):
     for c in range(ND):
         bd.store(bd.fmul(acc[c].get(), inv), bd.bitcast(bd.gep(orow, [c64(c * L)]), vt.as_pointer()), align=4)
     bd.ret_void()
+    return fn
 
 
 def _row_loop(bd, n, L, step):

@@ -24,6 +24,7 @@ below 2^28 and a 32-element block sum below 2^31.
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 
 from llvmlite import ir
@@ -43,7 +44,7 @@ PAIRS = G // 2  # int16 pairs in a 32-element group
 def tokens_per_tile(isa: Isa, quant: bool) -> int:
     """Tokens per micro-kernel pass: 2 accumulators each (int32 + f32) must fit the registers."""
     if isa.lanes == 16:
-        return 12 if quant else 24
+        return int(os.environ.get("FUEL_TT", 12)) if quant else 24
     return 5 if quant else 10
 
 

@@ -136,7 +136,16 @@ def is_cached(module: ir.Module, isa: Isa) -> bool:
 
 
 def compile_module(module: ir.Module, isa: Isa, names: list[str]) -> dict[str, int]:
-    """Compile (or load from the cache) an IR module for `isa`; the addresses of `names`."""
+    """Compile (or load from the cache) an IR module for `isa`; the addresses of `names`.
+
+    FUEL_PERF_MAP=1 (profiling): every function of the module is made visible and listed in
+    /tmp/perf-PID.map, so `perf report` names the kernels."""
+    perf_map = bool(os.environ.get("FUEL_PERF_MAP"))
+    if perf_map:
+        for fn in module.functions:
+            if not fn.is_declaration:
+                fn.linkage = ""
+        names = [fn.name for fn in module.functions if not fn.is_declaration]
     tm, text, path = _cache_path(module, isa)
     with _lock:
         try:
@@ -164,7 +173,13 @@ def compile_module(module: ir.Module, isa: Isa, names: list[str]) -> dict[str, i
         ee.add_object_file(llb.ObjectFileRef.from_data(obj))
         ee.finalize_object()
         _engines.append(ee)
-        return {n: ee.get_function_address(n) for n in names}
+        got = {n: ee.get_function_address(n) for n in names}
+        if perf_map:  # sizes: up to the next function (the last one: 64 KiB at most)
+            starts = sorted(got.items(), key=lambda kv: kv[1])
+            with open(f"/tmp/perf-{os.getpid()}.map", "a") as f:
+                for (name, a), nxt in zip(starts, starts[1:] + [("", starts[-1][1] + 65536)]):
+                    f.write(f"{a:x} {nxt[1] - a:x} {name}\n")
+        return got
 
 
 def assembly(module: ir.Module, isa: Isa) -> str:

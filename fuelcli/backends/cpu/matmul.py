@@ -22,6 +22,7 @@ from numba import njit, prange
 
 from ...formats import ACTIVATION_BLOCK as AB
 from .jit import PARALLEL, helper
+from .core import ATT_TOKENS
 from .kernels import DECODE_ROWS, TASK_ROWS
 from .llvm import kcall
 
@@ -100,7 +101,7 @@ def attention(q, k_cache, v_cache, pos0, window, n_heads, n_kv, out, core):
     """Causal attention of T queries at pos0.. over one layer's cache ([n_ctx, n_kv, head_dim]);
     window w > 0 keeps keys j with p - w < j <= p (transformers' sliding-window direction)."""
     T = q.shape[0]
-    tasks(core[C_ATTENTION], T * n_heads,
+    tasks(core[C_ATTENTION], (T + ATT_TOKENS - 1) // ATT_TOKENS * n_kv,
           args11(ptr(q), ptr(k_cache), ptr(v_cache), ptr(out), pos0, window, n_heads, n_kv, T))
 
 
