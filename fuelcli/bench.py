@@ -12,6 +12,15 @@ What is timed and what is not:
 A sample is the seconds of one run; its rate is tokens / seconds. A test reports the mean and the sample
 standard deviation (n - 1) of the rates, and with a peer the ratio fuel mean / peer mean.
 
+Memory roofline (tg tests): a decode step reads every weight it uses once, and the KV cache up to its
+position; `bytes_per_token` counts them (an MoE layer's experts at k of n). Read bandwidth is measured
+once per run over a working set of that size (backends/cpu/stream.py, in a child process, the
+test's threads), so bytes per token x tok/s / bandwidth is the fraction of the roofline reached.
+
+First token (`first_token_runs`, `fuel bench --first-token`): what a user waits for from typing
+`fuel run` to the first token, in fresh processes: with an empty kernel cache (a fresh install: every
+kernel compiles), with a warm one, and llama.cpp's load + first token in its own process, interleaved.
+
 Peers (`--compare`) live here too: `LlamaCppRunner` (llama-cpp-python, GGUF only) and
 `TransformersRunner` (HF transformers, float32). Both are imported lazily and raise MissingDependency
 naming the pip package when absent.
@@ -23,6 +32,7 @@ import csv
 import io
 import json
 import math
+import os
 import statistics
 import time
 from collections import Counter
@@ -278,17 +288,27 @@ class TestResult:
     spec: TestSpec
     fuel: Series
     peer: Series | None = None
+    bytes_per_token: int = 0  # tg tests: what one decode step reads (bytes_per_token)
 
     @property
     def ratio(self) -> float | None:
         return None if self.peer is None else self.fuel.mean / self.peer.mean
 
-    def to_dict(self, peer_name: str | None) -> dict:
+    def read_rate(self) -> float:
+        """Bytes/s that fuel's mean decode rate reads."""
+        return self.bytes_per_token * self.fuel.mean
+
+    def to_dict(self, peer_name: str | None, bandwidth: float = 0.0) -> dict:
         d = {"test": self.spec.name, "kind": self.spec.kind, "n_tokens": self.spec.n_tokens,
              "depth": self.spec.depth, "fuel": self.fuel.to_dict()}
         if self.peer is not None:
             d["peer"] = {"name": peer_name, **self.peer.to_dict()}
             d["ratio"] = self.ratio
+        if self.bytes_per_token:
+            d["bytes_per_token"] = self.bytes_per_token
+            d["read_bytes_per_s"] = self.read_rate()
+            if bandwidth:
+                d["roofline_fraction"] = self.read_rate() / bandwidth
         return d
 
 
@@ -316,17 +336,22 @@ class Report:
     kv_bytes: int = 0
     peer: dict | None = None  # {"name", "detail", "threads"}
     backend: str = "cpu numba"
+    bandwidth: dict | None = None  # {"bytes": working set, "threads", "bytes_per_s"}: the roofline
 
     @property
     def peer_name(self) -> str | None:
         return None if self.peer is None else self.peer["name"]
 
+    @property
+    def bandwidth_bps(self) -> float:
+        return self.bandwidth["bytes_per_s"] if self.bandwidth else 0.0
+
     def to_dict(self) -> dict:
         return {"model": asdict(self.model), "backend": self.backend, "threads": self.threads,
                 "repetitions": self.repetitions, "seed": self.seed, "n_ctx": self.n_ctx,
                 "kv_bytes": self.kv_bytes, "peak_rss_bytes": self.peak_rss_bytes,
-                "peak_rss_fuel_bytes": self.peak_rss_fuel_bytes, "peer": self.peer,
-                "tests": [t.to_dict(self.peer_name) for t in self.tests]}
+                "peak_rss_fuel_bytes": self.peak_rss_fuel_bytes, "peer": self.peer, "bandwidth": self.bandwidth,
+                "tests": [t.to_dict(self.peer_name, self.bandwidth_bps) for t in self.tests]}
 
 
 def report_from_dict(d: dict) -> Report:
@@ -335,9 +360,11 @@ def report_from_dict(d: dict) -> Report:
     for t in d["tests"]:
         spec = TestSpec(t["kind"], t["n_tokens"], t["depth"])
         peer = Series(spec.n_tokens, list(t["peer"]["samples_s"])) if "peer" in t else None
-        tests.append(TestResult(spec, Series(spec.n_tokens, list(t["fuel"]["samples_s"])), peer))
+        tests.append(TestResult(spec, Series(spec.n_tokens, list(t["fuel"]["samples_s"])), peer,
+                                t.get("bytes_per_token", 0)))
     return Report(ModelInfo(**d["model"]), d["threads"], d["repetitions"], d["seed"], d["n_ctx"], tests,
-                  d["peak_rss_bytes"], d["peak_rss_fuel_bytes"], d["kv_bytes"], d["peer"], d["backend"])
+                  d["peak_rss_bytes"], d["peak_rss_fuel_bytes"], d["kv_bytes"], d["peer"], d["backend"],
+                  d.get("bandwidth"))
 
 
 def model_info(source, cfg, weights) -> ModelInfo:
@@ -350,6 +377,40 @@ def model_info(source, cfg, weights) -> ModelInfo:
     params = sum(t.numel for t in mats) + sum(int(v.size) for v in vecs)
     formats = dict(sorted(Counter(t.fmt for t in mats).items(), key=lambda kv: (-kv[1], kv[0])))
     return ModelInfo(source.name, str(source.path), source.kind, cfg.family, size, params, formats)
+
+
+# ----------------------------------------------------------------------------------------------------
+# memory roofline
+
+
+def bytes_per_token(cfg, weights, ctx: float) -> int:
+    """Bytes one decode step reads: every matrix it multiplies by (the embedding contributes one row
+    unless it is also the output; MoE experts at k of n), norms and biases, and the K and V of ctx
+    cached positions in f32."""
+    embed_row = 0 if weights.output is weights.embed else weights.embed.nbytes // weights.embed.shape[0]
+    total = embed_row + int(weights.final_norm.nbytes)
+    total += sum(t.nbytes for t in weights.tensors() if t is not weights.embed or t is weights.output)
+    for layer in weights.layers:
+        experts = layer.gate_exps + layer.up_exps + layer.down_exps
+        if experts:  # only k of n experts are read
+            total -= sum(t.nbytes for t in experts) * (1 - cfg.experts_per_tok / cfg.num_experts)
+        total += sum(int(v.nbytes) for v in (layer.attn_norm, layer.ffn_norm, layer.q_bias, layer.k_bias,
+                                             layer.v_bias, layer.o_bias, layer.q_norm, layer.k_norm) if v is not None)
+    return int(total + 2 * cfg.num_layers * ctx * cfg.kv_dim * 4)
+
+
+def measure_bandwidth(nbytes: int, threads: int) -> float:
+    """Read bandwidth (bytes/s) over a working set of nbytes with `threads` threads, in a child
+    process (its buffer stays out of this process's peak memory)."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NUMBA_NUM_THREADS=str(threads))
+    r = subprocess.run([sys.executable, "-m", "fuelcli.backends.cpu.stream", str(int(nbytes)), str(threads)],
+                       capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        raise RuntimeError(f"bandwidth measurement failed: {r.stderr.strip()[-500:]}")
+    return float(r.stdout.strip().splitlines()[-1])
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -443,24 +504,36 @@ def render_md(rep: Report) -> str:
     if peer:
         cols += [f"{peer} t/s", f"fuel/{peer}"]
         align += ["---:", "---:"]
+    roof = rep.bandwidth_bps > 0
+    if roof:
+        cols += ["read GB/s", "roofline"]
+        align += ["---:", "---:"]
     lines = ["| " + " | ".join(cols) + " |", "| " + " | ".join(align) + " |"]
     for t in rep.tests:
         row = [m.name, human_bytes(m.size_bytes), human_count(m.params), rep.backend, str(rep.threads),
                t.spec.name, _ts(t.fuel)]
         if peer:
             row += [_ts(t.peer), f"{t.ratio:.2f}"]
+        if roof:
+            row += [f"{t.read_rate() / 1e9:.2f}", f"{t.read_rate() / rep.bandwidth_bps:.0%}"] if t.bytes_per_token \
+                else ["", ""]
         lines.append("| " + " | ".join(row) + " |")
     notes = [f"formats: {formats_text(m.formats)}", f"r={rep.repetitions}, seed {rep.seed}, n_ctx {rep.n_ctx}",
              f"KV cache {human_bytes(rep.kv_bytes)}", f"peak RSS {human_bytes(rep.peak_rss_bytes)}"]
     if peer:
         notes[-1] += f" (fuel alone {human_bytes(rep.peak_rss_fuel_bytes)})"
         notes.append(f"peer: {rep.peer['detail']}, threads {rep.peer['threads']}")
+    if roof:
+        b = rep.bandwidth
+        notes.append(f"roofline: read bandwidth {b['bytes_per_s'] / 1e9:.2f} GB/s over {human_bytes(b['bytes'])} "
+                     f"with {b['threads']} threads (a tg test reads its bytes per token x t/s)")
     return "\n".join(lines) + "\n\n" + "; ".join(notes) + "\n"
 
 
 CSV_FIELDS = ["model", "model_kind", "family", "size_bytes", "params", "formats", "backend", "threads",
               "repetitions", "peak_rss_bytes", "test", "kind", "n_tokens", "depth", "avg_ts", "stddev_ts",
-              "samples_ts", "peer", "peer_avg_ts", "peer_stddev_ts", "peer_samples_ts", "ratio"]
+              "samples_ts", "peer", "peer_avg_ts", "peer_stddev_ts", "peer_samples_ts", "ratio", "bytes_per_token",
+              "roofline_fraction"]
 
 
 def render_csv(rep: Report) -> str:
@@ -477,6 +550,9 @@ def render_csv(rep: Report) -> str:
         if t.peer is not None:
             row.update(peer=rep.peer_name, peer_avg_ts=repr(t.peer.mean), peer_stddev_ts=repr(t.peer.std),
                        peer_samples_ts=";".join(repr(r) for r in t.peer.rates), ratio=repr(t.ratio))
+        if t.bytes_per_token:
+            row.update(bytes_per_token=t.bytes_per_token,
+                       roofline_fraction=repr(t.read_rate() / rep.bandwidth_bps) if rep.bandwidth_bps else "")
         w.writerow(row)
     return buf.getvalue()
 
@@ -495,3 +571,104 @@ def render_json(rep: Report) -> str:
 
 
 RENDERERS = {"md": render_md, "json": render_json, "csv": render_csv}
+
+
+# ----------------------------------------------------------------------------------------------------
+# first token: fresh processes, the user's wait
+
+
+_LLAMA_FIRST_TOKEN = r"""
+import sys
+import llama_cpp
+llm = llama_cpp.Llama(model_path=sys.argv[1], n_threads=int(sys.argv[2]), n_threads_batch=int(sys.argv[2]),
+                      n_ctx=512, verbose=False)
+out = llm.create_chat_completion([{"role": "user", "content": sys.argv[3]}], max_tokens=1, temperature=0)
+sys.stdout.write(out["choices"][0]["message"]["content"] or "-")
+sys.stdout.flush()
+"""
+
+
+def time_to_first_output(cmd: list, env: dict) -> float:
+    """Seconds from starting `cmd` to its first byte on stdout (or its exit); raises on failure."""
+    import subprocess
+
+    t0 = time.perf_counter()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    first = p.stdout.read(1)
+    dt = time.perf_counter() - t0
+    rest, err = p.communicate()
+    if p.returncode != 0 or not (first + rest):
+        raise RuntimeError(f"{' '.join(map(str, cmd[:4]))}... failed ({p.returncode}): {err.decode()[-500:]}")
+    return dt
+
+
+def first_token_runs(model: str, source, prompt: str, repetitions: int, threads: int, llama: bool,
+                     tick: Callable[[str], None]) -> dict:
+    """`fuel run MODEL PROMPT -n 1` in fresh processes: `cold` with an empty kernel cache (a fresh
+    install compiles every kernel), `warm` with the cache the warm-up filled; with llama=True also
+    llama.cpp's load + first token (llama-cpp-python, same prompt through the chat template, same
+    threads). Interleaved per repetition; one untimed warm-up each (files in the page cache)."""
+    import shutil
+    import sys
+    import tempfile
+
+    base = dict(os.environ, FUEL_THREADS=str(threads), NUMBA_NUM_THREADS=str(threads))
+    fuel = [sys.executable, "-m", "fuelcli", "run", model, prompt, "-n", "1", "--temp", "0", "--quiet"]
+    warm_dir = tempfile.mkdtemp(prefix="fuel-first-token-")
+    series = {"fuel_cold": [], "fuel_warm": []}
+    if llama:
+        series["llama.cpp"] = []
+        peer = [sys.executable, "-c", _LLAMA_FIRST_TOKEN, str(source.path), str(threads), prompt]
+    try:
+        time_to_first_output(fuel, dict(base, NUMBA_CACHE_DIR=warm_dir))
+        tick("fuel warm-up (fills the kernel cache)")
+        if llama:
+            time_to_first_output(peer, base)
+            tick("llama.cpp warm-up")
+        for rep in range(repetitions):
+            cold_dir = tempfile.mkdtemp(prefix="fuel-first-token-cold-")
+            try:
+                series["fuel_cold"].append(time_to_first_output(fuel, dict(base, NUMBA_CACHE_DIR=cold_dir)))
+            finally:
+                shutil.rmtree(cold_dir, ignore_errors=True)
+            tick(f"fuel, empty cache {rep + 1}/{repetitions}")
+            series["fuel_warm"].append(time_to_first_output(fuel, dict(base, NUMBA_CACHE_DIR=warm_dir)))
+            tick(f"fuel, warm cache {rep + 1}/{repetitions}")
+            if llama:
+                series["llama.cpp"].append(time_to_first_output(peer, base))
+                tick(f"llama.cpp {rep + 1}/{repetitions}")
+    finally:
+        shutil.rmtree(warm_dir, ignore_errors=True)
+    out = {"model": source.name, "path": str(source.path), "prompt": prompt, "threads": threads,
+           "repetitions": repetitions, "seconds": series}
+    if llama:
+        import llama_cpp
+
+        out["peer"] = f"llama-cpp-python {getattr(llama_cpp, '__version__', '?')}"
+    return out
+
+
+def render_first_token_md(rep: dict) -> str:
+    s = rep["seconds"]
+    peer = "llama.cpp" in s
+    cols = ["model", "threads", "fuel run, first token", "s"] + (["llama.cpp load + first token s", "fuel/llama.cpp"]
+                                                               if peer else [])
+    lines = ["| " + " | ".join(cols) + " |", "| " + " | ".join(["---", "---:", "---", "---:"] +
+                                                               (["---:", "---:"] if peer else [])) + " |"]
+
+    def ms(v):
+        return f"{statistics.fmean(v):.2f} ± {statistics.stdev(v) if len(v) > 1 else 0.0:.2f}"
+
+    for key, label in (("fuel_cold", "empty kernel cache (fresh install)"), ("fuel_warm", "warm kernel cache")):
+        row = [rep["model"], str(rep["threads"]), label, ms(s[key])]
+        if peer:
+            row += [ms(s["llama.cpp"]), f"{statistics.fmean(s[key]) / statistics.fmean(s['llama.cpp']):.2f}"]
+        lines.append("| " + " | ".join(row) + " |")
+    note = f"seconds from starting the process to its first token; r={rep['repetitions']}, interleaved"
+    if peer:
+        note += f"; peer: {rep['peer']}"
+    return "\n".join(lines) + "\n\n" + note + "\n"
+
+
+def render_json_obj(obj: dict) -> str:
+    return json.dumps(obj, indent=2) + "\n"

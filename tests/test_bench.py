@@ -91,7 +91,7 @@ def test_run_bench_interleaves_and_computes():
     assert [w for w, _ in timed] == ["fuel", "peer"] * (len(tests) * 3)
     # every run is preceded by prepare(depth ids) of the right length; both runners get the same ids
     for i in range(0, len(log), 2):
-        (w1, p, depth_ids), (w2, kind, ids) = log[i], log[i + 1]
+        (w1, p, depth_ids), (w2, _, ids) = log[i], log[i + 1]
         assert p == "prepare" and w1 == w2
         assert len(ids) in (8, 4) and len(depth_ids) in (0, 3)
         assert all(0 <= t < 50 for t in depth_ids + ids)
@@ -142,7 +142,7 @@ def test_fuel_runner_fills_depth_and_resets(tiny):
 
 
 def test_md_table(tiny):
-    out = bench(tiny, "-p", "8,16", "-n", "4", "-r", "2")
+    out = bench(tiny, "-p", "8,16", "-n", "4", "-r", "2", "--no-roofline")
     lines = out.strip().splitlines()
     assert lines[0] == "| model | size | params | backend | threads | test | t/s |"
     assert lines[1].count("|") == 8
@@ -157,6 +157,28 @@ def test_md_table(tiny):
         assert float(mean) > 0 and float(std) >= 0
     assert lines[5] == ""
     assert lines[6].startswith("formats: f32 16; r=2, seed 0, n_ctx 17;") and "peak RSS" in lines[6]
+
+
+def test_roofline(tiny):
+    """tg rows carry read GB/s and the fraction of the measured read bandwidth; the bytes per token
+    are the weights a decode step reads plus the mean KV cache it reads."""
+    out = bench(tiny, "-p", "8", "-n", "4", "-r", "2")
+    lines = out.strip().splitlines()
+    assert lines[0] == "| model | size | params | backend | threads | test | t/s | read GB/s | roofline |"
+    pp, tg = (ln.split(" | ") for ln in lines[2:4])
+    assert pp[7:] == ["", " |"] and tg[7].strip() and tg[8].rstrip(" |").endswith("%")
+    assert "roofline: read bandwidth" in lines[5]
+    rep = json.loads(bench(tiny, "-p", "0", "-n", "4", "-d", "0,6", "-r", "2", "-o", "json"))
+    bw = rep["bandwidth"]
+    assert bw["threads"] == rep["threads"] and bw["bytes_per_s"] > 1e8
+    # untied f32 llama: every matrix but the embedding, one embedding row, 5 norms of 64
+    weights = 4 * (TINY_PARAMS - 256 * 64 + 64)
+    for t, depth in zip(rep["tests"], (0, 6)):
+        kv = 2 * 2 * (depth + 2.5) * 4 * 16 * 4  # K and V, layers, mean positions, kv heads, head_dim, f32
+        assert t["bytes_per_token"] == int(weights + kv)
+        assert t["read_bytes_per_s"] == pytest.approx(t["bytes_per_token"] * t["fuel"]["avg_ts"])
+        assert t["roofline_fraction"] == pytest.approx(t["read_bytes_per_s"] / bw["bytes_per_s"])
+    assert bw["bytes"] == rep["tests"][1]["bytes_per_token"]  # the largest working set
 
 
 def test_json_report(tiny):
@@ -276,3 +298,28 @@ def test_missing_peer_exit_code(tiny, tmp_path):
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: --compare transformers needs")
     assert "pip install transformers torch" in lines[0]
+
+
+# ---------------------------------------------------------------------------------------------------
+# first token
+
+
+def test_time_to_first_output():
+    """The clock stops at the first byte, not at the exit; a failing command is an error."""
+    code = "import sys, time; sys.stdout.write('x'); sys.stdout.flush(); time.sleep(3)"
+    assert B.time_to_first_output([sys.executable, "-c", code], dict(os.environ)) < 2.5
+    with pytest.raises(RuntimeError, match="failed"):
+        B.time_to_first_output([sys.executable, "-c", "raise SystemExit(3)"], dict(os.environ))
+
+
+def test_first_token(smollm2_gguf):
+    """`fuel bench --first-token`: fresh processes with an empty and a warm kernel cache."""
+    r = CliRunner().invoke(app, ["bench", str(smollm2_gguf), "--first-token", "-r", "1", "-o", "json",
+                                 "--no-progress", "-t", "1"])
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.stdout)
+    assert rep["threads"] == 1 and rep["repetitions"] == 1 and "llama.cpp" not in rep["seconds"]
+    cold, warm = rep["seconds"]["fuel_cold"], rep["seconds"]["fuel_warm"]
+    assert len(cold) == len(warm) == 1 and cold[0] > warm[0] > 0  # the empty cache compiles
+    md = B.render_first_token_md(rep)
+    assert "empty kernel cache (fresh install)" in md and "warm kernel cache" in md

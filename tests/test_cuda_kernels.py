@@ -2,10 +2,11 @@
 here and in CI (tests/cuda_sim.py), on the GPU under NUMBA_ENABLE_CUDASIM=0 (examples/gpu-check.sh).
 
 Every format of the registry is parametrized, so a format added to fuelcli/formats without a CUDA
-unit decoder fails here. Tolerances: decoded rows equal the CPU's exact dequant_row bit for bit on
-the simulator (same float operations, same order); a GPU may fuse d * q + m into one FMA, one
-rounding of |d * q| + |m| apart. Dot products and matmuls sum in another order than the CPU's: within
-1e-5 of sum |w * x| (measured: below 1e-6).
+unit decoder fails here. Tolerances: decoded rows equal the format's numpy decode (formats/, the
+exact decode checked against gguf-py) bit for bit on the simulator (same float operations, same
+order); a GPU may fuse d * q + m into one FMA, one rounding of |d * q| + |m| apart. Dot products and
+matmuls sum in another order than a float64 dot of the decoded rows: within 1e-5 of sum |w * x|
+(measured: below 1e-6).
 """
 
 import cuda_sim  # noqa: I001  (first: sets up the simulator before numba.cuda is imported)
@@ -14,9 +15,8 @@ import numpy as np
 import pytest
 from test_formats import random_rows
 
-from fuelcli.backends.cpu.rows import dequant_row, dot_row
 from fuelcli.backends.cuda.runtime import GPU, SIMULATOR
-from fuelcli.formats import FORMATS
+from fuelcli.formats import FORMATS, dequantize_bytes
 
 if cuda_sim.HAVE_NUMBA_CUDA:
     from numba import cuda
@@ -40,10 +40,7 @@ def upload(raw: np.ndarray, fmt: str):
 
 
 def cpu_rows(fmt: str, raw: np.ndarray, n: int) -> np.ndarray:
-    out = np.empty((raw.shape[0], n), np.float32)
-    for i in range(raw.shape[0]):
-        dequant_row(FORMATS[fmt].code, raw[i], out[i])
-    return out
+    return dequantize_bytes(fmt, raw, (raw.shape[0], n))
 
 
 def test_every_format_has_a_unit_decoder():
@@ -88,13 +85,13 @@ def test_a_wrong_decode_is_caught():
 
 @pytest.mark.parametrize("launch", list(LAUNCHES))
 @pytest.mark.parametrize("fmt", list(FORMATS))
-def test_matvec_equals_dot_row(fmt, launch):
+def test_matvec_equals_a_dot_of_the_decoded_rows(fmt, launch):
     from fuelcli.backends.cuda.kernels.matvec import matvec
 
     L, n, code = LAUNCHES[launch], ncols(fmt), FORMATS[fmt].code
     raw = random_rows(fmt, 8 if launch == "gpu shape" else 12, n, seed=200 + code)
     x = np.random.default_rng(code).standard_normal((2, n)).astype(np.float32)
-    want = np.array([dot_row(code, raw[i], x[1]) for i in range(raw.shape[0])])
+    want = cpu_rows(fmt, raw, n).astype(np.float64) @ x[1].astype(np.float64)
     mag = np.abs(cpu_rows(fmt, raw, n)).astype(np.float64) @ np.abs(x[1])
     w8, mats = upload(raw, fmt)
     out = cuda.to_device(np.full((2, raw.shape[0]), np.nan, np.float32))

@@ -1,4 +1,5 @@
-"""Weight formats: numpy dequantize == gguf.quants bit for bit; numba row kernels == numpy."""
+"""Weight formats: numpy dequantize == gguf.quants bit for bit; the CPU kernels (every instruction
+set this machine runs) against the numpy decode."""
 
 from __future__ import annotations
 
@@ -97,100 +98,52 @@ def test_quantize_roundtrip(fmt):
     assert np.abs(back - w).max() <= {"f32": 0, "f16": 2e-3, "bf16": 2e-2}.get(fmt, 0.25)
 
 
-# ----------------------------------------------------------------- numba kernels
+# ----------------------------------------------------------------- CPU kernels, every ISA
+
+from numba import njit  # noqa: E402
+
+from fuelcli.backends.cpu import llvm  # noqa: E402
+from fuelcli.backends.cpu import matmul as M  # noqa: E402
+
+# the kernels' numba entry points are helpers only jitted code calls (jit.helper): jit them here
 
 
-@pytest.fixture(scope="module")
-def kernels():
-    from types import SimpleNamespace
-
-    from fuelcli.backends.cpu import matmul, q16, rows
-
-    return SimpleNamespace(dequant_row=rows.dequant_row, dot_row=rows.dot_row, matvec=rows.matvec,
-                           tile_matmul=matmul.tile_matmul, quantize_x16=q16.quantize_x16,
-                           dot_row_q16=q16.dot_row_q16, matvec_q16=q16.matvec_q16)
+@njit(cache=True)
+def quantize_rows(x, xq, xs, xf, core):
+    M.quantize_rows(x, xq, xs, xf, core)
 
 
-@pytest.mark.parametrize("fmt", list(FORMATS))
-def test_dequant_row_exact(kernels, fmt):
-    f = FORMATS[fmt]
-    ncols = 512
-    raw = random_rows(fmt, 4, ncols, seed=10 + f.code)
-    ref = dequantize(as_tensor(fmt, raw, ncols))
-    out = np.empty(ncols, np.float32)
-    for i in range(raw.shape[0]):
-        kernels.dequant_row(f.code, raw[i], out)
-        assert np.array_equal(out.view(np.uint32), ref[i].view(np.uint32)), (fmt, i)
+@njit(cache=True)
+def matmul(x, xq, xs, xf, w_addr, n_rows, row_bytes, code, kern, out):
+    M.matmul(x, xq, xs, xf, w_addr, n_rows, row_bytes, code, kern, out)
 
 
-def test_dequant_row_f16_every_bit_pattern(kernels):
-    raw = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.uint8)
-    out = np.empty(1 << 16, np.float32)
-    kernels.dequant_row(FORMATS["f16"].code, raw, out)
-    assert np.array_equal(out.view(np.uint32), raw.view(np.float16).astype(np.float32).view(np.uint32))
+@njit(cache=True)
+def dequant_row(kern, code, row_addr, K, out):
+    M.dequant_row(kern, code, row_addr, K, out)
 
 
-@pytest.mark.parametrize("fmt", list(FORMATS))
-def test_dot_row_and_matvec(kernels, fmt):
-    f = FORMATS[fmt]
-    ncols = 768
-    raw = random_rows(fmt, 8, ncols, seed=20 + f.code)
-    w = dequantize(as_tensor(fmt, raw, ncols)).astype(np.float64)
-    x = np.random.default_rng(3).standard_normal(ncols).astype(np.float32)
-    ref = w @ x
-    # relative to the magnitude of the terms: the sum itself may cancel
-    tol = 1e-5 * (np.abs(w) @ np.abs(x))
-    got = np.array([kernels.dot_row(f.code, raw[i], x) for i in range(raw.shape[0])])
-    assert np.all(np.abs(got - ref) <= tol), (fmt, np.max(np.abs(got - ref) / tol))
-    out = np.empty(raw.shape[0], np.float32)
-    kernels.matvec(f.code, raw, x, out)
-    assert np.all(np.abs(out - ref) <= tol)
+@njit(cache=True)
+def silu_mul(gate, up, core):
+    M.silu_mul(gate, up, core)
 
 
-@pytest.mark.parametrize("T", [1, 2, 5])
-def test_tile_matmul(kernels, T):
-    """The prefill micro-kernel: every row/token remainder (rows 0..6 of a 4-row block, odd T)."""
-    K = 96
-    rng = np.random.default_rng(T)
-    x = rng.standard_normal((T, K)).astype(np.float32)
-    tile = rng.standard_normal((8, K)).astype(np.float32)
-    for nrows in range(8):
-        out = np.full((T, 3 + nrows), np.nan, np.float32)
-        kernels.tile_matmul(tile, nrows, x, out, 3)
-        ref = x.astype(np.float64) @ tile[:nrows].astype(np.float64).T
-        tol = 1e-5 * (np.abs(x) @ np.abs(tile[:nrows]).T)
-        assert np.all(np.abs(out[:, 3:] - ref) <= tol)
-        assert np.isnan(out[:, :3]).all()  # columns before n0 untouched
+@njit(cache=True)
+def attention(q, k_cache, v_cache, pos0, window, n_heads, n_kv, out, core):
+    M.attention(q, k_cache, v_cache, pos0, window, n_heads, n_kv, out, core)
 
-
-@pytest.mark.parametrize("fmt", ["q8_0", "q4_1", "q5_0", "q4_k", "q6_k"])
-def test_matmul_prefill_and_decode(fmt):
-    from fuelcli.backends.cpu.matmul import ROWS_PER_TASK, matmul
-
-    ncols, nrows = 512, 2 * ROWS_PER_TASK + 3  # a partial last task
-    raw = random_rows(fmt, nrows, ncols, seed=40 + FORMATS[fmt].code)
-    w = dequantize(as_tensor(fmt, raw, ncols)).astype(np.float64)
-    x = np.random.default_rng(5).standard_normal((7, ncols)).astype(np.float32)
-    ref = x @ w.T
-    tol = 1e-5 * (np.abs(x) @ np.abs(w).T)
-    out = np.empty((7, nrows), np.float32)
-    matmul(x, raw, FORMATS[fmt].code, out)
-    assert np.all(np.abs(out - ref) <= tol)
-    out1 = np.empty((1, nrows), np.float32)
-    matmul(x[2:3], raw, FORMATS[fmt].code, out1, False)  # decode, f32 dot_row
-    assert np.all(np.abs(out1 - ref[2:3]) <= tol[2:3])
-    out1[:] = np.nan
-    matmul(x[2:3], raw, FORMATS[fmt].code, out1)  # decode, int16 activations where available
-    assert np.all(np.abs(out1 - ref[2:3]) <= Q16_REL_TOL * (np.abs(x[2:3]) @ np.abs(w).T))
-
-
-# ----------------------------------------------------------------- int16-activation decode path
-
-Q16_FMTS = ["q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q6_k"]
-# |x - xq*xs| <= xs/2 = amax/65534 per element, so |err| <= sum|w| * amax / 65534 (+ f32 sums):
-# measured worst 1e-5 of sum|w*x| for normal x; heavy-tailed x with an outlier reaches ~1e-4
-# (an outlier coarsens its block's step), and is checked against the rounding bound instead
+ISAS = [pytest.param(n, marks=pytest.mark.skipif(not llvm.supported(n), reason=f"CPU lacks {n}")) for n in llvm.ISAS]
+QUANT = ["q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q6_k"]
+# int16 activations: |x - xq*xs| <= xs/2 = amax/65534 per element, so |err| <= sum|w| * amax / 65534 (+ f32
+# sums): measured worst 1e-5 of sum|w*x| for normal x; heavy-tailed x with an outlier reaches ~1e-4 (an
+# outlier coarsens its block's step) and is checked against the rounding bound instead
 Q16_REL_TOL = 1e-4
+F32_REL_TOL = 1e-5  # float formats: f32 products, only the summation order differs
+
+
+def _kern(isa_name, fmts):
+    isa = llvm.ISAS[isa_name]
+    return M.kernel_table([FORMATS[f].code for f in fmts], isa), M.core_table(isa, 64)
 
 
 def _x_cases(K):
@@ -202,97 +155,253 @@ def _x_cases(K):
     return {"normal": normal, "heavy": heavy}
 
 
-def test_quantize_x16(kernels):
-    for x in _x_cases(512).values():
-        xq = np.empty(512, np.int16)
-        xs = np.empty(16, np.float32)
-        xf = np.empty(16, np.float32)
-        kernels.quantize_x16(x, xq, xs, xf)
-        xb = x.reshape(16, 32).astype(np.float64)
-        assert np.allclose(xs, np.abs(xb).max(1) / 32767, rtol=1e-6, atol=0)
-        assert np.abs(xq).max() <= 32767
-        err = np.abs(xq.reshape(16, 32) * xs[:, None].astype(np.float64) - xb)
-        assert np.all(err <= xs[:, None] * (0.5 + 1e-3))
-        assert np.allclose(xf, xb.sum(1), rtol=1e-5, atol=1e-5)
+def _quantized(x, core):
+    T, K = x.shape
+    xq, xs, xf = np.empty(T * K, np.int16), np.empty(T * K // 32, np.float32), np.empty(T * K // 32, np.float32)
+    quantize_rows(x, xq, xs, xf, core)
+    return xq, xs, xf
 
 
-@pytest.mark.parametrize("fmt", Q16_FMTS)
-def test_dot_row_q16(kernels, fmt):
+def _matmul(x, raw, fmt, kern, core):
+    xq, xs, xf = _quantized(x, core) if x.shape[1] % 32 == 0 else (np.empty(1, np.int16),) + (np.empty(1, np.float32),) * 2
+    out = np.full((x.shape[0], raw.shape[0]), np.nan, np.float32)
+    matmul(x, xq, xs, xf, raw.ctypes.data, raw.shape[0], raw.shape[1], FORMATS[fmt].code, kern, out)
+    return out
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_dequant_kernel_exact(isa, fmt):
+    f = FORMATS[fmt]
+    ncols = 512
+    raw = random_rows(fmt, 4, ncols, seed=10 + f.code)
+    ref = dequantize(as_tensor(fmt, raw, ncols))
+    kern, _ = _kern(isa, [fmt])
+    out = np.empty(ncols, np.float32)
+    for i in range(raw.shape[0]):
+        dequant_row(kern, f.code, raw[i].ctypes.data, ncols, out)
+        assert np.array_equal(out.view(np.uint32), ref[i].view(np.uint32)), (fmt, i)
+
+
+def test_dequant_kernel_f16_every_bit_pattern():
+    raw = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.uint8)
+    out = np.empty(1 << 16, np.float32)
+    kern, _ = _kern(llvm.host_isa().name, ["f16"])
+    dequant_row(kern, FORMATS["f16"].code, raw.ctypes.data, 1 << 16, out)
+    assert np.array_equal(out.view(np.uint32), raw.view(np.float16).astype(np.float32).view(np.uint32))
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_quantize_rows(isa):
+    _, core = _kern(isa, [])
+    cases = _x_cases(512)
+    x = np.stack([cases["normal"], cases["heavy"]])
+    xq, xs, xf = _quantized(x, core)
+    xb = x.reshape(2, 16, 32).astype(np.float64)
+    xs, xf, xq = xs.reshape(2, 16), xf.reshape(2, 16), xq.reshape(2, 16, 32)
+    assert np.allclose(xs, np.abs(xb).max(-1) / 32767, rtol=1e-6, atol=0)
+    assert np.abs(xq.astype(np.int32)).max() <= 32767
+    err = np.abs(xq * xs[..., None].astype(np.float64) - xb)
+    assert np.all(err <= xs[..., None] * (0.5 + 1e-3))
+    assert np.allclose(xf, xb.sum(-1), rtol=1e-5, atol=1e-5)
+    # round half to even, as np.rint: the block max maps to exactly 32767, halves go to even
+    t = np.zeros((1, 32), np.float32)
+    t[0, :4] = [32767.0, 0.5, 1.5, -2.5]
+    q, s, _ = _quantized(t, core)
+    assert s[0] == np.float32(1.0) and list(q[:4]) == [32767, 0, 2, -2]
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_quantize_rows_non_finite(isa):
+    """A block with inf or NaN gets a NaN scale, so a product with it is NaN, not a finite guess."""
+    _, core = _kern(isa, [])
+    x = np.ones((1, 96), np.float32)
+    x[0, 3], x[0, 40] = np.nan, np.inf
+    _, xs, _ = _quantized(x, core)
+    assert np.isnan(xs[0]) and np.isnan(xs[1]) and xs[2] == np.float32(1 / 32767)
+
+
+def _check_q16(got, w, x, xq_xs, mins, name, fmt):
+    """got: int16-path dot products of rows w (f64, dequantised) with x; xq_xs: x as quantised."""
+    mag = np.abs(w) @ np.abs(x)
+    ref = w @ xq_xs + (mins @ (x - xq_xs) if mins is not None else 0.0)
+    # against the int16 x it was given: only f32 scale products and sums differ (catches any
+    # unpacking bug, which would be off by whole weights). The min terms of q4_1/q4_k use the f32
+    # block sums of x, so those parts of the reference take x itself.
+    assert np.all(np.abs(got - ref) <= 1e-5 * mag), (fmt, name, np.max(np.abs(got - ref) / mag))
+    err = np.abs(got - w @ x)
+    return err / mag
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("fmt", QUANT)
+def test_decode_int16(isa, fmt):
+    """One token (the decode kernels): int16 activations against the numpy decode."""
     f = FORMATS[fmt]
     ncols = 1024 if f.block_elems == 256 else 768
-    raw = random_rows(fmt, 16, ncols, seed=60 + f.code)
+    raw = random_rows(fmt, 40, ncols, seed=60 + f.code)  # 40 rows: several tasks, a partial one
     w = dequantize(as_tensor(fmt, raw, ncols)).astype(np.float64)
     mins = None
     if fmt in ("q4_1", "q4_k"):  # the per-block min term alone: all quants zeroed
         z = raw.copy().reshape(-1, f.block_bytes)
-        z[:, 4 if fmt == "q4_1" else 16 :] = 0
+        z[:, f.layout.qs:] = 0
         mins = dequantize(as_tensor(fmt, z.reshape(raw.shape), ncols)).astype(np.float64)
-    xq = np.empty(ncols, np.int16)
-    xs = np.empty(ncols // 32, np.float32)
-    xf = np.empty(ncols // 32, np.float32)
+    kern, core = _kern(isa, [fmt])
     for name, x in _x_cases(ncols).items():
-        kernels.quantize_x16(x, xq, xs, xf)
-        got = np.array([kernels.dot_row_q16(f.code, raw[i], xq, xs, xf) for i in range(raw.shape[0])])
-        mag = np.abs(w) @ np.abs(x)
-        # against the int16 x it was given: only f32 scale products and sums differ (catches any
-        # unpacking bug, which would be off by whole weights)
-        # bug, which would be off by whole weights). The min terms of q4_1/q4_k use the f32 block
-        # sums of x, so those parts of the reference take x itself.
+        got = _matmul(x[None], raw, fmt, kern, core)[0].astype(np.float64)
+        xq, xs, _ = _quantized(x[None], core)
         xd = (xq.reshape(-1, 32) * xs[:, None].astype(np.float64)).ravel()
-        ref = w @ xd + (mins @ (x - xd) if mins is not None else 0.0)
-        assert np.all(np.abs(got - ref) <= 1e-5 * mag), (fmt, name, np.max(np.abs(got - ref) / mag))
+        rel = _check_q16(got, w, x, xd, mins, name, fmt)
         # against the f32 x: within the rounding bound sum_j |w_j| * xs_b / 2 (+ f32 slack), and for
         # normal x within Q16_REL_TOL of sum|w*x|
-        err = np.abs(got - w @ x)
         bound = np.abs(w) @ np.repeat(xs.astype(np.float64) / 2, 32)
-        assert np.all(err <= bound + 1e-5 * mag), (fmt, name)
-        rel = np.max(err / mag)
-        print(f"q16 {fmt} {name}: max err / sum|w*x| = {rel:.2e}, / rounding bound = {np.max(err / bound):.2f}")
+        assert np.all(np.abs(got - w @ x) <= bound + 1e-5 * (np.abs(w) @ np.abs(x))), (fmt, name)
+        print(f"{isa} decode {fmt} {name}: max err / sum|w*x| = {rel.max():.2e}")
         if name == "normal":
-            assert rel <= Q16_REL_TOL, (fmt, name, rel)
-        out = np.empty(raw.shape[0], np.float32)
-        kernels.matvec_q16(f.code, raw, x, out)
-        assert np.array_equal(out, got.astype(np.float32))
+            assert rel.max() <= Q16_REL_TOL, (fmt, name, rel.max())
 
 
-def test_q16_fallbacks(tmp_path):
-    """FUEL_NO_Q16=1 turns the path off in matmul; without AVX2 the row kernels emit portable IR
-    instead of the x86 intrinsic and still agree with the AVX2 build."""
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("fmt", QUANT)
+def test_prefill_int16(isa, fmt):
+    """Many tokens (the panel kernels): every token-tile remainder, a partial last lane group and a
+    partial last task, several k chunks and a partial one; same bounds as one token."""
+    from fuelcli.backends.cpu.kernels import KC, TASK_ROWS
+
+    f = FORMATS[fmt]
+    ncols = KC * 2 + max(f.block_elems, 64)  # two full chunks of k and a partial one
+    nrows = TASK_ROWS + 21
+    raw = random_rows(fmt, nrows, ncols, seed=40 + f.code)
+    w = dequantize(as_tensor(fmt, raw, ncols)).astype(np.float64)
+    kern, core = _kern(isa, [fmt])
+    rng = np.random.default_rng(5)
+    for T in (2, 13, 30):
+        x = rng.standard_normal((T, ncols)).astype(np.float32)
+        x[1, 40] = 200.0  # an outlier block
+        got = _matmul(x, raw, fmt, kern, core).astype(np.float64)
+        assert not np.isnan(got).any()
+        xq, xs, _ = _quantized(x, core)
+        xd = (xq.reshape(-1, 32) * xs[:, None].astype(np.float64)).reshape(T, ncols)
+        bound = np.repeat(xs.reshape(T, -1).astype(np.float64) / 2, 32, axis=1) @ np.abs(w).T
+        mag = np.abs(x) @ np.abs(w).T
+        err = np.abs(got - x @ w.T)
+        assert np.all(err <= bound + 1e-5 * mag), (fmt, T)
+        if fmt not in ("q4_1", "q4_k"):  # exact integer part: only f32 rounding from the int16 x
+            assert np.all(np.abs(got - xd @ w.T) <= 1e-5 * mag), (fmt, T)
+        normal = np.ones(T, bool)
+        normal[1] = False
+        assert (err / mag)[normal].max() <= Q16_REL_TOL, (fmt, T)
+        # one token at a time through the decode kernel: the same integers, the same answer
+        one = _matmul(x[3:4] if T > 3 else x[:1], raw, fmt, kern, core).astype(np.float64)
+        assert np.allclose(one, got[3:4] if T > 3 else got[:1], rtol=0, atol=1e-5 * mag.max())
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("fmt", ["f32", "f16", "bf16"])
+def test_float_formats(isa, fmt):
+    """Float weights: f32 FMAs on the decoded rows, one token and many, K not a multiple of a vector."""
+    f = FORMATS[fmt]
+    kern, core = _kern(isa, [fmt])
+    rng = np.random.default_rng(f.code)
+    for ncols, nrows, T in ((300, 70, 1), (300, 70, 29), (64, 5, 3), (1000, 17, 1)):
+        raw = random_rows(fmt, nrows, ncols, seed=f.code)
+        w = dequantize(as_tensor(fmt, raw, ncols)).astype(np.float64)
+        x = rng.standard_normal((T, ncols)).astype(np.float32)
+        got = _matmul(x, raw, fmt, kern, core)
+        assert np.all(np.abs(got - x @ w.T) <= F32_REL_TOL * (np.abs(x) @ np.abs(w).T)), (fmt, ncols, T)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_silu_mul(isa):
+    _, core = _kern(isa, [])
+    rng = np.random.default_rng(0)
+    for n in (128, 100):  # a vector tail
+        g = (rng.standard_normal((3, n)) * 8).astype(np.float32)
+        g[0, :4] = [-100.0, 100.0, 0.0, -0.0]
+        u = rng.standard_normal((3, n)).astype(np.float32)
+        ref = g.astype(np.float64) / (1 + np.exp(-g.astype(np.float64))) * u
+        silu_mul(g, u, core)
+        assert np.allclose(g, ref, rtol=1e-6, atol=1e-30)
+
+
+def _attention_ref(q, k, v, pos0, window, nh, nkv):
+    T, hd = q.shape[0], k.shape[-1]
+    out = np.zeros((T, nh * hd))
+    for t in range(T):
+        p = pos0 + t
+        lo = max(0, p - window + 1) if window > 0 else 0
+        for h in range(nh):
+            kk, vv = k[lo:p + 1, h // (nh // nkv)].astype(np.float64), v[lo:p + 1, h // (nh // nkv)].astype(np.float64)
+            s = kk @ q[t, h * hd:(h + 1) * hd] / np.sqrt(hd)
+            e = np.exp(s - s.max())
+            out[t, h * hd:(h + 1) * hd] = e @ vv / e.sum()
+    return out
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("hd", [64, 128, 24])
+def test_attention(isa, hd):
+    """Causal and windowed, GQA, a query at the cache's last position (no row past it is read),
+    key counts that are not a multiple of the vector."""
+
+    core = M.core_table(llvm.ISAS[isa], hd)
+    rng = np.random.default_rng(hd)
+    nh, nkv, n_ctx = 6, 2, 50
+    k = rng.standard_normal((n_ctx, nkv, hd)).astype(np.float32)
+    v = rng.standard_normal((n_ctx, nkv, hd)).astype(np.float32)
+    for T, pos0, window in ((1, 0, 0), (1, 49, 0), (17, 33, 0), (20, 5, 7), (3, 40, 19)):
+        q = (rng.standard_normal((T, nh * hd)) * 3).astype(np.float32)
+        out = np.full((T, nh * hd), np.nan, np.float32)
+        attention(q, k, v, pos0, window, nh, nkv, out, core)
+        ref = _attention_ref(q, k, v, pos0, window, nh, nkv)
+        assert np.allclose(out, ref, rtol=1e-5, atol=1e-5), (T, pos0, window, np.abs(out - ref).max())
+
+
+def test_isa_choice(monkeypatch):
+    """FUEL_ISA picks an instruction set the host runs; an unknown or unsupported one is an error."""
+    from fuelcli.errors import InputError
+
+    monkeypatch.setenv("FUEL_ISA", "generic")
+    assert llvm.host_isa().name == "generic"
+    monkeypatch.setenv("FUEL_ISA", "sse9")
+    with pytest.raises(InputError, match="FUEL_ISA"):
+        llvm.host_isa()
+    missing = [n for n in llvm.ISAS if not llvm.supported(n)]
+    if missing:
+        monkeypatch.setenv("FUEL_ISA", missing[0])
+        with pytest.raises(InputError, match="lacks"):
+            llvm.host_isa()
+    monkeypatch.delenv("FUEL_ISA")
+    assert llvm.host_isa().name == next(n for n in llvm.ISAS if llvm.supported(n))
+
+
+@pytest.mark.parametrize("isa", ["avx512vnni", "avxvnni", "avx2"])
+def test_isa_instructions(isa):
+    """The prefill micro-kernel uses the instruction its ISA is named for."""
+    from fuelcli.backends.cpu.kernels import driver_module
+
+    want = {"avx512vnni": "vpdpwssd", "avxvnni": "vpdpwssd", "avx2": "vpmaddwd"}[isa]
+    asm = llvm.assembly(driver_module("quant", llvm.ISAS[isa])[0], llvm.ISAS[isa])
+    assert want in asm
+    if isa == "avx512vnni":
+        assert "zmm" in asm
+    else:
+        assert "zmm" not in asm and "ymm" in asm
+
+
+def test_kernel_cache(tmp_path, monkeypatch):
+    """A module compiles once: a second process loads the object file; other IR is another file."""
     import subprocess
     import sys
 
-    code = """
-import sys
-import numpy as np
-sys.path.insert(0, %(tests)r)
-from test_formats import random_rows, Q16_FMTS
-from fuelcli.formats import FORMATS
-from fuelcli.backends.cpu import q16 as quant
-assert not quant.Q16
-assert not any(quant.q16_supported(FORMATS[f].code) for f in Q16_FMTS)
-quant.HAVE_AVX2 = False  # read when the intrinsics are compiled
-for fmt in Q16_FMTS:
-    f = FORMATS[fmt]
-    raw = random_rows(fmt, 5, 512, seed=1)
-    x = np.random.default_rng(2).standard_normal(512).astype(np.float32)
-    out = np.empty(5, np.float32)
-    quant.matvec_q16(f.code, raw, x, out)
-    print(fmt, *out.view(np.uint32))
-"""
-    env = dict(os.environ, FUEL_NO_Q16="1", NUMBA_CACHE_DIR=str(tmp_path / "numba"))
-    tests = os.path.dirname(os.path.abspath(__file__))
-    res = subprocess.run([sys.executable, "-c", code % {"tests": tests}], env=env, capture_output=True,
-                         text=True, cwd=os.path.dirname(tests), timeout=600)
-    assert res.returncode == 0, res.stderr
-    from fuelcli.backends.cpu import q16 as quant
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    code = ("from fuelcli.backends.cpu import kernels, llvm; import time; t = time.time(); "
+            "kernels.addresses(4, llvm.ISAS['generic']); print(len(list(llvm.cache_dir().glob('*.o'))))")
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ))
+            for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs), runs[0].stderr
+    assert runs[0].stdout.strip() == runs[1].stdout.strip() == "2"  # the q4_0 module and its driver
+    from fuelcli.backends.cpu import kernels
 
-    lines = res.stdout.split("\n")
-    for fmt, line in zip(Q16_FMTS, lines):
-        f = FORMATS[fmt]
-        raw = random_rows(fmt, 5, 512, seed=1)
-        x = np.random.default_rng(2).standard_normal(512).astype(np.float32)
-        out = np.empty(5, np.float32)
-        quant.matvec_q16(f.code, raw, x, out)
-        # same integer sums, same f32 operations: equal up to LLVM's choice of FMA contraction
-        got = np.array(line.split()[1:], np.uint32).view(np.float32)
-        assert line.split()[0] == fmt and np.allclose(got, out, rtol=1e-6, atol=1e-6 * np.abs(out).max())
+    assert kernels.cached([4], llvm.ISAS["generic"])
+    assert not kernels.cached([5], llvm.ISAS["generic"])

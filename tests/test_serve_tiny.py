@@ -6,7 +6,6 @@ generate() on a fresh engine in this process (so the server's prompt cache is ch
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 import threading

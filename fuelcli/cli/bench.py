@@ -9,6 +9,8 @@ from ..errors import InputError
 from .app import app
 from .options import Device, HfFile, ModelArg, Revision, Threads
 
+B_FIRST_PROMPT = "Write a Python function that reverses a string."
+
 
 @app.command(short_help="Measure prefill and decode speed (llama-bench style).")
 def bench(
@@ -22,6 +24,12 @@ def bench(
     compare: Optional[str] = typer.Option(None, "--compare", help="also run the tests on a peer, interleaved: "
                                           "llama.cpp (GGUF, needs llama-cpp-python) | transformers (float32)"),
     seed: int = typer.Option(0, "--seed", help="seed of the random token ids"),
+    roofline: bool = typer.Option(True, "--roofline/--no-roofline", help="tg tests: measure read bandwidth "
+                                  "once and report the fraction of the memory roofline reached"),
+    first_token: bool = typer.Option(False, "--first-token", help="instead of pp/tg: seconds from starting "
+                                     "`fuel run` to its first token, with an empty and a warm kernel cache "
+                                     "(and llama.cpp's load + first token with --compare llama.cpp)"),
+    prompt: str = typer.Option(B_FIRST_PROMPT, "--prompt", help="--first-token: the prompt"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bar on stderr"),
     device: Optional[str] = Device,
     revision: Optional[str] = Revision,
@@ -34,6 +42,8 @@ def bench(
     """
     from .. import bench as B
 
+    if first_token:
+        return _first_token(model, compare, repetitions, threads, prompt, output, progress, revision)
     if output not in B.RENDERERS:
         raise InputError(f"-o must be one of {', '.join(B.RENDERERS)}, got {output!r}")
     if repetitions < 1:
@@ -88,7 +98,40 @@ def bench(
 
     report = B.Report(info, n_threads, repetitions, seed, n_ctx, results, peak_rss_bytes(), rss_fuel["v"],
                       engine.kv_bytes, backend=engine.backend)
+    tg = [r for r in results if r.spec.kind == "tg"]
+    for r in tg:  # the KV cache read grows along the run: count its mean length
+        r.bytes_per_token = B.bytes_per_token(m.cfg, m.weights, r.spec.depth + (r.spec.n_tokens + 1) / 2)
+    if roofline and tg and engine.device == "cpu":
+        ws = max(r.bytes_per_token for r in tg)
+        report.bandwidth = {"bytes": ws, "threads": n_threads, "bytes_per_s": B.measure_bandwidth(ws, n_threads)}
     if peer is not None:
         report.peer = {"name": peer.name, "detail": peer.detail, "threads": peer.threads}
     sys.stdout.write(B.RENDERERS[output](report))
+    sys.stdout.flush()
+
+
+def _first_token(model, compare, repetitions, threads, prompt, output, progress, revision):
+    from .. import bench as B
+    from ..source import resolve
+
+    if output not in ("md", "json"):
+        raise InputError(f"--first-token: -o must be md or json, got {output!r}")
+    if repetitions < 1:
+        raise InputError(f"-r must be at least 1, got {repetitions}")
+    source = resolve(model, revision)
+    if compare is not None:
+        B.check_peer(compare, source.kind)
+        if compare != "llama.cpp":
+            raise InputError("--first-token compares with llama.cpp only (--compare llama.cpp)")
+    import numba
+
+    n_threads = threads or numba.config.NUMBA_NUM_THREADS
+    tick = lambda desc: None  # noqa: E731
+    if progress:
+        from rich.console import Console
+
+        console = Console(stderr=True)
+        tick = lambda desc: console.print(f"[dim]{desc}[/dim]")  # noqa: E731
+    rep = B.first_token_runs(model, source, prompt, repetitions, n_threads, compare == "llama.cpp", tick)
+    sys.stdout.write(B.render_first_token_md(rep) if output == "md" else B.render_json_obj(rep))
     sys.stdout.flush()

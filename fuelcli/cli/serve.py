@@ -45,13 +45,12 @@ def serve(
         raise InputError(f"--log-level must be debug, info, warning or error, got {log_level!r}")
     api_key = api_key if api_key is not None else os.environ.get("FUEL_API_KEY") or None
 
-    from ..backends import make_engine  # sets numba's threading environment first
-    from ..backends.cpu.engine import kernels_cached
     from ..loader import open_model
     from ..serve.jobs import ServedModel
     from ..serve.server import bind, run, url
     from ..serve.worker import EngineWorker
     from ..threads import set_threads
+    from .textgen import ready_engine
 
     set_threads(threads)  # checked before loading; the engine thread applies it again (numba's is per thread)
     m = open_model(model, revision, hf_file)
@@ -61,10 +60,7 @@ def serve(
     n_ctx = min(DEFAULT_CTX, limit) if ctx_size is None else (ctx_size or limit)
     sock = bind(host, port)  # before loading: a port in use fails fast
     tok = m.tokenizer
-    engine = make_engine(m.cfg, m.weights, n_ctx=n_ctx, device=device)
-    if engine.device == "cpu" and not kernels_cached():
-        err("compiling fuel's kernels (first run only, about a minute; cached afterwards)...")
-    engine.warm_up()  # loads or compiles the kernels before serving
+    engine, _ = ready_engine(m, n_ctx, device, quiet=False)  # loads or compiles the kernels before serving
     served = ServedModel(id=m.source.name, names={m.source.name, model}, tokenizer=tok, n_ctx=n_ctx,
                          vocab_size=m.cfg.vocab_size, eos_ids=m.eos_ids(), created=int(time.time()))
     worker = EngineWorker(engine, tok, served.eos_ids, queue_size=queue, threads=threads)

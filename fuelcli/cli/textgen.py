@@ -104,9 +104,9 @@ def ready_engine(m, n_ctx: int, device: str | None, quiet: bool):
     if engine.device == "cpu":
         from ..backends.cpu.engine import kernels_cached
 
-        compiling = not kernels_cached()
+        compiling = not kernels_cached(m.weights)
     if compiling and not quiet:
-        err("compiling fuel's kernels (first run only, about a minute; cached afterwards)...")
+        err("compiling fuel's kernels (first run only; cached afterwards)...")
     t0 = time.perf_counter()
     engine.warm_up()
     return engine, (time.perf_counter() - t0 if compiling else 0.0)

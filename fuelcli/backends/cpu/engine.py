@@ -16,17 +16,21 @@ from ...weights.build import ModelWeights
 from ..base import Engine
 from ..kv_cache import KVCache
 from .activations import allocate
+from .llvm import host_isa
+from .matmul import K_QUANT, core_table, kernel_table
 
 N_BATCH = 512  # tokens per forward call of a long prefill
 
 
-def kernels_cached() -> bool:
-    """Whether the forward kernel is in numba's on-disk cache for this source (False: the first
-    call compiles, about a minute). Reads numba's cache index; says True when it cannot tell."""
+def kernels_cached(weights: ModelWeights | None = None) -> bool:
+    """Whether the forward (numba's on-disk cache) and the kernels of the weights' formats are
+    compiled already (False: the first engine compiles them). Says True when it cannot tell."""
     from . import forward
+    from .kernels import cached
 
     try:
-        return bool(forward.forward._cache._cache_file._load_index())
+        codes = {t.format.code for t in weights.tensors()} if weights is not None else ()
+        return bool(forward.forward._cache._cache_file._load_index()) and cached(codes, host_isa())
     except Exception:  # private numba API: never let it break a run
         return True
 
@@ -79,12 +83,18 @@ class CpuEngine(Engine):
                             (F.V_QN, w.q_norm), (F.V_KN, w.k_norm)):
                 self.vec_idx[l, slot] = vec(a)
         self.mats = np.array(mats, np.int64).reshape(-1, 4)
+        self.codes = sorted({int(c) for c in self.mats[:, 3]})
+        isa = host_isa()
+        self.kern = kernel_table(self.codes, isa)
+        self.core = core_table(isa, cfg.head_dim)
         self.vecs = np.concatenate(vecs).astype(np.float32)
         self.vec_tab = np.array(vec_tab, np.int64).reshape(-1, 2)
         dims = np.zeros(F.N_DIMS, np.int64)
         dims[F.D_NH], dims[F.D_NKV] = cfg.num_heads, cfg.num_kv_heads
         dims[F.D_HD], dims[F.D_TOPK], dims[F.D_NORM_TOPK] = cfg.head_dim, cfg.experts_per_tok, cfg.norm_topk_prob
+        dims[F.D_QUANT] = any(self.kern[c, K_QUANT] for c in self.codes)
         self.dims = dims
+        self.moe_idx = self.exp_idx if cfg.num_experts else None  # None: numba compiles no MoE code
         self.windows = np.array(cfg.windows, np.int64)
         self.cos, self.sin = cos_sin(cfg.rope, cfg.head_dim, self.n_ctx)
         self.kv = KVCache(L, self.n_ctx, cfg.num_kv_heads, cfg.head_dim)
@@ -104,10 +114,10 @@ class CpuEngine(Engine):
         for s in range(0, T, self.n_batch):
             e = min(T, s + self.n_batch)
             states = np.empty((cfg.num_layers + 1, e - s, cfg.hidden_size), np.float32) if hidden else hidden_out
-            self._forward(tokens[s:e], self.pos, self.mats, self.mat_idx, self.exp_idx, self.vecs, self.vec_tab,
+            self._forward(tokens[s:e], self.pos, self.mats, self.mat_idx, self.moe_idx, self.vecs, self.vec_tab,
                           self.vec_idx, self.embed_i, self.out_i, self.final_norm_i, self.dims,
-                          np.float32(cfg.rms_norm_eps), self.windows, self.cos, self.sin, self.kv.k, self.kv.v,
-                          self.act, all_logits, logits[s:e] if all_logits else logits,
+                          np.int64(np.float32(cfg.rms_norm_eps).view(np.int32)), self.windows, self.cos, self.sin, self.kv.k, self.kv.v,
+                          self.kern, self.core, self.act, all_logits, logits[s:e] if all_logits else logits,
                           states)
             if hidden:
                 hidden_out[:, s:e] = states

@@ -1,14 +1,15 @@
-"""The numba CPU forward: the whole decoder in one njit call.
+"""The numba CPU forward: the whole decoder in one njit call, orchestrating the IR kernels.
 
 Calling a parallel numba function from Python costs milliseconds of thread wake-up here, so the
-engine makes one call per forward (prefill of T tokens or decode of one). Weight matrices stay where
-they are (mmap'd files) in their stored format: `mats` is an int64 table of (address, rows,
-row_bytes, format code) per matrix, viewed as uint8 [rows, row_bytes] inside the kernel. (A numba
-typed List of arrays would do too, but building one compiles list code at every start: seconds.)
-Rows are decoded on the fly (`quant.dot_row` fused for one token, tiles for many).
-Norms and biases are f32 in one flat array `vecs` with a (offset, length) table `vec_tab`.
+engine makes one call per forward (prefill of T tokens or decode of one). Every heavy step is an
+IR kernel called by address (matmul.py, kernels.py, core.py); this file only says in which order
+and on which buffers, so it is small and compiles in seconds on a first run, once for every
+model (nothing in it depends on a weight format).
 
-Slot tables (built by engine.py) say which matrix/vector a layer reads:
+Weight matrices stay where they are (mmap'd files) in their stored format: `mats` is an int64
+table of (address, rows, row_bytes, format code) per matrix. Norms and biases are f32 in one flat
+array `vecs` with an (offset, length) table `vec_tab`. Slot tables (built by engine.py) say which
+matrix/vector a layer reads:
   mat_idx[l, M_*] -> row of `mats` (-1 = absent); vec_idx[l, V_*] -> row of `vec_tab`.
   exp_idx[l, e, 0..2] -> gate/up/down matrix of expert e.
 
@@ -16,243 +17,207 @@ NaN and inf in a weight or an activation reach the logits on every path, never a
 numpy's error model, fast-math without nnan/ninf); the callers check the logits (finite.py).
 """
 
-import math
-
 import numpy as np
-from llvmlite import ir
-from numba import carray, njit, prange, types
-from numba.extending import intrinsic
+from numba import njit, types
+from numba.extending import overload
 
-from .jit import EXACT, FAST, PARALLEL
-from .matmul import matmul
-from .rows import dequant_row
+from .jit import FAST, helper
+from .matmul import (C_KV_STORE, C_RMSNORM, C_ROPE, K_QUANT, args11, attention, batch, dequant_row,
+                     describe, matmul, matmul_task, ptr, quantize_rows, silu_mul, tasks)
 
 M_Q, M_K, M_V, M_O, M_GATE, M_UP, M_DOWN, M_ROUTER = range(8)
 N_MATS = 8
 V_ATTN_NORM, V_FFN_NORM, V_QB, V_KB, V_VB, V_OB, V_QN, V_KN = range(8)
 N_VECS = 8
-# dims[] layout
-D_NH, D_NKV, D_HD, D_TOPK, D_NORM_TOPK = range(5)
-N_DIMS = 5
-
-@intrinsic
-def _u8_ptr(typingctx, addr):
-    """An int64 address as a uint8 pointer, for carray."""
-    sig = types.CPointer(types.uint8)(types.int64)
-
-    def codegen(context, builder, signature, args):
-        return builder.inttoptr(args[0], ir.PointerType(ir.IntType(8)))
-
-    return sig, codegen
+# dims[] layout; D_QUANT: 1 when some matrix is a block format (its inputs get quantised)
+D_NH, D_NKV, D_HD, D_TOPK, D_NORM_TOPK, D_QUANT = range(6)
+N_DIMS = 6
 
 
-@njit(inline="always")
-def mat(mats, i):
-    """Matrix i of the table as uint8 [rows, row_bytes] (no copy)."""
-    return carray(_u8_ptr(mats[i, 0]), (mats[i, 1], mats[i, 2]))
+@helper()
+def vaddr(vecs, vec_tab, i):
+    """Address of vector i of the table, 0 when absent (i < 0)."""
+    return np.int64(0) if i < 0 else ptr(vecs) + 4 * vec_tab[i, 0]
 
 
-@njit(inline="always")
-def vec(vecs, vec_tab, i):
-    return vecs[vec_tab[i, 0] : vec_tab[i, 0] + vec_tab[i, 1]]
+@helper()
+def prepare(x, act, quant, core):
+    """Quantise x for the block-format kernels (when the model has any)."""
+    if quant:
+        quantize_rows(x, act.xq, act.xs, act.xf, core)
 
 
-@njit(**FAST)
-def rmsnorm(x, weight, eps, out):
-    for t in range(x.shape[0]):
-        ss = np.float32(0.0)
-        for i in range(x.shape[1]):
-            ss += x[t, i] * x[t, i]
-        inv = np.float32(1.0) / np.sqrt(ss / np.float32(x.shape[1]) + np.float32(eps))
-        for i in range(x.shape[1]):
-            out[t, i] = weight[i] * (x[t, i] * inv)
+@helper()
+def linear(x, act, mats, i, kern, out):
+    """out = x @ W_i^T for matrix i of the table (x prepared)."""
+    matmul(x, act.xq, act.xs, act.xf, mats[i, 0], mats[i, 1], mats[i, 2], mats[i, 3], kern, out)
 
 
-@njit(**FAST)
-def head_rmsnorm(x, n_heads, head_dim, weight, eps):
-    """In-place RMSNorm over each head's head_dim slice (Qwen3 q_norm / k_norm)."""
-    for t in range(x.shape[0]):
-        for h in range(n_heads):
-            base = h * head_dim
-            ss = np.float32(0.0)
-            for i in range(head_dim):
-                ss += x[t, base + i] * x[t, base + i]
-            inv = np.float32(1.0) / np.sqrt(ss / np.float32(head_dim) + np.float32(eps))
-            for i in range(head_dim):
-                x[t, base + i] = weight[i] * (x[t, base + i] * inv)
+@helper()
+def describe_linear(x, act, mats, i, kern, out, r):
+    """Row r of the batch: out = x @ W_i^T (x prepared)."""
+    T, K = x.shape
+    code = mats[i, 3]
+    xp = ptr(act.xq) if kern[code, K_QUANT] else ptr(x)
+    fn, n, a = matmul_task(T, K, xp, ptr(act.xs), ptr(act.xf), mats[i, 0], mats[i, 1], mats[i, 2], code, kern,
+                           ptr(out))
+    describe(act.desc, r, fn, n, a)
 
 
-@njit(**FAST)
-def rope(x, n_heads, head_dim, pos0, cos, sin):
-    """Rotate-half RoPE in place: dimension i pairs with i + head_dim/2."""
-    half = head_dim // 2
-    for t in range(x.shape[0]):
-        p = pos0 + t
-        for h in range(n_heads):
-            base = h * head_dim
-            for i in range(half):
-                a = x[t, base + i]
-                b = x[t, base + half + i]
-                x[t, base + i] = a * cos[p, i] - b * sin[p, i]
-                x[t, base + half + i] = b * cos[p, i] + a * sin[p, i]
+@helper()
+def rmsnorm(x, residual, weight, eps, out, core):
+    """x += residual (when given: an array with rows), out = RMSNorm(x) * weight, row by row."""
+    T, n = x.shape
+    tasks(core[C_RMSNORM], T, args11(ptr(x), ptr(residual) if residual.shape[0] else 0, weight, ptr(out), n, eps))
 
 
-@njit(**PARALLEL)
-def attention(q, k_cache, v_cache, pos0, window, n_heads, n_kv, head_dim, out):
-    """Causal attention of T queries at positions pos0.. over the cache; window w>0 keeps keys
-    j with p - w < j <= p (transformers' sliding-window direction)."""
-    T = q.shape[0]
-    group = n_heads // n_kv
-    scale = np.float32(1.0 / math.sqrt(head_dim))
-    for task in prange(T * n_heads):
-        t = task // n_heads
-        h = task % n_heads
-        kvh = h // group
-        p = pos0 + t
-        start = 0 if window <= 0 else max(0, p - window + 1)
-        n = p + 1 - start
-        scores = np.empty(n, np.float32)
-        qb = h * head_dim
-        m = np.float32(-np.inf)
-        for j in range(n):
-            acc = np.float32(0.0)
-            for d in range(head_dim):
-                acc += q[t, qb + d] * k_cache[start + j, kvh, d]
-            acc *= scale
-            scores[j] = acc
-            m = max(m, acc)
-        total = np.float32(0.0)
-        for j in range(n):
-            e = np.exp(scores[j] - m)
-            scores[j] = e
-            total += e
-        for d in range(head_dim):
-            out[t, qb + d] = 0.0
-        for j in range(n):
-            pj = scores[j] / total
-            for d in range(head_dim):
-                out[t, qb + d] += pj * v_cache[start + j, kvh, d]
+@helper()
+def rope(x, bias, norm, n_heads, head_dim, pos0, cos, sin, eps, core):
+    """x (+ bias) (per-head RMSNorm) (RoPE unless head_dim is 0), in place, row by row."""
+    tasks(core[C_ROPE], x.shape[0], args11(ptr(x), bias, norm, n_heads, head_dim, pos0, ptr(cos), ptr(sin), eps))
 
 
-@njit(**FAST)
-def add_bias(x, bias):
-    for t in range(x.shape[0]):
-        for i in range(x.shape[1]):
-            x[t, i] += bias[i]
+@helper()
+def copy_into(dst, src):
+    for t in range(src.shape[0]):
+        for i in range(src.shape[1]):
+            dst[t, i] = src[t, i]
 
 
-@njit(**FAST)
-def silu_mul(gate, up):
-    """gate <- silu(gate) * up."""
-    for t in range(gate.shape[0]):
-        for i in range(gate.shape[1]):
-            g = gate[t, i]
-            gate[t, i] = g / (np.float32(1.0) + np.exp(-g)) * up[t, i]
+@helper()
+def swiglu(h, act, mats, ig, iu, idn, kern, core, quant, gate, up, out):
+    """out = down(silu(gate(h)) * up(h)); h prepared. gate and up run in one parallel loop."""
+    describe_linear(h, act, mats, ig, kern, gate, 0)
+    describe_linear(h, act, mats, iu, kern, up, 1)
+    batch(act.desc, 2, core)
+    silu_mul(gate, up, core)
+    prepare(gate, act, quant, core)
+    linear(gate, act, mats, idn, kern, out)
 
 
-@njit(**FAST)
-def swiglu(h, wg, cg, wu, cu, wd, cd, gate, up, out):
-    matmul(h, wg, cg, gate)
-    matmul(h, wu, cu, up)
-    silu_mul(gate, up)
-    matmul(gate, wd, cd, out)
-
-
-@njit(**EXACT)
+@helper(fastmath=False)
 def route(logits, k, renorm, experts, weights):
-    """softmax over all experts in f32, take the top k, renormalise only if asked."""
-    m = logits.max()
-    p = np.exp(logits - m)
-    p /= p.sum()
-    order = np.argsort(-p, kind="mergesort")  # stable: ties go to the lower index, like torch.topk
+    """softmax over all experts in f32, take the top k (ties to the lower index, like torch.topk),
+    renormalise only if asked. A NaN router logit makes every p NaN: the first untaken experts are
+    then taken with NaN weights, so the NaN reaches the logits (finite.py names it)."""
+    n = logits.shape[0]
+    m = logits[0]
+    for i in range(n):
+        m = max(m, logits[i])
     s = np.float32(0.0)
-    for i in range(k):
-        experts[i] = order[i]
-        weights[i] = p[order[i]]
-        s += p[order[i]]
+    for i in range(n):
+        s += np.exp(logits[i] - m)
+    total = np.float32(0.0)
+    for j in range(k):
+        best, pbest = -1, np.float32(-1.0)
+        for i in range(n):
+            taken = False
+            for jj in range(j):
+                taken = taken or experts[jj] == i
+            p = np.exp(logits[i] - m) / s
+            if not taken and (best < 0 or p > pbest):
+                best, pbest = i, p
+        experts[j] = best
+        weights[j] = pbest
+        total += pbest
     if renorm:
-        for i in range(k):
-            weights[i] /= s
+        for j in range(k):
+            weights[j] /= total
 
 
-@njit(**FAST)
-def moe(h, router, router_code, mats, exp_idx_l, k, renorm, act, out):
-    """Sparse FFN of one layer; act's router/expert buffers are the engine's, allocated once."""
+@helper()
+def moe(h, act, mats, router_i, exp_idx_l, k, renorm, kern, core, quant, out):
+    """Sparse FFN of one layer, token by token; act's router/expert buffers are the engine's."""
     T, H = h.shape
     logits = act.router[:T]
-    matmul(h, router, router_code, logits)
+    linear(h, act, mats, router_i, kern, logits)
     experts, weights = act.experts, act.expert_w
-    out[:, :] = 0.0
     for t in range(T):
+        for j in range(H):
+            out[t, j] = 0.0
         route(logits[t], k, renorm, experts, weights)
         ht = h[t : t + 1]
         for i in range(k):
+            prepare(ht, act, quant, core)  # the previous expert's down projection overwrote it
             e = exp_idx_l[experts[i]]
-            swiglu(ht, mat(mats, e[0]), mats[e[0], 3], mat(mats, e[1]), mats[e[1], 3], mat(mats, e[2]),
-                   mats[e[2], 3], act.egate, act.eup, act.ey)
+            swiglu(ht, act, mats, e[0], e[1], e[2], kern, core, quant, act.egate, act.eup, act.ey)
             for j in range(H):
                 out[t, j] += weights[i] * act.ey[0, j]
 
 
+def ffn(exp_idx, l, h, act, mats, mi, dims, kern, core, quant, gate, up, out):
+    """The FFN of layer l. exp_idx is None for a model without MoE layers: a type, so a dense
+    model's forward holds no MoE code (and the call from Python stays on numba's fast path)."""
+
+
+@overload(ffn, jit_options=dict(fastmath=True, error_model="numpy"))
+def _ffn(exp_idx, l, h, act, mats, mi, dims, kern, core, quant, gate, up, out):
+    if isinstance(exp_idx, types.NoneType):
+        def dense(exp_idx, l, h, act, mats, mi, dims, kern, core, quant, gate, up, out):
+            swiglu(h, act, mats, mi[M_GATE], mi[M_UP], mi[M_DOWN], kern, core, quant, gate, up, out)
+        return dense
+
+    def sparse_or_dense(exp_idx, l, h, act, mats, mi, dims, kern, core, quant, gate, up, out):
+        if mi[M_ROUTER] >= 0:
+            moe(h, act, mats, mi[M_ROUTER], exp_idx[l], dims[D_TOPK], dims[D_NORM_TOPK] != 0, kern, core, quant, out)
+        else:
+            swiglu(h, act, mats, mi[M_GATE], mi[M_UP], mi[M_DOWN], kern, core, quant, gate, up, out)
+    return sparse_or_dense
+
+
 @njit(**FAST)
 def forward(tokens, pos0, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, embed_i, out_i, final_norm_i,
-            dims, eps, windows, cos, sin, k_cache, v_cache, act, all_logits, logits, hidden_out):
+            dims, eps, windows, cos, sin, k_cache, v_cache, kern, core, act, all_logits, logits, hidden_out):
     """One forward over T new tokens at positions pos0..pos0+T-1, writing K/V into the cache.
 
-    act: the engine's activations (activations.py), at least T rows each. logits: [T or 1, vocab]
+    eps: the RMSNorm epsilon as the bits of an f32. act: the engine's activations (activations.py),
+    at least T rows each. logits: [T or 1, vocab]
     (all positions, or the last one). hidden_out: [L+1, T, H] residual stream after the embedding
-    and after each layer, or an empty array to skip it.
+    and after each layer, or an empty array to skip it. exp_idx: None when no layer is MoE.
     """
     T = tokens.shape[0]
     nh, nkv, hd = dims[D_NH], dims[D_NKV], dims[D_HD]
+    quant = dims[D_QUANT] != 0
     L = mat_idx.shape[0]
     x, h, q, k, v = act.x[:T], act.h[:T], act.q[:T], act.k[:T], act.v[:T]
     att, o, gate, up = act.att[:T], act.o[:T], act.gate[:T], act.up[:T]
-    embed = mat(mats, embed_i)
+    none = act.x[:0]
+    H = x.shape[1]
     for t in range(T):
-        dequant_row(mats[embed_i, 3], embed[tokens[t]], x[t])
+        dequant_row(kern, mats[embed_i, 3], mats[embed_i, 0] + tokens[t] * mats[embed_i, 2], H, x[t])
     keep_hidden = hidden_out.shape[0] > 0
     if keep_hidden:
-        hidden_out[0] = x
+        copy_into(hidden_out[0], x)
+    rmsnorm(x, none, vaddr(vecs, vec_tab, vec_idx[0, V_ATTN_NORM]), eps, h, core)
     for l in range(L):
         mi = mat_idx[l]
         vi = vec_idx[l]
-        rmsnorm(x, vec(vecs, vec_tab, vi[V_ATTN_NORM]), eps, h)
-        matmul(h, mat(mats, mi[M_Q]), mats[mi[M_Q], 3], q)
-        matmul(h, mat(mats, mi[M_K]), mats[mi[M_K], 3], k)
-        matmul(h, mat(mats, mi[M_V]), mats[mi[M_V], 3], v)
-        if vi[V_QB] >= 0:
-            add_bias(q, vec(vecs, vec_tab, vi[V_QB]))
-            add_bias(k, vec(vecs, vec_tab, vi[V_KB]))
-            add_bias(v, vec(vecs, vec_tab, vi[V_VB]))
-        if vi[V_QN] >= 0:
-            head_rmsnorm(q, nh, hd, vec(vecs, vec_tab, vi[V_QN]), eps)
-            head_rmsnorm(k, nkv, hd, vec(vecs, vec_tab, vi[V_KN]), eps)
-        rope(q, nh, hd, pos0, cos, sin)
-        rope(k, nkv, hd, pos0, cos, sin)
-        for t in range(T):
-            for j in range(nkv):
-                for d in range(hd):
-                    k_cache[l, pos0 + t, j, d] = k[t, j * hd + d]
-                    v_cache[l, pos0 + t, j, d] = v[t, j * hd + d]
-        attention(q, k_cache[l], v_cache[l], pos0, windows[l], nh, nkv, hd, att)
-        matmul(att, mat(mats, mi[M_O]), mats[mi[M_O], 3], o)
+        prepare(h, act, quant, core)
+        describe_linear(h, act, mats, mi[M_Q], kern, q, 0)
+        describe_linear(h, act, mats, mi[M_K], kern, k, 1)
+        describe_linear(h, act, mats, mi[M_V], kern, v, 2)
+        batch(act.desc, 3, core)
+        rope(q, vaddr(vecs, vec_tab, vi[V_QB]), vaddr(vecs, vec_tab, vi[V_QN]), nh, hd, pos0, cos, sin, eps, core)
+        rope(k, vaddr(vecs, vec_tab, vi[V_KB]), vaddr(vecs, vec_tab, vi[V_KN]), nkv, hd, pos0, cos, sin, eps, core)
+        if vi[V_VB] >= 0:
+            rope(v, vaddr(vecs, vec_tab, vi[V_VB]), 0, nkv * hd, 0, pos0, cos, sin, eps, core)
+        tasks(core[C_KV_STORE], T, args11(ptr(k), ptr(v), ptr(k_cache[l]), ptr(v_cache[l]), pos0, nkv * hd))
+        attention(q, k_cache[l], v_cache[l], pos0, windows[l], nh, nkv, att, core)
+        prepare(att, act, quant, core)
+        linear(att, act, mats, mi[M_O], kern, o)
         if vi[V_OB] >= 0:
-            add_bias(o, vec(vecs, vec_tab, vi[V_OB]))
-        x += o
-        rmsnorm(x, vec(vecs, vec_tab, vi[V_FFN_NORM]), eps, h)
-        if mi[M_ROUTER] >= 0:
-            moe(h, mat(mats, mi[M_ROUTER]), mats[mi[M_ROUTER], 3], mats, exp_idx[l], dims[D_TOPK],
-                dims[D_NORM_TOPK] != 0, act, o)
-        else:
-            swiglu(h, mat(mats, mi[M_GATE]), mats[mi[M_GATE], 3], mat(mats, mi[M_UP]), mats[mi[M_UP], 3],
-                   mat(mats, mi[M_DOWN]), mats[mi[M_DOWN], 3], gate, up, o)
-        x += o
+            rope(o, vaddr(vecs, vec_tab, vi[V_OB]), 0, H, 0, pos0, cos, sin, eps, core)
+        rmsnorm(x, o, vaddr(vecs, vec_tab, vi[V_FFN_NORM]), eps, h, core)
+        prepare(h, act, quant, core)
+        ffn(exp_idx, l, h, act, mats, mi, dims, kern, core, quant, gate, up, o)
+        nxt = vec_idx[l + 1, V_ATTN_NORM] if l + 1 < L else final_norm_i
+        rmsnorm(x, o, vaddr(vecs, vec_tab, nxt), eps, h, core)  # x += o; h = the next norm of x
         if keep_hidden:
-            hidden_out[l + 1] = x
-    rmsnorm(x, vec(vecs, vec_tab, final_norm_i), eps, h)
-    out = mat(mats, out_i)
+            copy_into(hidden_out[l + 1], x)
     if all_logits:
-        matmul(h, out, mats[out_i, 3], logits)
+        prepare(h, act, quant, core)
+        linear(h, act, mats, out_i, kern, logits)
     else:
-        matmul(h[T - 1 : T], out, mats[out_i, 3], logits)
+        last = h[T - 1 : T]
+        prepare(last, act, quant, core)
+        linear(last, act, mats, out_i, kern, logits)

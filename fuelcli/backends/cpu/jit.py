@@ -1,4 +1,4 @@
-"""numba options shared by every CPU kernel.
+"""numba options shared by the CPU backend, and when its on-disk cache is stale.
 
 error_model="numpy": a float division by zero gives inf/NaN as in numpy instead of raising
 ZeroDivisionError (non-finite weights must not kill the engine; callers check the logits), and the
@@ -8,8 +8,79 @@ FAST takes every fast-math liberty but two: `nnan` and `ninf` would let LLVM ass
 exists, so a NaN weight could vanish on one path and reach the logits on another (measured: a NaN
 Q8_0 scale gave finite logits on decode, NaN on prefill). Without them NaN and inf propagate as
 IEEE says, on every path, and the logits check (finite.py) sees them.
+
+numba checks a cached function against its own source file only, but the forward's cached code
+holds every helper it calls (matmul.py, ...) and the kernels' calling conventions: after an edit
+of those files (or an upgrade that keeps forward.py's time and size) it would run stale code that
+calls kernels with the wrong arguments. So every function defined in fuel's source tree (fuelcli/
+and its tests) is cached against a digest of the backend and format sources as well.
 """
+
+import hashlib
+import os
+from pathlib import Path
+
+from numba.core import caching
 
 EXACT = dict(cache=True, fastmath=False, error_model="numpy")  # bit-exact decodes: no reassociation, no FMA
 FAST = dict(cache=True, fastmath={"reassoc", "contract", "arcp", "nsz", "afn"}, error_model="numpy")
 PARALLEL = dict(FAST, parallel=True)
+
+
+def helper(fastmath=True):
+    """A function only jitted code calls: typed and compiled inside its caller's library, not as a
+    dispatcher of its own (no CPython wrapper, no machine code or cache entry of its own: each
+    separate njit function costs a first run a few tenths of a second)."""
+    from numba.extending import register_jitable
+
+    return register_jitable(fastmath=fastmath, error_model="numpy")
+
+
+_ROOT = Path(__file__).resolve().parents[3]  # the directory holding the fuelcli package
+_STAMPED = [Path(__file__).parent, Path(__file__).parents[2] / "formats"]
+
+
+def _tree_digest() -> str:
+    h = hashlib.sha256()
+    for d in _STAMPED:
+        for f in sorted(d.glob("*.py")):
+            h.update(f.name.encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+_DIGEST = _tree_digest()
+
+
+def _in_tree(py_file) -> bool:
+    try:
+        return Path(py_file).resolve().is_relative_to(_ROOT)
+    except (OSError, ValueError):
+        return False
+
+
+def _stamped(base):
+    class Locator(base):
+        def get_source_stamp(self):
+            return (super().get_source_stamp(), _DIGEST)
+
+        @classmethod
+        def from_function(cls, py_func, py_file):
+            return super().from_function(py_func, py_file) if _in_tree(py_file) else None
+
+    Locator.__name__ = Locator.__qualname__ = "Fuel" + base.__name__
+    return Locator
+
+
+def _install():
+    try:
+        bases = (caching.UserProvidedCacheLocator, caching.InTreeCacheLocator, caching.UserWideCacheLocator)
+        classes = caching.CacheImpl._locator_classes
+    except AttributeError:  # another numba layout: keep its own checks
+        return
+    if not any(c.__name__.startswith("Fuel") for c in classes):
+        classes[:0] = [_stamped(b) for b in bases]
+
+
+if not os.environ.get("NUMBA_CACHE_LOCATOR_CLASSES"):
+    _install()

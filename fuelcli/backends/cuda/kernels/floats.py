@@ -5,7 +5,7 @@ a multiple of their element size: the buffer aligns every matrix), `k0` the firs
 """
 
 import numpy as np
-from numba import cuda, float32, uint16, uint32
+from numba import cuda, uint16, uint32
 
 from ....formats import BF16, F16, F32
 from .common import UNIT, f16_bits

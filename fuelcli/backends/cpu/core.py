@@ -1,0 +1,340 @@
+"""Format-independent kernels as IR: activation quantisation, norms, RoPE, SwiGLU's gate, attention.
+
+Every kernel is a task kernel `void f(i64 task, i64 a0, ..., i64 a10)` (TASK_ARGS arguments): numba
+runs `n` of them in one parallel loop (matmul.run_tasks) or calls one directly.
+
+  quantize(t, x, ldx, K, xq, xs, xf)       row t of x -> int16 per 32-block (matmul.py says why)
+  silu_mul(t, gate, up, n)                 gate[t] <- silu(gate[t]) * up[t]
+  rmsnorm(t, x, y, w, out, n, eps)         x[t] += y[t] (the residual), out[t] = RMSNorm(x[t]) * w
+  rope(t, x, bias, norm, nh, hd, pos0, cos, sin, eps)   + bias, per-head RMSNorm, rotate-half RoPE
+  kv_store(t, k, v, kc, vc, pos0, n)       K and V rows into the cache
+  batch(task, desc, n)                     several task kernels in one parallel loop
+  attention(task, q, k, v, out, pos0, window, n_heads, n_kv, T)
+      task = (block of ATT_TOKENS tokens, kv head): for its query heads and tokens, causal
+      softmax(q k^T / sqrt(hd)) v over the cache of one layer
+      ([n_ctx, n_kv, hd] each). Keys go by blocks of L: L dot products reduced into one vector of
+      L scores, a blocked online softmax (rescale once per block), then v rows weighted into hd/L
+      vector accumulators. head_dim is a compile-time constant (one module per head size).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+from llvmlite import ir
+
+from .irgen import (F32T, G, I16, I32, I64, Loop, Var, c64, call_intrinsic, const, fmuladd, func, hmax, hsum,
+                    ptr_to, splat, splat_c, transpose_sums, vec, vexp)
+from .llvm import Isa, compile_module
+
+TASK_ARGS = 12
+
+
+def _quantize(isa, mod, name):
+    fn, bd = func(mod, name, TASK_ARGS)
+    t, x_, ldx, K, xq_, xs_, xf_ = fn.args[:7]
+    x, xq, xs, xf = ptr_to(bd, x_, F32T), ptr_to(bd, xq_, I16), ptr_to(bd, xs_, F32T), ptr_to(bd, xf_, F32T)
+    nb = bd.udiv(K, c64(G))
+    xrow = bd.gep(x, [bd.mul(t, ldx)])
+    qrow = bd.gep(xq, [bd.mul(t, K)])
+    srow = bd.mul(t, nb)
+    vt = vec(F32T, G)
+    c = lambda v: splat_c(F32T, v, G)  # noqa: E731
+    with Loop(bd, 0, nb) as b:
+        v = bd.load(bd.bitcast(bd.gep(xrow, [bd.mul(b, c64(G))]), vt.as_pointer()), align=4)
+        amax = hmax(bd, call_intrinsic(bd, f"llvm.fabs.v{G}f32", vt, [v]))
+        zero = bd.fcmp_ordered("==", amax, ir.Constant(F32T, 0.0))
+        scale = bd.fdiv(amax, ir.Constant(F32T, 32767.0))
+        inv = bd.select(zero, ir.Constant(F32T, 0.0), bd.fdiv(ir.Constant(F32T, 32767.0), amax))
+        magic = c(12582912.0)  # x + 1.5*2^23 - 1.5*2^23: round half to even, as np.rint
+        r = bd.fsub(bd.fadd(bd.fmul(v, splat(bd, inv, G)), magic), magic)
+        bd.store(bd.fptosi(r, vec(I16, G)), bd.bitcast(bd.gep(qrow, [bd.mul(b, c64(G))]), vec(I16, G).as_pointer()),
+                 align=2)
+        # a block with inf or NaN (its sum is not finite: maxnum skips NaN) gets a NaN scale, so
+        # every product it enters is NaN instead of a finite guess
+        total = hsum(bd, v)
+        finite = bd.fcmp_ordered("==", bd.fsub(total, total), ir.Constant(F32T, 0.0))
+        scale = bd.select(finite, bd.select(zero, ir.Constant(F32T, 0.0), scale), ir.Constant(F32T, math.nan))
+        bd.store(scale, bd.gep(xs, [bd.add(srow, b)]))
+        bd.store(total, bd.gep(xf, [bd.add(srow, b)]))
+    bd.ret_void()
+
+
+def _silu_mul(isa, mod, name):
+    fn, bd = func(mod, name, TASK_ARGS)
+    t, g_, u_, n = fn.args[:4]
+    L = isa.lanes
+    g, u = bd.gep(ptr_to(bd, g_, F32T), [bd.mul(t, n)]), bd.gep(ptr_to(bd, u_, F32T), [bd.mul(t, n)])
+
+    def step(i, w):
+        vt = vec(F32T, w)
+        gp, up = bd.bitcast(bd.gep(g, [i]), vt.as_pointer()), bd.bitcast(bd.gep(u, [i]), vt.as_pointer())
+        gv = bd.load(gp, align=4)
+        e = vexp(bd, bd.fsub(splat_c(F32T, 0.0, w), gv))
+        bd.store(bd.fmul(bd.fdiv(gv, bd.fadd(splat_c(F32T, 1.0, w), e)), bd.load(up, align=4)), gp, align=4)
+
+    nv = bd.mul(bd.udiv(n, c64(L)), c64(L))
+    with Loop(bd, 0, nv, L) as i:
+        step(i, L)
+    with Loop(bd, nv, n) as i:
+        step(i, 1)
+    bd.ret_void()
+
+
+ATT_TOKENS = 16  # queries of one attention task: they and the query heads sharing the task's KV
+# head reuse its K and V rows from the cache (L2) instead of streaming them once per query
+
+
+def _attention(isa, mod, name, hd):
+    """attention(task, q, k, v, out, pos0, window, nh, nkv, T): task = (token block, kv head); every
+    query head of the kv head's group, every token of the block."""
+    body = _attend(isa, mod, name + "_one", hd)
+    fn, bd = func(mod, name, TASK_ARGS)
+    task, q_, k_, v_, out_, pos0, window, nh, nkv, T = fn.args[:10]
+    tb, kvh = bd.udiv(task, nkv), bd.urem(task, nkv)
+    group = bd.udiv(nh, nkv)
+    t0 = bd.mul(tb, c64(ATT_TOKENS))
+    t1 = bd.add(t0, c64(ATT_TOKENS))
+    t1 = bd.select(bd.icmp_signed("<", T, t1), T, t1)
+    with Loop(bd, 0, group) as g:
+        with Loop(bd, t0, t1) as t:
+            bd.call(body, [t, bd.add(bd.mul(kvh, group), g), q_, k_, v_, out_, pos0, window, nh, nkv])
+    bd.ret_void()
+
+
+def _attend(isa, mod, name, hd):
+    """One query (token t, head h): blocked online softmax over its keys, as described above."""
+    fn, bd = func(mod, name, 10)
+    fn.linkage = "internal"
+    t, h, q_, k_, v_, out_, pos0, window, nh, nkv = fn.args
+    L = isa.lanes
+    ND = hd // L
+    vt = vec(F32T, L)
+    q, kc, vc, out = (ptr_to(bd, a, F32T) for a in (q_, k_, v_, out_))
+    kvh = bd.udiv(h, bd.udiv(nh, nkv))
+    p = bd.add(pos0, t)
+    from_window = bd.sub(bd.add(p, c64(1)), window)
+    start = bd.select(bd.icmp_signed(">", window, c64(0)),
+                      bd.select(bd.icmp_signed(">", from_window, c64(0)), from_window, c64(0)), c64(0))
+    qrow = bd.gep(q, [bd.add(bd.mul(t, bd.mul(nh, c64(hd))), bd.mul(h, c64(hd)))])
+    qv = [bd.load(bd.bitcast(bd.gep(qrow, [c64(c * L)]), vt.as_pointer()), align=4) for c in range(ND)]
+    scale = splat_c(F32T, _f32(1.0 / math.sqrt(hd)), L)
+    m = Var(bd, ir.Constant(F32T, -math.inf))
+    lsum = Var(bd, ir.Constant(F32T, 0.0))
+    acc = [Var(bd, splat_c(F32T, 0.0, L)) for _ in range(ND)]
+    stride = bd.mul(nkv, c64(hd))  # floats between positions in the cache
+
+    def row(base, j):
+        jj = bd.select(bd.icmp_signed(">", j, p), p, j)  # lanes past p read row p, masked below
+        return bd.gep(base, [bd.add(bd.mul(jj, stride), bd.mul(kvh, c64(hd)))])
+
+    with Loop(bd, start, bd.add(p, c64(1)), L) as j0:
+        parts = []
+        for jj in range(L):
+            kr = row(kc, bd.add(j0, c64(jj)))
+            s = None
+            for c in range(ND):
+                kv = bd.load(bd.bitcast(bd.gep(kr, [c64(c * L)]), vt.as_pointer()), align=4)
+                s = bd.fmul(qv[c], kv) if s is None else fmuladd(bd, qv[c], kv, s)
+            parts.append(s)
+        sc = bd.fmul(transpose_sums(bd, parts), scale)
+        mask = bd.icmp_signed("<=", bd.add(splat(bd, j0, L), const(I64, range(L))), splat(bd, p, L))
+        sc = bd.select(mask, sc, splat_c(F32T, -math.inf, L))
+        m_new = call_intrinsic(bd, "llvm.maxnum.f32", F32T, [m.get(), hmax(bd, sc)])
+        corr = bd.extract_element(vexp(bd, splat(bd, bd.fsub(m.get(), m_new), L)), ir.Constant(I32, 0))
+        e = bd.select(mask, vexp(bd, bd.fsub(sc, splat(bd, m_new, L))), splat_c(F32T, 0.0, L))
+        lsum.set(fmuladd(bd, lsum.get(), corr, hsum(bd, e)))
+        a = [bd.fmul(acc[c].get(), splat(bd, corr, L)) for c in range(ND)]
+        for jj in range(L):
+            vr = row(vc, bd.add(j0, c64(jj)))
+            ej = splat(bd, bd.extract_element(e, ir.Constant(I32, jj)), L)
+            for c in range(ND):
+                a[c] = fmuladd(bd, ej, bd.load(bd.bitcast(bd.gep(vr, [c64(c * L)]), vt.as_pointer()), align=4), a[c])
+        for c in range(ND):
+            acc[c].set(a[c])
+        m.set(m_new)
+    inv = splat(bd, bd.fdiv(ir.Constant(F32T, 1.0), lsum.get()), L)
+    orow = bd.gep(out, [bd.add(bd.mul(t, bd.mul(nh, c64(hd))), bd.mul(h, c64(hd)))])
+    for c in range(ND):
+        bd.store(bd.fmul(acc[c].get(), inv), bd.bitcast(bd.gep(orow, [c64(c * L)]), vt.as_pointer()), align=4)
+    bd.ret_void()
+    return fn
+
+
+def _row_loop(bd, n, L, step):
+    """step(i, w) for i in 0..n by vectors of w = L lanes, then one lane at a time."""
+    nv = bd.mul(bd.udiv(n, c64(L)), c64(L))
+    with Loop(bd, 0, nv, L) as i:
+        step(i, L)
+    with Loop(bd, nv, n) as i:
+        step(i, 1)
+
+
+def _vload(bd, p, i, w):
+    return bd.load(bd.bitcast(bd.gep(p, [i]), vec(F32T, w).as_pointer()), align=4)
+
+
+def _vstore(bd, v, p, i):
+    bd.store(v, bd.bitcast(bd.gep(p, [i]), v.type.as_pointer()), align=4)
+
+
+def _sum_squares(bd, x, n, L):
+    acc = Var(bd, splat_c(F32T, 0.0, L))
+    tail = Var(bd, ir.Constant(F32T, 0.0))
+
+    def step(i, w):
+        v = _vload(bd, x, i, w)
+        if w == L:
+            acc.set(fmuladd(bd, v, v, acc.get()))
+        else:
+            e = bd.extract_element(v, ir.Constant(I32, 0))
+            tail.set(fmuladd(bd, e, e, tail.get()))
+
+    _row_loop(bd, n, L, step)
+    return bd.fadd(hsum(bd, acc.get()), tail.get())
+
+
+def _inv_rms(bd, ss, n, eps):
+    """1 / sqrt(ss / n + eps), f32."""
+    mean = bd.fdiv(ss, bd.uitofp(n, F32T))
+    root = call_intrinsic(bd, "llvm.sqrt.f32", F32T, [bd.fadd(mean, eps)])
+    return bd.fdiv(ir.Constant(F32T, 1.0), root)
+
+
+def _eps(bd, bits):
+    return bd.bitcast(bd.trunc(bits, I32), F32T)
+
+
+def _rmsnorm(isa, mod, name):
+    """rmsnorm(t, x, y, w, out, n, eps): x[t] += y[t] (y != 0: the residual add), then
+    out[t] = w * (x[t] / rms(x[t])); eps as f32 bits."""
+    fn, bd = func(mod, name, TASK_ARGS)
+    t, x_, y_, w_, out_, n, eps_bits = fn.args[:7]
+    L = isa.lanes
+    x = bd.gep(ptr_to(bd, x_, F32T), [bd.mul(t, n)])
+    out = bd.gep(ptr_to(bd, out_, F32T), [bd.mul(t, n)])
+    w = ptr_to(bd, w_, F32T)
+    with bd.if_then(bd.icmp_signed("!=", y_, c64(0))):
+        y = bd.gep(ptr_to(bd, y_, F32T), [bd.mul(t, n)])
+        _row_loop(bd, n, L, lambda i, k: _vstore(bd, bd.fadd(_vload(bd, x, i, k), _vload(bd, y, i, k)), x, i))
+    inv = _inv_rms(bd, _sum_squares(bd, x, n, L), n, _eps(bd, eps_bits))
+    _row_loop(bd, n, L, lambda i, k: _vstore(
+        bd, bd.fmul(_vload(bd, w, i, k), bd.fmul(_vload(bd, x, i, k), splat(bd, inv, k))), out, i))
+    bd.ret_void()
+
+
+def _rope(isa, mod, name):
+    """rope(t, x, bias, norm, n_heads, hd, pos0, cos, sin, eps): on row t of x [T, n_heads*hd]:
+    + bias (bias != 0), RMSNorm over each head's hd with weight `norm` (norm != 0: Qwen3's QK-norm),
+    then rotate-half RoPE at position pos0 + t (cos/sin: [n_ctx, hd/2]; hd = 0: no rotation)."""
+    fn, bd = func(mod, name, TASK_ARGS)
+    t, x_, b_, nw_, nh, hd, pos0, cos_, sin_, eps_bits = fn.args[:10]
+    L = isa.lanes
+    hd_ = bd.select(bd.icmp_signed("==", hd, c64(0)), c64(1), hd)
+    n = bd.mul(nh, hd_)
+    x = bd.gep(ptr_to(bd, x_, F32T), [bd.mul(t, n)])
+    with bd.if_then(bd.icmp_signed("!=", b_, c64(0))):
+        b = ptr_to(bd, b_, F32T)
+        _row_loop(bd, n, L, lambda i, k: _vstore(bd, bd.fadd(_vload(bd, x, i, k), _vload(bd, b, i, k)), x, i))
+    with bd.if_then(bd.icmp_signed("!=", nw_, c64(0))):
+        nw = ptr_to(bd, nw_, F32T)
+        with Loop(bd, 0, nh) as h:
+            xh = bd.gep(x, [bd.mul(h, hd)])
+            inv = _inv_rms(bd, _sum_squares(bd, xh, hd, L), hd, _eps(bd, eps_bits))
+            _row_loop(bd, hd, L, lambda i, k: _vstore(
+                bd, bd.fmul(_vload(bd, nw, i, k), bd.fmul(_vload(bd, xh, i, k), splat(bd, inv, k))), xh, i))
+    with bd.if_then(bd.icmp_signed("!=", hd, c64(0))):
+        half = bd.udiv(hd, c64(2))
+        p = bd.add(pos0, t)
+        cs = bd.gep(ptr_to(bd, cos_, F32T), [bd.mul(p, half)])
+        sn = bd.gep(ptr_to(bd, sin_, F32T), [bd.mul(p, half)])
+        with Loop(bd, 0, nh) as h:
+            lo = bd.gep(x, [bd.mul(h, hd)])
+            hi = bd.gep(lo, [half])
+
+            def step(i, k):
+                a, b2 = _vload(bd, lo, i, k), _vload(bd, hi, i, k)
+                c, s2 = _vload(bd, cs, i, k), _vload(bd, sn, i, k)
+                _vstore(bd, bd.fsub(bd.fmul(a, c), bd.fmul(b2, s2)), lo, i)
+                _vstore(bd, bd.fadd(bd.fmul(b2, c), bd.fmul(a, s2)), hi, i)
+
+            _row_loop(bd, half, L, step)
+    bd.ret_void()
+
+
+def _kv_store(isa, mod, name):
+    """kv_store(t, k, v, kc, vc, pos0, n): rows t of k and v (n floats) to cache position pos0 + t."""
+    fn, bd = func(mod, name, TASK_ARGS)
+    t, k_, v_, kc_, vc_, pos0, n = fn.args[:7]
+    L = isa.lanes
+    dst = bd.mul(bd.add(pos0, t), n)
+    for src_, cache_ in ((k_, kc_), (v_, vc_)):
+        src = bd.gep(ptr_to(bd, src_, F32T), [bd.mul(t, n)])
+        cache = bd.gep(ptr_to(bd, cache_, F32T), [dst])
+        _row_loop(bd, n, L, lambda i, k, src=src, cache=cache: _vstore(bd, _vload(bd, src, i, k), cache, i))
+    bd.ret_void()
+
+
+def _batch(isa, mod, name):
+    """batch(task, desc, n): one parallel loop over several task kernels. desc is int64 [n, 13]:
+    (kernel address, its number of tasks, its 11 arguments); task i runs row r's kernel with the
+    task index i minus the tasks of the rows before r."""
+    fn, bd = func(mod, name, TASK_ARGS)
+    task, desc_, n = fn.args[:3]
+    desc = ptr_to(bd, desc_, I64)
+    kty = ir.FunctionType(ir.VoidType(), [I64] * TASK_ARGS).as_pointer()
+    done = fn.append_basic_block("done")
+    rem = Var(bd, task)
+    with Loop(bd, 0, n) as r:
+        row = bd.gep(desc, [bd.mul(r, c64(TASK_ARGS + 1))])
+        fields = [bd.load(bd.gep(row, [c64(i)])) for i in range(TASK_ARGS + 1)]
+        cur = rem.get()
+        call, skip = fn.append_basic_block("call"), fn.append_basic_block("skip")
+        bd.cbranch(bd.icmp_signed("<", cur, fields[1]), call, skip)
+        bd.position_at_end(call)
+        bd.call(bd.inttoptr(fields[0], kty), [cur] + fields[2:])
+        bd.branch(done)
+        bd.position_at_end(skip)
+        rem.set(bd.sub(cur, fields[1]))
+    bd.branch(done)
+    bd.position_at_end(done)
+    bd.ret_void()
+
+
+def _f32(x: float) -> float:
+    import numpy as np
+
+    return float(np.float32(x))
+
+
+def attention_lanes(isa: Isa, head_dim: int) -> int:
+    """The widest vector (a power of two, at most the ISA's) that divides head_dim."""
+    lanes = isa.lanes
+    while head_dim % lanes:
+        lanes //= 2
+    return lanes
+
+
+CORE = ("quantize", "silu_mul", "attention", "rmsnorm", "rope", "kv_store", "batch")
+
+
+def module(isa: Isa, head_dim: int) -> tuple[ir.Module, list[str]]:
+    mod = ir.Module(name=f"fuel_core_{isa.name}_hd{head_dim}")
+    names = [f"fuel_{k}_{isa.name}_hd{head_dim}" for k in CORE]
+    _quantize(isa, mod, names[0])
+    _silu_mul(isa, mod, names[1])
+    _attention(isa._replace(lanes=attention_lanes(isa, head_dim)), mod, names[2], head_dim)
+    _rmsnorm(isa, mod, names[3])
+    _rope(isa, mod, names[4])
+    _kv_store(isa, mod, names[5])
+    _batch(isa, mod, names[6])
+    return mod, names
+
+
+@lru_cache(maxsize=None)
+def addresses(isa: Isa, head_dim: int) -> tuple:
+    """The CORE kernels' addresses for one ISA and head size, compiled or loaded once."""
+    mod, names = module(isa, head_dim)
+    got = compile_module(mod, isa, names)
+    return tuple(got[n] for n in names)

@@ -1,0 +1,212 @@
+"""IR building blocks for the kernels: loops, mutable values, vectors, the integer dot of each ISA.
+
+Everything here emits llvmlite IR into the builder it is given; nothing is compiled here.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ...formats import ACTIVATION_BLOCK
+from .llvm import Isa
+
+G = ACTIVATION_BLOCK  # elements per group (one activation block)
+I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
+F32T = ir.FloatType()
+
+
+def vec(t, n):
+    return ir.VectorType(t, n)
+
+
+def c64(v):
+    return ir.Constant(I64, v)
+
+
+def const(t, vals):
+    return ir.Constant(vec(t, len(vals)), list(vals))
+
+
+def splat(bd, val, n):
+    vt = vec(val.type, n)
+    v = bd.insert_element(ir.Constant(vt, ir.Undefined), val, ir.Constant(I32, 0))
+    return bd.shuffle_vector(v, ir.Constant(vt, ir.Undefined), ir.Constant(vec(I32, n), [0] * n))
+
+
+def splat_c(t, v, n):
+    return ir.Constant(vec(t, n), [v] * n)
+
+
+def gep(bd, ptr, off):
+    return bd.gep(ptr, [off if isinstance(off, ir.Value) else c64(off)])
+
+
+def load(bd, ptr, off, ty, align=1):
+    """Unaligned load of `ty` at element offset `off` of `ptr`."""
+    return bd.load(bd.bitcast(gep(bd, ptr, off), ty.as_pointer()), align=align)
+
+
+# ------------------------------------------------------------------ IR scaffolding
+
+
+class Loop:
+    """for i in range(start, stop, step) with i an i64 phi; `with Loop(bd, a, b) as i: ...`."""
+
+    def __init__(self, bd, start, stop, step=1):
+        self.bd, self.start, self.stop, self.step = bd, as_i64(start), as_i64(stop), step
+
+    def __enter__(self):
+        bd = self.bd
+        self.pre = bd.block
+        fn = bd.function
+        self.head = fn.append_basic_block("loop")
+        self.body = fn.append_basic_block("body")
+        self.exit = fn.append_basic_block("endloop")
+        bd.branch(self.head)
+        bd.position_at_end(self.head)
+        self.i = bd.phi(I64)
+        self.i.add_incoming(self.start, self.pre)
+        bd.cbranch(bd.icmp_signed("<", self.i, self.stop), self.body, self.exit)
+        bd.position_at_end(self.body)
+        return self.i
+
+    def __exit__(self, *exc):
+        if exc[0] is not None:
+            return False
+        bd = self.bd
+        nxt = bd.add(self.i, c64(self.step))
+        self.i.add_incoming(nxt, bd.block)
+        bd.branch(self.head)
+        bd.position_at_end(self.exit)
+        return False
+
+
+def as_i64(x):
+    return x if isinstance(x, ir.Value) else c64(x)
+
+
+class Var:
+    """A mutable value (an alloca; LLVM promotes it to registers)."""
+
+    def __init__(self, bd, init):
+        with bd.goto_entry_block():
+            self.p = bd.alloca(init.type)
+        bd.store(init, self.p)
+        self.bd = bd
+
+    def get(self):
+        return self.bd.load(self.p)
+
+    def set(self, v):
+        self.bd.store(v, self.p)
+
+
+def ptr_to(bd, arg, ty):
+    return bd.inttoptr(arg, ty.as_pointer())
+
+
+def call_intrinsic(bd, name, ret, args):
+    mod = bd.module
+    fn = mod.globals.get(name) or ir.Function(mod, ir.FunctionType(ret, [a.type for a in args]), name)
+    return bd.call(fn, args)
+
+
+def fmuladd(bd, a, b, c):
+    return call_intrinsic(bd, f"llvm.fmuladd.v{a.type.count}f32" if isinstance(a.type, ir.VectorType)
+                      else "llvm.fmuladd.f32", a.type, [a, b, c])
+
+
+def hsum(bd, v):
+    n = v.type.count
+    while n > 1:
+        n //= 2
+        v = bd.fadd(bd.shuffle_vector(v, v, const(I32, range(n))), bd.shuffle_vector(v, v, const(I32, range(n, 2 * n))))
+    return bd.extract_element(v, ir.Constant(I32, 0))
+
+
+def hmax(bd, v):
+    """The largest lane of a float vector (maxnum: a NaN lane loses to a number)."""
+    n = v.type.count
+    while n > 1:
+        n //= 2
+        a, b = bd.shuffle_vector(v, v, const(I32, range(n))), bd.shuffle_vector(v, v, const(I32, range(n, 2 * n)))
+        v = call_intrinsic(bd, f"llvm.maxnum.v{n}f32", vec(F32T, n), [a, b])
+    return bd.extract_element(v, ir.Constant(I32, 0))
+
+
+def transpose_sums(bd, vs):
+    """n vectors of n float lanes -> one vector whose lane j is the sum of the lanes of vs[j]."""
+    n = len(vs)
+    seg = n  # lanes per key in the current vectors
+    while seg > 1:
+        half = seg // 2
+        lo = [i for s in range(0, n, seg) for i in range(s, s + half)]
+        hi = [i for s in range(0, n, seg) for i in range(s + half, s + seg)]
+        vs = [bd.fadd(bd.shuffle_vector(a, b, const(I32, lo + [n + i for i in lo])),
+                      bd.shuffle_vector(a, b, const(I32, hi + [n + i for i in hi])))
+              for a, b in zip(vs[0::2], vs[1::2])]
+        seg = half
+    return vs[0]
+
+
+_LN2_HI, _LN2_LO = 0.693359375, -2.12194440e-4
+_EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
+
+
+def vexp(bd, x):
+    """exp of a float vector (Cephes expf: within 2 ulp; inputs clamped to [-87.3, 88.4])."""
+    n = x.type.count
+    c = lambda v: splat_c(F32T, v, n)  # noqa: E731
+    x = call_intrinsic(bd, f"llvm.maxnum.v{n}f32", x.type, [call_intrinsic(bd, f"llvm.minnum.v{n}f32", x.type,
+                                                                           [x, c(88.3762626647949)]), c(-87.33654475)])
+    magic = c(12582912.0)  # 1.5 * 2^23: adding and subtracting it rounds to the nearest integer
+    k = bd.fsub(bd.fadd(bd.fmul(x, c(1.44269504088896341)), magic), magic)
+    r = bd.fsub(bd.fsub(x, bd.fmul(k, c(_LN2_HI))), bd.fmul(k, c(_LN2_LO)))
+    p = c(_EXP_POLY[0])
+    for a in _EXP_POLY[1:]:
+        p = fmuladd(bd, p, r, c(a))
+    p = fmuladd(bd, p, bd.fmul(r, r), bd.fadd(r, c(1.0)))
+    e = bd.shl(bd.add(bd.fptosi(k, vec(I32, n)), splat_c(I32, 127, n)), splat_c(I32, 23, n))
+    return bd.fmul(p, bd.bitcast(e, x.type))
+
+
+def func(mod, name, nargs):
+    fn = ir.Function(mod, ir.FunctionType(ir.VoidType(), [I64] * nargs), name)
+    fn.attributes.add("nounwind")
+    bd = ir.IRBuilder(fn.append_basic_block("entry"))
+    return fn, bd
+
+
+# ------------------------------------------------------------------ the integer dot of each ISA
+
+
+def dpw(isa: Isa, bd, acc, a, b):
+    """acc + pair sums: lane i += a16[2i]*b16[2i] + a16[2i+1]*b16[2i+1] (a, b, acc <L x i32>)."""
+    L = isa.lanes
+    if isa.name == "avx512vnni":
+        return call_intrinsic(bd, "llvm.x86.avx512.vpdpwssd.512", acc.type, [acc, a, b])
+    if isa.name == "avxvnni":
+        return call_intrinsic(bd, "llvm.x86.avx512.vpdpwssd.256", acc.type, [acc, a, b])
+    a16, b16 = bd.bitcast(a, vec(I16, 2 * L)), bd.bitcast(b, vec(I16, 2 * L))
+    if isa.name == "avx2":
+        return bd.add(acc, call_intrinsic(bd, "llvm.x86.avx2.pmadd.wd", acc.type, [a16, b16]))
+    p = bd.mul(bd.sext(a16, vec(I32, 2 * L)), bd.sext(b16, vec(I32, 2 * L)))
+    ev = bd.shuffle_vector(p, p, const(I32, range(0, 2 * L, 2)))
+    od = bd.shuffle_vector(p, p, const(I32, range(1, 2 * L, 2)))
+    return bd.add(acc, bd.add(ev, od))
+
+
+def dot_group(isa: Isa, bd, w, x):
+    """<L x i32> partial sums of the dot of two <32 x i16> groups."""
+    L = isa.lanes
+    zero = splat_c(I32, 0, L)
+    if L * 2 == G:
+        return dpw(isa, bd, zero, bd.bitcast(w, vec(I32, L)), bd.bitcast(x, vec(I32, L)))
+    acc = zero
+    for h in range(G // (2 * L)):
+        idx = const(I32, range(2 * L * h, 2 * L * (h + 1)))
+        acc = dpw(isa, bd, acc, bd.bitcast(bd.shuffle_vector(w, w, idx), vec(I32, L)),
+                  bd.bitcast(bd.shuffle_vector(x, x, idx), vec(I32, L)))
+    return acc
+
+

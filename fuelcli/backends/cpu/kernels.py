@@ -1,0 +1,449 @@
+"""The per-format matrix kernels, generated as LLVM IR for one instruction set (llvm.py).
+
+Three kernels per weight format, all `void f(i64, ...)` called by address from numba (matmul.py):
+
+  decode(w, row_bytes, n_rows, K, x, xs, xf, out)
+      out[r] = row r . x for one token. Block formats take x quantised to int16 per 32-element
+      block (xq, block scales xs, block sums xf: matmul.quantize_rows) and dot each unpacked group
+      in integers (vpdpwssd / vpmaddwd): one int -> float conversion and one FMA per group. Float
+      formats take x as f32 and run FMAs.
+  prefill(w, row_bytes, n_rows, K, T, x, xs, xf, out, ldo)
+      out[t, r] for T tokens (out row-major with row stride ldo). Rows sit in the lanes of a vector
+      (16 on AVX-512, else 8): a task unpacks up to TASK_ROWS rows, KC elements at a time, into a
+      stack panel of int16 pairs (`panel[k/2][lane]`), then runs every token over it: for each pair
+      of k, one panel vector times the token's int16 pair broadcast, accumulated in int32
+      (vpdpwssd: 32 multiply-adds per instruction), converted and scaled once per 32-block. TT
+      tokens at a time keep TT int32 and TT f32 accumulators in registers, so a panel load feeds TT
+      instructions and an activation load one. Float formats: an f32 panel and FMAs.
+  dequant(row, K, out)
+      one row decoded to f32 exactly as the numpy decode in fuelcli/formats (embedding lookups).
+
+Integer ranges: |w| <= 4096 (q6_k with its scale folded in) and |xq| <= 32767, so a pair sum is
+below 2^28 and a 32-element block sum below 2^31.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+
+from llvmlite import ir
+
+from . import unpack as U
+from .llvm import Isa, compile_module, is_cached
+from .core import TASK_ARGS
+from .irgen import F32T, G, I8, I16, I32, I64, Loop, Var, func, call_intrinsic, ptr_to, as_i64, c64, const, dot_group, dpw, fmuladd, hsum, load, splat, splat_c, vec
+
+DECODE_ROWS = 16  # rows of one decode task
+TASK_ROWS = 64  # rows of one prefill task (the driver splits a matrix into tasks of this many rows)
+KC = 256  # elements of k unpacked at a time: TASK_ROWS * KC * 2 bytes = 32 KiB of stack panel
+KC_FLOAT = 128  # the f32 panel: TASK_ROWS * KC_FLOAT * 4 bytes = 32 KiB
+PAIRS = G // 2  # int16 pairs in a 32-element group
+
+
+def tokens_per_tile(isa: Isa, quant: bool) -> int:
+    """Tokens per micro-kernel pass: 2 accumulators each (int32 + f32) must fit the registers."""
+    if isa.lanes == 16:
+        return int(os.environ.get("FUEL_TT", 12)) if quant else 24
+    return 5 if quant else 10
+
+
+# ------------------------------------------------------------------ block formats
+
+
+DECODE_UNROLL = 4  # rows a decode kernel dots at once: independent chains, x loaded once for all
+
+
+def _decode_quant(isa, mod, code, name):
+    fn, bd = func(mod, name, 8)
+    fn.linkage = "internal"
+    w, row_bytes, n_rows, K, xq_, xs_, xf_, out_ = fn.args
+    L, BL = isa.lanes, U.BLOCK[code]
+    per = BL.block_elems // G
+    wp, xq = ptr_to(bd, w, I8), ptr_to(bd, xq_, I16)
+    xs, xf, out = ptr_to(bd, xs_, F32T), ptr_to(bd, xf_, F32T), ptr_to(bd, out_, F32T)
+    nfb = bd.udiv(K, c64(BL.block_elems))
+
+    def rows(r0, R):
+        row = [bd.gep(wp, [bd.mul(bd.add(r0, c64(i)), row_bytes)]) for i in range(R)]
+        acc = [Var(bd, splat_c(F32T, 0.0, L)) for _ in range(R)]
+        mins = [Var(bd, splat_c(F32T, 0.0, per)) for _ in range(R)]
+        with Loop(bd, 0, nfb) as fb:
+            a, m = [v.get() for v in acc], [v.get() for v in mins]
+            b0 = bd.mul(fb, c64(per))
+            xv = [load(bd, xq, bd.mul(bd.add(b0, c64(j)), c64(G)), vec(I16, G)) for j in range(per)]
+            sv = load(bd, xs, b0, vec(F32T, per))
+            fv = load(bd, xf, b0, vec(F32T, per)) if code in U.HAS_MIN else None
+            for i in range(R):
+                blk = U.block(code, bd, row[i], fb)
+                scale = bd.fmul(blk.scale, sv)  # group j's weight scale times its activation scale
+                for j, w in enumerate(blk.w):
+                    isum = dot_group(isa, bd, w, xv[j])
+                    sj = splat(bd, bd.extract_element(scale, ir.Constant(I32, j)), L)
+                    a[i] = fmuladd(bd, bd.sitofp(isum, vec(F32T, L)), sj, a[i])
+                if blk.min is not None:
+                    m[i] = fmuladd(bd, blk.min, fv, m[i])
+            for i in range(R):
+                acc[i].set(a[i])
+                mins[i].set(m[i])
+        for i in range(R):
+            bd.store(bd.fadd(hsum(bd, acc[i].get()), hsum(bd, mins[i].get())), bd.gep(out, [bd.add(r0, c64(i))]))
+
+    n_main = bd.mul(bd.udiv(n_rows, c64(DECODE_UNROLL)), c64(DECODE_UNROLL))
+    with Loop(bd, 0, n_main, DECODE_UNROLL) as r:
+        rows(r, DECODE_UNROLL)
+    with Loop(bd, n_main, n_rows) as r:
+        rows(r, 1)
+    bd.ret_void()
+    return fn
+
+
+def _unpack_panel(isa, bd, code, wp, row_bytes, n_rows, k0, kc, panel, scales, mins):
+    """Rows [0, n_rows) of the task, elements [k0, k0+kc): the int16 pairs of row g*L + lane to
+    panel[g][(b*PAIRS + p)*L + lane] (b the 32-block in the chunk), scale/min to [g][b*L + lane].
+    Lanes past n_rows get zeros (their results are never stored)."""
+    L, BL = isa.lanes, U.BLOCK[code]
+    per = BL.block_elems // G
+    nb = kc // G if isinstance(kc, int) else bd.udiv(kc, c64(G))
+    ngroups = TASK_ROWS // L
+    with Loop(bd, 0, ngroups * L) as rr:
+        g = bd.udiv(rr, c64(L))
+        lane = bd.urem(rr, c64(L))
+        pg = bd.gep(panel, [bd.mul(g, c64(KC // G * PAIRS * L))])
+        sg = bd.gep(scales, [bd.mul(g, c64(KC // G * L))])
+        mg = bd.gep(mins, [bd.mul(g, c64(KC // G * L))]) if mins is not None else None
+        valid = bd.icmp_signed("<", rr, n_rows)
+        with bd.if_else(valid) as (then, otherwise):
+            with then:
+                row = bd.gep(wp, [bd.mul(rr, row_bytes)])
+                fb0 = bd.udiv(k0, c64(BL.block_elems))
+                with Loop(bd, 0, bd.udiv(as_i64(kc), c64(BL.block_elems))) as fbi:
+                    blk = U.block(code, bd, row, bd.add(fb0, fbi))
+                    for j, w in enumerate(blk.w):
+                        b = bd.add(bd.mul(fbi, c64(per)), c64(j))
+                        pairs = bd.bitcast(w, vec(I32, PAIRS))
+                        base = bd.add(bd.mul(bd.mul(b, c64(PAIRS)), c64(L)), lane)
+                        for p in range(PAIRS):
+                            bd.store(bd.extract_element(pairs, ir.Constant(I32, p)),
+                                     bd.gep(pg, [bd.add(base, c64(p * L))]))
+                        jj = ir.Constant(I32, j)
+                        bd.store(bd.extract_element(blk.scale, jj), bd.gep(sg, [bd.add(bd.mul(b, c64(L)), lane)]))
+                        if mg is not None:
+                            bd.store(bd.extract_element(blk.min, jj), bd.gep(mg, [bd.add(bd.mul(b, c64(L)), lane)]))
+            with otherwise:
+                with Loop(bd, 0, nb) as b:
+                    base = bd.add(bd.mul(bd.mul(b, c64(PAIRS)), c64(L)), lane)
+                    for p in range(PAIRS):
+                        bd.store(ir.Constant(I32, 0), bd.gep(pg, [bd.add(base, c64(p * L))]))
+                    bd.store(ir.Constant(F32T, 0.0), bd.gep(sg, [bd.add(bd.mul(b, c64(L)), lane)]))
+                    if mg is not None:
+                        bd.store(ir.Constant(F32T, 0.0), bd.gep(mg, [bd.add(bd.mul(b, c64(L)), lane)]))
+
+
+def _lane_mask(bd, nvalid, L):
+    return bd.icmp_signed("<", const(I64, range(L)), splat(bd, nvalid, L))
+
+
+def _load_out(bd, out, mask, L, first):
+    """The running sums of one token's L outputs (lanes past the matrix masked off): zero on the
+    first chunk of k, else read back."""
+    zero = splat_c(F32T, 0.0, L)
+    vt = vec(F32T, L)
+    got = call_intrinsic(bd, f"llvm.masked.load.v{L}f32.p0", vt,
+                     [bd.bitcast(out, vt.as_pointer()), ir.Constant(I32, 4), mask, zero])
+    return bd.select(first, zero, got)
+
+
+def _store_out(bd, out, v, mask, L):
+    vt = vec(F32T, L)
+    call_intrinsic(bd, f"llvm.masked.store.v{L}f32.p0", ir.VoidType(),
+               [v, bd.bitcast(out, vt.as_pointer()), ir.Constant(I32, 4), mask])
+
+
+def _micro_quant(isa, mod, code, TT, name):
+    """The token-tile kernel: TT tokens x L rows over nb 32-blocks of one panel group."""
+    L = isa.lanes
+    has_min = code in U.HAS_MIN
+    fn, bd = func(mod, name, 13)
+    fn.linkage = "internal"
+    fn.attributes.add("noinline")  # large: called from several places, never copied
+    panel_, sc_, mn_, nb, xq_, ldx, xs_, xf_, ldxs, out_, ldo, first_, nvalid = fn.args
+    panel, sc, mn = ptr_to(bd, panel_, vec(I32, L)), ptr_to(bd, sc_, vec(F32T, L)), ptr_to(bd, mn_, vec(F32T, L))
+    xq, xs, xf, out = ptr_to(bd, xq_, I16), ptr_to(bd, xs_, F32T), ptr_to(bd, xf_, F32T), ptr_to(bd, out_, F32T)
+    first = bd.icmp_signed("!=", first_, c64(0))
+    mask = _lane_mask(bd, nvalid, L)
+    accs = [Var(bd, _load_out(bd, bd.gep(out, [bd.mul(c64(t), ldo)]), mask, L, first)) for t in range(TT)]
+    xrow = [bd.gep(xq, [bd.mul(c64(t), ldx)]) for t in range(TT)]
+    srow = [bd.mul(c64(t), ldxs) for t in range(TT)]
+    with Loop(bd, 0, nb) as b:
+        isums = [splat_c(I32, 0, L)] * TT
+        for p in range(PAIRS):
+            wv = bd.load(bd.gep(panel, [bd.add(bd.mul(b, c64(PAIRS)), c64(p))]), align=4)
+            k = bd.add(bd.mul(b, c64(G)), c64(2 * p))
+            for t in range(TT):
+                xv = splat(bd, load(bd, bd.bitcast(bd.gep(xrow[t], [k]), I32.as_pointer()), c64(0), I32, align=2), L)
+                isums[t] = dpw(isa, bd, isums[t], wv, xv)
+        d = bd.load(bd.gep(sc, [b]), align=4)
+        m = bd.load(bd.gep(mn, [b]), align=4) if has_min else None
+        for t in range(TT):
+            s = bd.fmul(d, splat(bd, bd.load(bd.gep(xs, [bd.add(srow[t], b)])), L))
+            a = fmuladd(bd, bd.sitofp(isums[t], vec(F32T, L)), s, accs[t].get())
+            if has_min:
+                a = fmuladd(bd, m, splat(bd, bd.load(bd.gep(xf, [bd.add(srow[t], b)])), L), a)
+            accs[t].set(a)
+    for t in range(TT):
+        _store_out(bd, bd.gep(out, [bd.mul(c64(t), ldo)]), accs[t].get(), mask, L)
+    bd.ret_void()
+    return fn
+
+
+def _unpack_quant(isa, mod, code, name):
+    """unpack(w, row_bytes, n_rows, k0, kc, panel, scales, mins): one chunk of a task's panel."""
+    fn, bd = func(mod, name, 8)
+    w, row_bytes, n_rows, k0, kc, panel_, scales_, mins_ = fn.args
+    mins = ptr_to(bd, mins_, F32T) if code in U.HAS_MIN else None
+    _unpack_panel(isa, bd, code, ptr_to(bd, w, I8), row_bytes, n_rows, k0, kc, ptr_to(bd, panel_, I32),
+                  ptr_to(bd, scales_, F32T), mins)
+    bd.ret_void()
+
+
+def _decode_task(mod, body, name):
+    """decode task: rows [task*DECODE_ROWS, ...) of (w, n_rows, row_bytes, K, x, xs, xf, out)."""
+    fn, bd = func(mod, name, TASK_ARGS)
+    task, w, n_rows, row_bytes, K, x, xs, xf, out = fn.args[:9]
+    r0 = bd.mul(task, c64(DECODE_ROWS))
+    nr = bd.sub(n_rows, r0)
+    nr = bd.select(bd.icmp_signed(">", nr, c64(DECODE_ROWS)), c64(DECODE_ROWS), nr)
+    bd.call(body, [bd.add(w, bd.mul(r0, row_bytes)), row_bytes, nr, K, x, xs, xf, bd.add(out, bd.mul(r0, c64(4)))])
+    bd.ret_void()
+
+
+def _prefill_task(mod, driver, name):
+    """prefill task: rows [task*TASK_ROWS, ...) of (unpack, w, n_rows, row_bytes, K, T, x, xs, xf, out)."""
+    fn, bd = func(mod, name, TASK_ARGS)
+    task, unpack, w, n_rows, row_bytes, K, T, x, xs, xf, out = fn.args[:11]
+    r0 = bd.mul(task, c64(TASK_ROWS))
+    nr = bd.sub(n_rows, r0)
+    nr = bd.select(bd.icmp_signed(">", nr, c64(TASK_ROWS)), c64(TASK_ROWS), nr)
+    bd.call(driver, [unpack, bd.add(w, bd.mul(r0, row_bytes)), row_bytes, nr, K, T, x, xs, xf,
+                     bd.add(out, bd.mul(r0, c64(4))), n_rows])
+    bd.ret_void()
+
+
+def _panel_driver(isa, mod, name, kc_max, panel_ty, panel_elems, micro, quant):
+    """prefill(unpack, w, row_bytes, n_rows, K, T, x, xs, xf, out, ldo): for each chunk of k, the
+    format's `unpack` (called by address) fills the stack panel, then every token tile runs over it."""
+    L = isa.lanes
+    TT = tokens_per_tile(isa, quant)
+    fn, bd = func(mod, name, 11)
+    fn.linkage = "internal"
+    unpack_, w, row_bytes, n_rows, K, T, x_, xs_, xf_, out_, ldo = fn.args
+    ngroups = TASK_ROWS // L
+    nsc = kc_max // G * L  # scales of one group
+    with bd.goto_entry_block():
+        panel = bd.alloca(panel_ty, c64(ngroups * panel_elems))
+        scales = bd.alloca(F32T, c64(ngroups * nsc))
+        mins = bd.alloca(F32T, c64(ngroups * nsc))
+    panel.align = scales.align = mins.align = 64
+    unpack = bd.inttoptr(unpack_, ir.FunctionType(ir.VoidType(), [I64] * 8).as_pointer())
+    nbk = bd.udiv(K, c64(G))  # row stride of xs / xf
+    xbytes = 2 if quant else 4
+    with Loop(bd, 0, K, kc_max) as k0:
+        kc = bd.select(bd.icmp_signed("<", bd.sub(K, k0), c64(kc_max)), bd.sub(K, k0), c64(kc_max))
+        bd.call(unpack, [w, row_bytes, n_rows, k0, kc, bd.ptrtoint(panel, I64), bd.ptrtoint(scales, I64),
+                         bd.ptrtoint(mins, I64)])
+        first = bd.zext(bd.icmp_signed("==", k0, c64(0)), I64)
+        b0 = bd.udiv(k0, c64(G))
+
+        def tile(t0, tt):
+            with Loop(bd, 0, bd.udiv(bd.add(n_rows, c64(L - 1)), c64(L))) as g:
+                gl = bd.mul(g, c64(L))
+                nvalid = bd.sub(n_rows, gl)
+                nv = bd.select(bd.icmp_signed(">", nvalid, c64(L)), c64(L), nvalid)
+                xp = bd.add(x_, bd.mul(bd.add(bd.mul(t0, K), k0), c64(xbytes)))
+                op = bd.add(out_, bd.mul(bd.add(bd.mul(t0, ldo), gl), c64(4)))
+                pp = bd.ptrtoint(bd.gep(panel, [bd.mul(g, c64(panel_elems))]), I64)
+                if quant:
+                    so = bd.mul(bd.add(bd.mul(t0, nbk), b0), c64(4))
+                    args = [pp, bd.ptrtoint(bd.gep(scales, [bd.mul(g, c64(nsc))]), I64),
+                            bd.ptrtoint(bd.gep(mins, [bd.mul(g, c64(nsc))]), I64), bd.udiv(kc, c64(G)),
+                            xp, K, bd.add(xs_, so), bd.add(xf_, so), nbk, op, ldo, first, nv]
+                else:
+                    args = [pp, kc, xp, K, op, ldo, first, nv]
+                bd.call(micro[tt], args)
+
+        n_main = bd.mul(bd.udiv(T, c64(TT)), c64(TT))
+        with Loop(bd, 0, n_main, TT) as t0:
+            tile(t0, TT)
+        with Loop(bd, n_main, T) as t0:
+            tile(t0, 1)
+    bd.ret_void()
+    return fn
+
+
+def _dequant_quant(isa, mod, code, name):
+    """Exact decode: scale * w (+ min) per element, no fused multiply-add, no reassociation."""
+    fn, bd = func(mod, name, 3)
+    row_, K, out_ = fn.args
+    BL = U.BLOCK[code]
+    row, out = ptr_to(bd, row_, I8), ptr_to(bd, out_, F32T)
+    with Loop(bd, 0, bd.udiv(K, c64(BL.block_elems))) as fb:
+        blk = U.block(code, bd, row, fb)
+        for j, w in enumerate(blk.w):
+            jj = ir.Constant(I32, j)
+            sv, wv = blk.exact[j] if blk.exact is not None else (splat(bd, bd.extract_element(blk.scale, jj), G), w)
+            v = bd.fmul(sv, bd.sitofp(wv, vec(F32T, G)))
+            if blk.min is not None:
+                v = bd.fadd(v, splat(bd, bd.extract_element(blk.min, jj), G))
+            o = bd.add(bd.mul(fb, c64(BL.block_elems)), c64(j * G))
+            bd.store(v, bd.bitcast(bd.gep(out, [o]), vec(F32T, G).as_pointer()), align=4)
+    bd.ret_void()
+
+
+# ------------------------------------------------------------------ float formats (f32, f16, bf16)
+
+
+def _elem_bytes(code):
+    return 4 if code == U.F32.code else 2
+
+
+def _decode_float(isa, mod, code, name):
+    fn, bd = func(mod, name, 8)
+    fn.linkage = "internal"
+    w, row_bytes, n_rows, K, x_, _xs, _xf, out_ = fn.args
+    L = isa.lanes
+    U4 = 4 * L
+    wp, x, out = ptr_to(bd, w, I8), ptr_to(bd, x_, F32T), ptr_to(bd, out_, F32T)
+    kv = bd.mul(bd.udiv(K, c64(U4)), c64(U4))
+    with Loop(bd, 0, n_rows) as r:
+        row = bd.gep(wp, [bd.mul(r, row_bytes)])
+        accs = [Var(bd, splat_c(F32T, 0.0, L)) for _ in range(4)]
+        with Loop(bd, 0, kv, U4) as k:
+            for u in range(4):
+                ku = bd.add(k, c64(u * L))
+                wv = U.floats(code, bd, row, ku, L)
+                accs[u].set(fmuladd(bd, wv, load(bd, x, ku, vec(F32T, L)), accs[u].get()))
+        tail = Var(bd, ir.Constant(F32T, 0.0))
+        with Loop(bd, kv, K) as k:
+            wk = bd.extract_element(U.floats(code, bd, row, k, 1), ir.Constant(I32, 0))
+            tail.set(fmuladd(bd, wk, bd.load(bd.gep(x, [k])), tail.get()))
+        a = bd.fadd(bd.fadd(accs[0].get(), accs[1].get()), bd.fadd(accs[2].get(), accs[3].get()))
+        bd.store(bd.fadd(hsum(bd, a), tail.get()), bd.gep(out, [r]))
+    bd.ret_void()
+    return fn
+
+
+def _micro_float(isa, mod, TT, name):
+    L = isa.lanes
+    fn, bd = func(mod, name, 8)
+    fn.linkage = "internal"
+    fn.attributes.add("noinline")
+    panel_, kc, x_, ldx, out_, ldo, first_, nvalid = fn.args
+    panel, x, out = ptr_to(bd, panel_, vec(F32T, L)), ptr_to(bd, x_, F32T), ptr_to(bd, out_, F32T)
+    first = bd.icmp_signed("!=", first_, c64(0))
+    mask = _lane_mask(bd, nvalid, L)
+    accs = [Var(bd, _load_out(bd, bd.gep(out, [bd.mul(c64(t), ldo)]), mask, L, first)) for t in range(TT)]
+    xrow = [bd.gep(x, [bd.mul(c64(t), ldx)]) for t in range(TT)]
+    with Loop(bd, 0, kc) as k:
+        wv = bd.load(bd.gep(panel, [k]), align=4)
+        for t in range(TT):
+            accs[t].set(fmuladd(bd, wv, splat(bd, bd.load(bd.gep(xrow[t], [k])), L), accs[t].get()))
+    for t in range(TT):
+        _store_out(bd, bd.gep(out, [bd.mul(c64(t), ldo)]), accs[t].get(), mask, L)
+    bd.ret_void()
+    return fn
+
+
+def _unpack_float(isa, mod, code, name):
+    """unpack(w, row_bytes, n_rows, k0, kc, panel, -, -): panel[g][k][lane] = W[g*L + lane, k0 + k]."""
+    L = isa.lanes
+    fn, bd = func(mod, name, 8)
+    w, row_bytes, n_rows, k0, kc, panel_, _s, _m = fn.args
+    wp, panel = ptr_to(bd, w, I8), ptr_to(bd, panel_, F32T)
+    with Loop(bd, 0, TASK_ROWS) as rr:
+        pg = bd.gep(panel, [bd.add(bd.mul(bd.udiv(rr, c64(L)), c64(KC_FLOAT * L)), bd.urem(rr, c64(L)))])
+        valid = bd.icmp_signed("<", rr, n_rows)
+        row = bd.gep(wp, [bd.mul(bd.select(valid, rr, c64(0)), row_bytes)])
+        with Loop(bd, 0, kc) as k:
+            v = bd.extract_element(U.floats(code, bd, row, bd.add(k0, k), 1), ir.Constant(I32, 0))
+            bd.store(bd.select(valid, v, ir.Constant(F32T, 0.0)), bd.gep(pg, [bd.mul(k, c64(L))]))
+    bd.ret_void()
+
+
+def _dequant_float(isa, mod, code, name):
+    fn, bd = func(mod, name, 3)
+    row_, K, out_ = fn.args
+    row, out = ptr_to(bd, row_, I8), ptr_to(bd, out_, F32T)
+    with Loop(bd, 0, K) as k:
+        v = U.floats(code, bd, row, k, 1, exact=True)
+        bd.store(bd.extract_element(v, ir.Constant(I32, 0)), bd.gep(out, [k]))
+    bd.ret_void()
+
+
+# ------------------------------------------------------------------ modules, compiled on demand
+
+KINDS = ("decode", "unpack", "dequant")
+
+
+def format_module(code: int, isa: Isa) -> tuple[ir.Module, list[str]]:
+    """The IR module of one format's kernels for one ISA (decode, panel unpack, exact dequant)."""
+    from ...formats import BY_CODE
+
+    fmt = BY_CODE[code].name
+    mod = ir.Module(name=f"fuel_{fmt}_{isa.name}")
+    names = [f"fuel_{k}_{fmt}_{isa.name}" for k in KINDS]
+    if code in U.FLOATS:
+        _decode_task(mod, _decode_float(isa, mod, code, names[0] + "_rows"), names[0])
+        _unpack_float(isa, mod, code, names[1])
+        _dequant_float(isa, mod, code, names[2])
+    else:
+        _decode_task(mod, _decode_quant(isa, mod, code, names[0] + "_rows"), names[0])
+        _unpack_quant(isa, mod, code, names[1])
+        _dequant_quant(isa, mod, code, names[2])
+    return mod, names
+
+
+DRIVERS = ("quant", "quant_min", "float")  # the format-independent prefill drivers
+
+
+def driver_module(kind: str, isa: Isa) -> tuple[ir.Module, list[str]]:
+    """A prefill driver and its micro-kernels: shared by every format of its kind."""
+    mod = ir.Module(name=f"fuel_prefill_{kind}_{isa.name}")
+    name = f"fuel_prefill_{kind}_{isa.name}"
+    if kind == "float":
+        micro = {tt: _micro_float(isa, mod, tt, f"{name}_tile{tt}") for tt in {tokens_per_tile(isa, False), 1}}
+        driver = _panel_driver(isa, mod, name + "_rows", KC_FLOAT, F32T, KC_FLOAT * isa.lanes, micro, False)
+    else:
+        code = next(iter(U.HAS_MIN)) if kind == "quant_min" else U.Q8_0.code  # only has_min matters
+        micro = {tt: _micro_quant(isa, mod, code, tt, f"{name}_tile{tt}") for tt in {tokens_per_tile(isa, True), 1}}
+        driver = _panel_driver(isa, mod, name + "_rows", KC, I32, KC // 2 * isa.lanes, micro, True)
+    _prefill_task(mod, driver, name)
+    return mod, [name]
+
+
+def driver_kind(code: int) -> str:
+    return "float" if code in U.FLOATS else "quant_min" if code in U.HAS_MIN else "quant"
+
+
+@lru_cache(maxsize=None)
+def _compiled(which: str, key, isa: Isa) -> tuple:
+    mod, names = format_module(key, isa) if which == "format" else driver_module(key, isa)
+    got = compile_module(mod, isa, names)
+    return tuple(got[n] for n in names)
+
+
+def addresses(code: int, isa: Isa) -> tuple[int, int, int, int]:
+    """(decode, prefill driver, unpack, dequant) addresses for one format, compiled or loaded once."""
+    decode, unpack, dequant = _compiled("format", code, isa)
+    (prefill,) = _compiled("driver", driver_kind(code), isa)
+    return decode, prefill, unpack, dequant
+
+
+def cached(codes, isa: Isa) -> bool:
+    """Whether every kernel module the formats in `codes` need is in the on-disk cache."""
+    mods = [format_module(c, isa) for c in codes] + [driver_module(k, isa) for k in {driver_kind(c) for c in codes}]
+    return all(is_cached(mod, isa) for mod, _ in mods)
+
+
+def is_quant(code: int) -> bool:
+    return code not in U.FLOATS

@@ -1,0 +1,213 @@
+"""The hot kernels as LLVM IR, compiled by llvmlite for one instruction set, cached as object code.
+
+numba compiles the orchestration (forward.py) once, whatever the model; the kernels that depend on
+a weight format (kernels.py) are generated here only for the formats a model uses, so a first run
+compiles a few small modules instead of every format's code inlined into numba functions. numba
+calls them through their addresses (`kcall`), so its own cache holds no address.
+
+Instruction sets, best first (detected once; FUEL_ISA=name forces one the host can run):
+    avx512vnni  16 lanes, vpdpwssd on zmm (int16 x int16 -> int32, accumulating)
+    avxvnni     8 lanes, vpdpwssd on ymm (VEX encoded: Alder Lake and later without AVX-512)
+    avx2        8 lanes, vpmaddwd + vpaddd
+    generic     8 lanes, portable IR (sext, mul, pairwise add): any LLVM target
+
+Compiled objects are cached under NUMBA_CACHE_DIR (else FUEL_HOME) in fuel-kernels/, keyed by a
+hash of the IR text, the CPU and its features and the LLVM version: a kernel change or another
+machine never reuses a stale object. Writes are atomic (a temporary file renamed).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from pathlib import Path
+from typing import NamedTuple
+
+import llvmlite.binding as llb
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from ...errors import InputError
+
+
+class Isa(NamedTuple):
+    name: str
+    lanes: int  # i32 / f32 lanes of one vector register
+    cpu: str  # LLVM cpu name when not the host's (tests run every ISA on one machine)
+    features: str  # LLVM feature string when not the host's
+
+
+ISAS = {
+    "avx512vnni": Isa("avx512vnni", 16, "icelake-server", ""),
+    "avxvnni": Isa("avxvnni", 8, "alderlake", ""),
+    "avx2": Isa("avx2", 8, "haswell", ""),
+    "generic": Isa("generic", 8, "", ""),
+}
+# what each ISA needs from the host
+_NEEDS = {
+    "avx512vnni": ("avx512f", "avx512bw", "avx512vl", "avx512vnni", "fma", "f16c"),
+    "avxvnni": ("avx2", "avxvnni", "fma", "f16c"),
+    "avx2": ("avx2", "fma", "f16c"),
+    "generic": (),
+}
+
+_lock = threading.Lock()
+_init = False
+
+
+def _llvm():
+    global _init
+    if not _init:
+        llb.initialize_native_target()
+        llb.initialize_native_asmprinter()
+        # LLVM turns zeroing and copying loops into calls to these: an object file refers to them
+        # by name, and the loader resolves them only from symbols it was told about (unresolved,
+        # a call would jump to address 0)
+        import ctypes
+        import ctypes.util
+
+        libc = ctypes.CDLL(ctypes.util.find_library("c"))
+        for name in ("memset", "memcpy", "memmove"):
+            llb.add_symbol(name, ctypes.cast(getattr(libc, name), ctypes.c_void_p).value)
+        _init = True
+
+
+def host_features() -> dict:
+    _llvm()
+    return {k: v for k, v in llb.get_host_cpu_features().items()}
+
+
+def supported(name: str, feats: dict | None = None) -> bool:
+    feats = host_features() if feats is None else feats
+    is_x86 = llb.get_process_triple().startswith(("x86_64", "i686", "i386"))
+    return name == "generic" or (is_x86 and all(feats.get(f, False) for f in _NEEDS[name]))
+
+
+def host_isa() -> Isa:
+    """The best ISA this machine runs, or FUEL_ISA's choice (an error if the host cannot run it)."""
+    forced = os.environ.get("FUEL_ISA", "").strip().lower()
+    if forced:
+        if forced not in ISAS:
+            raise InputError(f"FUEL_ISA={forced!r}: choose one of {', '.join(ISAS)}")
+        if not supported(forced):
+            raise InputError(f"FUEL_ISA={forced}: this CPU lacks {', '.join(_NEEDS[forced])}")
+        return ISAS[forced]
+    return next(ISAS[n] for n in ISAS if supported(n))
+
+
+def _target_machine(isa: Isa):
+    _llvm()
+    best = next(n for n in ISAS if supported(n))
+    if isa.name == best or (isa.name == "generic" and not isa.cpu):
+        cpu, feats = llb.get_host_cpu_name(), llb.get_host_cpu_features().flatten()
+    else:
+        cpu, feats = isa.cpu, isa.features
+    if isa.name == "avx512vnni":
+        feats = ",".join(f for f in (feats, "-prefer-256-bit") if f)  # full-width zmm code
+    if isa.name in ("avx512vnni", "avxvnni"):  # LLVM splits vpdpwssd into vpmaddwd + vpaddd otherwise
+        feats = ",".join(f for f in (feats, "+fast-dpwssd") if f)
+    target = llb.Target.from_triple(llb.get_process_triple())
+    tm = target.create_target_machine(cpu=cpu, features=feats, opt=3, reloc="static", codemodel="jitdefault")
+    return tm, f"{cpu}|{feats}"
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("NUMBA_CACHE_DIR") or os.environ.get("FUEL_HOME") or "~/.cache/fuel"
+    return Path(base).expanduser() / "fuel-kernels"
+
+
+_engines = []  # the execution engines whose code is in use: they live as long as the process
+
+
+def _cache_path(module: ir.Module, isa: Isa):
+    tm, target = _target_machine(isa)
+    text = str(module)
+    key = hashlib.sha256("\n".join([text, tm.triple, target, llb.get_host_cpu_name(),
+                                    llb.get_host_cpu_features().flatten(), str(llb.llvm_version_info)])
+                         .encode()).hexdigest()[:32]
+    return tm, text, cache_dir() / f"{isa.name}-{key}.o"
+
+
+def is_cached(module: ir.Module, isa: Isa) -> bool:
+    return _cache_path(module, isa)[2].is_file()
+
+
+def compile_module(module: ir.Module, isa: Isa, names: list[str]) -> dict[str, int]:
+    """Compile (or load from the cache) an IR module for `isa`; the addresses of `names`.
+
+    FUEL_PERF_MAP=1 (profiling): every function of the module is made visible and listed in
+    /tmp/perf-PID.map, so `perf report` names the kernels."""
+    perf_map = bool(os.environ.get("FUEL_PERF_MAP"))
+    if perf_map:
+        for fn in module.functions:
+            if not fn.is_declaration:
+                fn.linkage = ""
+        names = [fn.name for fn in module.functions if not fn.is_declaration]
+    tm, text, path = _cache_path(module, isa)
+    with _lock:
+        try:
+            obj = path.read_bytes()
+        except OSError:
+            obj = None
+        if obj is None:
+            mod = llb.parse_assembly(text)
+            mod.triple = tm.triple
+            mod.data_layout = str(tm.target_data)
+            mod.verify()
+            pto = llb.create_pipeline_tuning_options(speed_level=3)
+            pb = llb.create_pass_builder(tm, pto)
+            pb.getModulePassManager().run(mod, pb)
+            obj = tm.emit_object(mod)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(f".{os.getpid()}.tmp")
+                tmp.write_bytes(obj)
+                os.replace(tmp, path)
+            except OSError:  # a read-only cache is not an error: the code still runs
+                pass
+        _llvm()
+        ee = llb.create_mcjit_compiler(llb.parse_assembly(""), tm)
+        ee.add_object_file(llb.ObjectFileRef.from_data(obj))
+        ee.finalize_object()
+        _engines.append(ee)
+        got = {n: ee.get_function_address(n) for n in names}
+        if perf_map:  # sizes: up to the next function (the last one: 64 KiB at most)
+            starts = sorted(got.items(), key=lambda kv: kv[1])
+            with open(f"/tmp/perf-{os.getpid()}.map", "a") as f:
+                for (name, a), nxt in zip(starts, starts[1:] + [("", starts[-1][1] + 65536)]):
+                    f.write(f"{a:x} {nxt[1] - a:x} {name}\n")
+        return got
+
+
+def assembly(module: ir.Module, isa: Isa) -> str:
+    """The machine code of a module as text (to check which instructions a kernel uses)."""
+    tm, _ = _target_machine(isa)
+    mod = llb.parse_assembly(str(module))
+    mod.triple = tm.triple
+    pto = llb.create_pipeline_tuning_options(speed_level=3)
+    pb = llb.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    return tm.emit_assembly(mod)
+
+
+# ------------------------------------------------------------------ numba calls a kernel by address
+
+
+@intrinsic
+def kcall(typingctx, fp, args):
+    """kcall(address, (a0, a1, ...)): call the void kernel at `address` with int64 arguments."""
+    if not isinstance(args, types.UniTuple) or args.dtype != types.int64:
+        return None
+    n = args.count
+    sig = types.none(types.int64, args)
+
+    def codegen(context, builder, signature, llargs):
+        fnty = ir.FunctionType(ir.VoidType(), [ir.IntType(64)] * n)
+        fn = builder.inttoptr(llargs[0], fnty.as_pointer())
+        builder.call(fn, cgutils.unpack_tuple(builder, llargs[1], n))
+        return context.get_dummy_value()
+
+    return sig, codegen

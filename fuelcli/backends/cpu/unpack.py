@@ -1,0 +1,201 @@
+"""Per-format IR emitters: a stored block -> groups of 32 signed int16 weights and their f32 scale.
+
+Every block format is a sequence of 32-element groups (ggml's QK8: the activation block), each
+element `scale * w (+ min)` with w a small signed integer:
+
+    q8_0  w = q (int8)            scale d
+    q4_0  w = q - 8               scale d
+    q4_1  w = q                   scale d,        min m
+    q5_0  w = q - 16              scale d
+    q4_k  w = q                   scale d*sc_i,   min -(dmin*m_i)   (sub-block i = group i)
+    q6_k  w = (q - 32) * sc_s     scale d         (|w| <= 4096: the 16-element scales are folded in)
+
+`block()` emits the unpacking of one format block (1 group, or 8 for the 256-element K-quants, so
+their sub-block indices are compile-time constants) and returns each group's <32 x i16> w and the
+scales and mins of all its groups as one vector (the K-quants' 6-bit scales are unpacked with
+vector operations, not per group). The decode and prefill kernels dot w with int16 activations; the exact
+row decode multiplies it out: every product here is exact in f32 (scale has at most 18 significant
+bits, w at most 13), so `scale * w (+ min)` rounds like the numpy decode in formats/ (once, at the
+min; q6_k gives its per-element scale for the sign of zeros). All sizes and offsets come from the
+layouts in fuelcli/formats.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from llvmlite import ir
+
+from ...formats import BF16, F16, F32, Q4_0, Q4_1, Q4_K, Q5_0, Q6_K, Q8_0
+from .irgen import F32T, G, I8, I16, I32, c64, const, load, splat, splat_c, vec
+
+def f16(bd, base, off):
+    """The little-endian f16 at byte `off` of base, widened to float (exact)."""
+    return bd.fpext(bd.bitcast(load(bd, base, off, I16), ir.HalfType()), F32T)
+
+
+def u8(bd, base, off):
+    return bd.zext(load(bd, base, off, I8), I32)
+
+
+def nibbles(bd, qs16):
+    """<16 x i8> packed bytes -> <32 x i8>: low nibbles (elements 0..15), then high (16..31)."""
+    lo = bd.and_(qs16, splat_c(I8, 15, 16))
+    hi = bd.lshr(qs16, splat_c(I8, 4, 16))
+    return bd.shuffle_vector(lo, hi, const(I32, range(32)))
+
+
+class Block(NamedTuple):
+    """One format block as n = block_elems / 32 groups."""
+
+    w: list  # n x <32 x i16>: the signed integer weights of each group
+    scale: ir.Value  # <n x float>: group j's scale in lane j
+    min: ir.Value | None  # <n x float> (formats with a min) or None
+    exact: list | None = None  # q6_k: n x (<32 x float> scales, <32 x i16> w) for the exact decode,
+    # whose (d * sc) * (q - 32) keeps the sign of a zero q - 32 (d * ((q - 32) * sc) would not)
+
+
+def _lanes(bd, *vals):
+    """Scalars -> <n x float>."""
+    v = ir.Constant(vec(F32T, len(vals)), ir.Undefined)
+    for i, x in enumerate(vals):
+        v = bd.insert_element(v, x, ir.Constant(I32, i))
+    return v
+
+
+# ------------------------------------------------------------------ 32-element formats
+
+
+def _q8_0(bd, row, blk):
+    L = Q8_0.layout
+    p = bd.mul(blk, c64(L.block_bytes))
+    w = bd.sext(load(bd, row, bd.add(p, c64(L.qs)), vec(I8, G)), vec(I16, G))
+    return Block([w], _lanes(bd, f16(bd, row, bd.add(p, c64(L.d)))), None)
+
+
+def _q4_0(bd, row, blk):
+    L = Q4_0.layout
+    p = bd.mul(blk, c64(L.block_bytes))
+    q = bd.zext(nibbles(bd, load(bd, row, bd.add(p, c64(L.qs)), vec(I8, G // 2))), vec(I16, G))
+    return Block([bd.sub(q, splat_c(I16, L.zero, G))], _lanes(bd, f16(bd, row, bd.add(p, c64(L.d)))), None)
+
+
+def _q4_1(bd, row, blk):
+    L = Q4_1.layout
+    p = bd.mul(blk, c64(L.block_bytes))
+    q = bd.zext(nibbles(bd, load(bd, row, bd.add(p, c64(L.qs)), vec(I8, G // 2))), vec(I16, G))
+    return Block([q], _lanes(bd, f16(bd, row, bd.add(p, c64(L.d)))), _lanes(bd, f16(bd, row, bd.add(p, c64(L.m)))))
+
+
+def _q5_0(bd, row, blk):
+    """qh is a 32-bit mask (bit j: the 5th bit of element j): w = nibble where it is set, else
+    nibble - 16 (one masked subtract with AVX-512)."""
+    L = Q5_0.layout
+    p = bd.mul(blk, c64(L.block_bytes))
+    high = bd.bitcast(load(bd, row, bd.add(p, c64(L.qh)), I32), vec(ir.IntType(1), G))
+    nib = bd.zext(nibbles(bd, load(bd, row, bd.add(p, c64(L.qs)), vec(I8, G // 2))), vec(I16, G))
+    w = bd.select(high, nib, bd.sub(nib, splat_c(I16, L.zero, G)))
+    return Block([w], _lanes(bd, f16(bd, row, bd.add(p, c64(L.d)))), None)
+
+
+# ------------------------------------------------------------------ K-quants (256-element blocks)
+
+
+def _q4_k(bd, row, blk):
+    """The 8 six-bit scales and mins come out of the 12 scale bytes as vectors (get_scale_min_k4:
+    sub-block i < 4 takes the low 6 bits of bytes i and i+4; i >= 4 the nibbles of byte i+4 and the
+    top 2 bits of bytes i-4 and i), so each group costs a lane broadcast, not scalar bit work."""
+    L = Q4_K.layout
+    n = L.sub_blocks
+    p = bd.mul(blk, c64(L.block_bytes))
+    d = f16(bd, row, bd.add(p, c64(L.d)))
+    dmin = f16(bd, row, bd.add(p, c64(L.dmin)))
+    nsc = L.qs - L.scales  # 12 bytes; the 16-byte load takes 4 bytes of qs along, unused
+    raw = bd.zext(load(bd, row, bd.add(p, c64(L.scales)), vec(I8, 16)), vec(I32, 16))
+    half = n // 2
+    pick = lambda idx: bd.shuffle_vector(raw, raw, const(I32, idx))  # noqa: E731
+    a = pick([*range(half), *range(2 * half, nsc)])  # i < 4: byte i; i >= 4: byte i + 4
+    b = pick([*range(half, nsc)])  # byte i + 4
+    c = pick([*range(half), *range(half)])  # i >= 4: byte i - 4
+    e = pick([*range(half, 2 * half), *range(half, 2 * half)])  # i >= 4: byte i
+    k = lambda v: splat_c(I32, v, n)  # noqa: E731
+    low = bd.icmp_unsigned("<", const(I32, range(n)), k(half))
+    top2 = lambda v: bd.shl(bd.lshr(v, k(6)), k(4))  # noqa: E731
+    sc = bd.select(low, bd.and_(a, k(63)), bd.or_(bd.and_(a, k(15)), top2(c)))
+    mn = bd.select(low, bd.and_(b, k(63)), bd.or_(bd.lshr(b, k(4)), top2(e)))
+    scale = bd.fmul(splat(bd, d, n), bd.sitofp(sc, vec(F32T, n)))
+    mins = bd.fneg(bd.fmul(splat(bd, dmin, n), bd.sitofp(mn, vec(F32T, n))))
+    w = []
+    for i in range(n):  # sub-block i: chunk i // 2 of qs, low nibbles for even i, high for odd
+        qs = load(bd, row, bd.add(p, c64(L.qs + (i // 2) * L.sub_elems)), vec(I8, G))
+        q = bd.and_(qs, splat_c(I8, 15, G)) if i % 2 == 0 else bd.lshr(qs, splat_c(I8, 4, G))
+        w.append(bd.zext(q, vec(I16, G)))
+    return Block(w, scale, mins)
+
+
+def _q6_k(bd, row, blk):
+    L = Q6_K.layout
+    p = bd.mul(blk, c64(L.block_bytes))
+    d = f16(bd, row, bd.add(p, c64(L.d)))
+    quarter = L.half // 4  # 32 elements: the l of element l + quarter*k
+    scs = bd.sext(load(bd, row, bd.add(p, c64(L.scales)), vec(I8, L.sub_blocks)), vec(I16, L.sub_blocks))
+    w, exact = [], []
+    for h in range(L.block_elems // L.half):
+        qh = load(bd, row, bd.add(p, c64(L.qh + h * quarter)), vec(I8, G))
+        for k in range(4):
+            ql = load(bd, row, bd.add(p, c64(L.ql + h * L.half // 2 + quarter * (k & 1))), vec(I8, G))
+            lo = bd.and_(ql, splat_c(I8, 15, G)) if k < 2 else bd.lshr(ql, splat_c(I8, 4, G))
+            hi = bd.and_(bd.lshr(qh, splat_c(I8, 2 * k, G)), splat_c(I8, 3, G))
+            q = bd.sub(bd.or_(lo, bd.shl(hi, splat_c(I8, 4, G))), splat_c(I8, L.zero, G))
+            s0 = h * L.half // L.sub_elems + 2 * k  # sub-blocks s0 (l < 16) and s0 + 1
+            scv = bd.shuffle_vector(scs, scs, const(I32, [s0] * (G // 2) + [s0 + 1] * (G // 2)))
+            q16 = bd.sext(q, vec(I16, G))
+            w.append(bd.mul(q16, scv))
+            exact.append((bd.fmul(splat(bd, d, G), bd.sitofp(scv, vec(F32T, G))), q16))
+    n = L.block_elems // G
+    return Block(w, splat(bd, d, n), None, exact)
+
+
+EMITTERS = {Q8_0.code: _q8_0, Q4_0.code: _q4_0, Q4_1.code: _q4_1, Q5_0.code: _q5_0, Q4_K.code: _q4_k,
+            Q6_K.code: _q6_k}
+BLOCK = {f.code: f.layout for f in (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K)}
+HAS_MIN = {Q4_1.code, Q4_K.code}
+
+
+def block(code: int, bd, row, blk) -> Block:
+    """Format block `blk` (i64) of the row at `row` (i8*), unpacked."""
+    return EMITTERS[code](bd, row, blk)
+
+
+# ------------------------------------------------------------------ float formats
+
+FLOATS = {F32.code, F16.code, BF16.code}
+
+
+def floats(code: int, bd, row, k, n: int, exact: bool = False):
+    """<n x float> of elements k..k+n-1 (k an i64) of a float-format row at `row` (i8*)."""
+    if code == F32.code:
+        return load(bd, bd.bitcast(row, F32T.as_pointer()), k, vec(F32T, n))
+    h = load(bd, bd.bitcast(row, I16.as_pointer()), k, vec(I16, n))
+    if code == BF16.code:
+        return bd.bitcast(bd.shl(bd.zext(h, vec(I32, n)), splat_c(I32, 16, n)), vec(F32T, n))
+    if exact:
+        return _f16_exact(bd, h, n)
+    return bd.fpext(bd.bitcast(h, vec(ir.HalfType(), n)), vec(F32T, n))
+
+
+def _f16_exact(bd, h, n):
+    """Half bits -> float bits as numpy converts them, NaN payloads included (vcvtph2ps quiets a
+    signalling NaN, numpy keeps its bits): normal and inf/NaN by moving the fields, subnormals as
+    mantissa * 2^-24 (exact)."""
+    u = bd.zext(h, vec(I32, n))
+    c = lambda v: splat_c(I32, v, n)  # noqa: E731
+    sign = bd.shl(bd.and_(u, c(0x8000)), c(16))
+    e = bd.and_(bd.lshr(u, c(10)), c(0x1F))
+    m = bd.and_(u, c(0x3FF))
+    normal = bd.or_(bd.shl(bd.add(e, c(112)), c(23)), bd.shl(m, c(13)))
+    special = bd.or_(c(0x7F800000), bd.shl(m, c(13)))
+    sub = bd.bitcast(bd.fmul(bd.uitofp(m, vec(F32T, n)), splat_c(F32T, 2.0 ** -24, n)), vec(I32, n))
+    mag = bd.select(bd.icmp_unsigned("==", e, c(0x1F)), special,
+                    bd.select(bd.icmp_unsigned("==", e, c(0)), sub, normal))
+    return bd.bitcast(bd.or_(sign, mag), vec(F32T, n))
