@@ -44,7 +44,7 @@ PAIRS = G // 2  # int16 pairs in a 32-element group
 def tokens_per_tile(isa: Isa, quant: bool) -> int:
     """Tokens per micro-kernel pass: 2 accumulators each (int32 + f32) must fit the registers."""
     if isa.lanes == 16:
-        return int(os.environ.get("FUEL_TT", 12)) if quant else 24
+        return 12 if quant else 24
     return 5 if quant else 10
 
 
