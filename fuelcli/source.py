@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,8 +99,13 @@ def _demo(alias: str) -> ModelSource | None:
 
 @contextmanager
 def _hub_errors(what: str):
-    """huggingface_hub's errors as one line naming the repo."""
+    """huggingface_hub's errors as one line naming the repo; its progress bars only on a terminal (in
+    a log they are lines of their own, before any error)."""
     from huggingface_hub import constants, errors
+    from huggingface_hub.utils import disable_progress_bars
+
+    if not sys.stderr.isatty():
+        disable_progress_bars()
 
     try:
         yield

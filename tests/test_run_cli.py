@@ -75,6 +75,17 @@ def test_bad_input_is_one_error(smol, args, message):
     assert isinstance(exc, InputError) and message in str(exc) and "\n" not in str(exc), exc
 
 
+def test_text_files_that_are_not_utf8(smol, tmp_path):
+    """-f, --system-file and --chat-template name the file and the first bad byte."""
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes(b"caf\xe9")
+    for flag in ("-f", "--system-file", "--chat-template"):
+        args = (flag, str(bad)) if flag == "-f" else ("hi", flag, str(bad))
+        _, _, exc = run(smol, *args)
+        assert isinstance(exc, InputError) and str(exc).endswith(f"{bad}: not UTF-8 text (byte 3: unexpected "
+                                                                 "end of data)"), exc
+
+
 def test_ctx_size_threads_and_json(smol):
     out, err, exc = run(smol, "Count from one to one hundred.", "--json", "--temp", "0", "-n", "200", "-c", "40",
                         "-t", "1")

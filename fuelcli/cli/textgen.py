@@ -14,11 +14,12 @@ from .options import err
 
 def read_text(path: Path, flag: str, strip_newline: bool = True) -> str:
     """A UTF-8 text file given by `flag`; one trailing newline dropped, as llama-cli's -f does."""
-    try:
+    try:  # a FIFO is read too: `-f <(command)` is one
         text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        why = e.strerror if isinstance(e, OSError) and e.strerror else e
-        raise InputError(f"{flag} {path}: cannot read: {why}") from None
+    except UnicodeDecodeError as e:
+        raise InputError(f"{flag} {path}: not UTF-8 text (byte {e.start}: {e.reason})") from None
+    except OSError as e:
+        raise InputError(f"{flag} {path}: cannot read: {e.strerror or e}") from None
     return text[:-1] if strip_newline and text.endswith("\n") else text
 
 
