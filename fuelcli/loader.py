@@ -4,6 +4,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from .config import ModelConfig, load_hf_config
+from .errors import located
 from .source import ModelSource, resolve
 
 
@@ -26,7 +27,6 @@ class Model:
     @cached_property
     def tokenizer(self):
         if self.gguf is not None:
-            from .errors import located
             from .gguf_tokenizer import tokenizer_from_gguf
 
             return located(self.gguf.path, lambda: tokenizer_from_gguf(self.gguf.meta))
@@ -61,7 +61,8 @@ def open_tokenizer(model: str, revision: str | None = None):
         from .gguf_tokenizer import tokenizer_from_gguf
         from .weights.gguf import read_gguf
 
-        return source, tokenizer_from_gguf(read_gguf(source.path, tensors=False).meta)
+        meta = read_gguf(source.path, tensors=False).meta
+        return source, located(str(source.path), lambda: tokenizer_from_gguf(meta))
     from .tokenizer import Tokenizer
 
     return source, Tokenizer.from_dir(source.path)
