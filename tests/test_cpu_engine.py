@@ -122,4 +122,4 @@ def test_cached_forward_in_a_fresh_process(tmp_path):
     assert np.array_equal(outs[0], outs[1])
     from fuelcli.backends.cpu import jit
 
-    assert jit._DIGEST  # the cache key covers the backend sources (jit.py)
+    assert jit.SOURCE_DIGEST  # the cache keys cover the backend sources (jit.py, llvm.py)

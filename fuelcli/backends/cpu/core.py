@@ -335,6 +335,5 @@ def module(isa: Isa, head_dim: int) -> tuple[ir.Module, list[str]]:
 @lru_cache(maxsize=None)
 def addresses(isa: Isa, head_dim: int) -> tuple:
     """The CORE kernels' addresses for one ISA and head size, compiled or loaded once."""
-    mod, names = module(isa, head_dim)
-    got = compile_module(mod, isa, names)
-    return tuple(got[n] for n in names)
+    got = compile_module(f"core-hd{head_dim}", lambda: module(isa, head_dim), isa)
+    return tuple(got.values())

@@ -49,7 +49,7 @@ def _tree_digest() -> str:
     return h.hexdigest()
 
 
-_DIGEST = _tree_digest()
+SOURCE_DIGEST = _tree_digest()  # also keys the IR kernels' object cache (llvm.py)
 
 
 def _in_tree(py_file) -> bool:
@@ -62,7 +62,7 @@ def _in_tree(py_file) -> bool:
 def _stamped(base):
     class Locator(base):
         def get_source_stamp(self):
-            return (super().get_source_stamp(), _DIGEST)
+            return (super().get_source_stamp(), SOURCE_DIGEST)
 
         @classmethod
         def from_function(cls, py_func, py_file):

@@ -24,7 +24,6 @@ below 2^28 and a 32-element block sum below 2^31.
 
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 
 from llvmlite import ir
@@ -425,11 +424,15 @@ def driver_kind(code: int) -> str:
     return "float" if code in U.FLOATS else "quant_min" if code in U.HAS_MIN else "quant"
 
 
+def _module_name(which: str, key) -> str:
+    return f"{which}-{key}"
+
+
 @lru_cache(maxsize=None)
 def _compiled(which: str, key, isa: Isa) -> tuple:
-    mod, names = format_module(key, isa) if which == "format" else driver_module(key, isa)
-    got = compile_module(mod, isa, names)
-    return tuple(got[n] for n in names)
+    build = (lambda: format_module(key, isa)) if which == "format" else (lambda: driver_module(key, isa))
+    got = compile_module(_module_name(which, key), build, isa)
+    return tuple(got.values())
 
 
 def addresses(code: int, isa: Isa) -> tuple[int, int, int, int]:
@@ -441,8 +444,9 @@ def addresses(code: int, isa: Isa) -> tuple[int, int, int, int]:
 
 def cached(codes, isa: Isa) -> bool:
     """Whether every kernel module the formats in `codes` need is in the on-disk cache."""
-    mods = [format_module(c, isa) for c in codes] + [driver_module(k, isa) for k in {driver_kind(c) for c in codes}]
-    return all(is_cached(mod, isa) for mod, _ in mods)
+    names = [_module_name("format", c) for c in codes] + [_module_name("driver", k)
+                                                          for k in {driver_kind(c) for c in codes}]
+    return all(is_cached(n, isa) for n in names)
 
 
 def is_quant(code: int) -> bool:

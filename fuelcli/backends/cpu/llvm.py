@@ -11,19 +11,24 @@ Instruction sets, best first (detected once; FUEL_ISA=name forces one the host c
     avx2        8 lanes, vpmaddwd + vpaddd
     generic     8 lanes, portable IR (sext, mul, pairwise add): any LLVM target
 
-Compiled objects are cached under NUMBA_CACHE_DIR (else FUEL_HOME) in fuel-kernels/, keyed by a
-hash of the IR text, the CPU and its features and the LLVM version: a kernel change or another
-machine never reuses a stale object. Writes are atomic (a temporary file renamed).
+Compiled objects are cached under NUMBA_CACHE_DIR (else FUEL_HOME) in fuel-kernels/, keyed by the
+module's name, a digest of the sources that generate the IR (backends/cpu and formats: jit.py's
+SOURCE_DIGEST), the CPU and its features and the llvmlite/LLVM versions: a kernel change or another
+machine never reuses a stale object, and a warm start neither builds nor prints any IR (that took
+~0.4 s per start for a K-quant model). Each object has its function names beside it (.names);
+writes are atomic (a temporary file renamed), names first.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import threading
 from pathlib import Path
 from typing import NamedTuple
 
+import llvmlite
 import llvmlite.binding as llb
 from llvmlite import ir
 from numba import types
@@ -31,6 +36,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ...errors import InputError
+from .jit import SOURCE_DIGEST
 
 
 class Isa(NamedTuple):
@@ -122,38 +128,51 @@ def cache_dir() -> Path:
 _engines = []  # the execution engines whose code is in use: they live as long as the process
 
 
-def _cache_path(module: ir.Module, isa: Isa):
+def _object_path(name: str, isa: Isa, perf_map: bool = False):
     tm, target = _target_machine(isa)
-    text = str(module)
-    key = hashlib.sha256("\n".join([text, tm.triple, target, llb.get_host_cpu_name(),
-                                    llb.get_host_cpu_features().flatten(), str(llb.llvm_version_info)])
+    key = hashlib.sha256("\n".join([name, SOURCE_DIGEST, llvmlite.__version__, str(llb.llvm_version_info),
+                                    tm.triple, target, llb.get_host_cpu_name(),
+                                    llb.get_host_cpu_features().flatten(), "perf-map" if perf_map else ""])
                          .encode()).hexdigest()[:32]
-    return tm, text, cache_dir() / f"{isa.name}-{key}.o"
+    return tm, cache_dir() / f"{isa.name}-{name}-{key}.o"
 
 
-def is_cached(module: ir.Module, isa: Isa) -> bool:
-    return _cache_path(module, isa)[2].is_file()
+def is_cached(name: str, isa: Isa) -> bool:
+    return _object_path(name, isa)[1].is_file()
 
 
-def compile_module(module: ir.Module, isa: Isa, names: list[str]) -> dict[str, int]:
-    """Compile (or load from the cache) an IR module for `isa`; the addresses of `names`.
+def _write(path: Path, data: bytes):
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def compile_module(name: str, build, isa: Isa) -> dict[str, int]:
+    """The addresses of the functions of module `name` for `isa`: loaded from the cache, else
+    build() -> (ir.Module, [function names]) is compiled and cached.
 
     FUEL_PERF_MAP=1 (profiling): every function of the module is made visible and listed in
     /tmp/perf-PID.map, so `perf report` names the kernels."""
     perf_map = bool(os.environ.get("FUEL_PERF_MAP"))
-    if perf_map:
-        for fn in module.functions:
-            if not fn.is_declaration:
-                fn.linkage = ""
-        names = [fn.name for fn in module.functions if not fn.is_declaration]
-    tm, text, path = _cache_path(module, isa)
+    tm, path = _object_path(name, isa, perf_map)
+    names_path = path.with_suffix(".names")
     with _lock:
-        try:
-            obj = path.read_bytes()
-        except OSError:
-            obj = None
+        obj = None
+        if not perf_map:  # profiling rebuilds: the map needs every function's name
+            try:  # the names are written before the object: an object found has its names
+                obj = path.read_bytes()
+                names = json.loads(names_path.read_text())
+            except (OSError, ValueError):
+                obj = None
+        visible = []
         if obj is None:
-            mod = llb.parse_assembly(text)
+            module, names = build()
+            if perf_map:
+                for fn in module.functions:
+                    if not fn.is_declaration:
+                        fn.linkage = ""
+                visible = [fn.name for fn in module.functions if not fn.is_declaration]
+            mod = llb.parse_assembly(str(module))
             mod.triple = tm.triple
             mod.data_layout = str(tm.target_data)
             mod.verify()
@@ -163,9 +182,8 @@ def compile_module(module: ir.Module, isa: Isa, names: list[str]) -> dict[str, i
             obj = tm.emit_object(mod)
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_suffix(f".{os.getpid()}.tmp")
-                tmp.write_bytes(obj)
-                os.replace(tmp, path)
+                _write(names_path, json.dumps(names).encode())
+                _write(path, obj)
             except OSError:  # a read-only cache is not an error: the code still runs
                 pass
         _llvm()
@@ -173,13 +191,12 @@ def compile_module(module: ir.Module, isa: Isa, names: list[str]) -> dict[str, i
         ee.add_object_file(llb.ObjectFileRef.from_data(obj))
         ee.finalize_object()
         _engines.append(ee)
-        got = {n: ee.get_function_address(n) for n in names}
-        if perf_map:  # sizes: up to the next function (the last one: 64 KiB at most)
-            starts = sorted(got.items(), key=lambda kv: kv[1])
+        if visible:  # sizes: up to the next function (the last one: 64 KiB at most)
+            starts = sorted(((n, ee.get_function_address(n)) for n in visible), key=lambda kv: kv[1])
             with open(f"/tmp/perf-{os.getpid()}.map", "a") as f:
-                for (name, a), nxt in zip(starts, starts[1:] + [("", starts[-1][1] + 65536)]):
-                    f.write(f"{a:x} {nxt[1] - a:x} {name}\n")
-        return got
+                for (fname, a), nxt in zip(starts, starts[1:] + [("", starts[-1][1] + 65536)]):
+                    f.write(f"{a:x} {nxt[1] - a:x} {fname}\n")
+        return {n: ee.get_function_address(n) for n in names}
 
 
 def assembly(module: ir.Module, isa: Isa) -> str:

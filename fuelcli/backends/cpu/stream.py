@@ -54,7 +54,7 @@ def measure(nbytes: int, threads: int, seconds: float = 0.5) -> float:
     import numba
 
     isa = host_isa()
-    fn = compile_module(_module(isa), isa, ["fuel_stream"])["fuel_stream"]
+    fn = compile_module("stream", lambda: (_module(isa), ["fuel_stream"]), isa)["fuel_stream"]
     numba.set_num_threads(threads)
     per = max(CHUNK, nbytes // threads // CHUNK * CHUNK)
     buf = np.ones(per * threads // 8, np.int64)  # written once: pages present before timing
