@@ -53,10 +53,10 @@ def open_model(model: str, revision: str | None = None, hf_file: str | None = No
     return Model(source, load_hf_config(source.path, checkpoint_bytes(source.path)))
 
 
-def open_tokenizer(model: str, revision: str | None = None):
+def open_tokenizer(model: str, revision: str | None = None, hf_file: str | None = None):
     """(source, Tokenizer) for MODEL without reading weights or config: a .gguf file's metadata
     (a vocabulary-only file will do), or a directory (or hub repo) with a tokenizer.json."""
-    source = resolve(model, revision, tokenizer_only=True)
+    source = resolve(model, revision, hf_file, tokenizer_only=True)
     if source.kind == "gguf":
         from .gguf_tokenizer import tokenizer_from_gguf
         from .weights.gguf import read_gguf

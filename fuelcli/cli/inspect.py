@@ -153,7 +153,7 @@ def tokens_cmd(model: str = ModelArg,
                special: bool = typer.Option(False, "--special", help="add the BOS/EOS the model adds and match "
                                             "special-token text (default: plain text, as llama.cpp's "
                                             "tokenizer tests)"),
-               as_json: bool = Json, revision: Optional[str] = Revision):
+               as_json: bool = Json, revision: Optional[str] = Revision, hf_file: Optional[str] = HfFile):
     """The token ids (and pieces) MODEL's tokenizer gives a text: fuel's llama-tokenize. Needs only
     the tokenizer: a vocabulary-only .gguf or a directory with just tokenizer.json will do."""
     from ..loader import open_tokenizer
@@ -161,7 +161,7 @@ def tokens_cmd(model: str = ModelArg,
 
     if (text is None) == (file is None):
         raise InputError("give exactly one of --text and --file")
-    source, tok = open_tokenizer(model, revision)
+    source, tok = open_tokenizer(model, revision, hf_file)
     ids = tok.encode(read_text(file) if file is not None else text, add_special_tokens=special,
                      parse_special=special)
     if as_json:
