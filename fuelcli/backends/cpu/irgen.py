@@ -111,6 +111,11 @@ def call_intrinsic(bd, name, ret, args):
     return bd.call(fn, args)
 
 
+def prefetch(bd, p):
+    """Ask for the cache line at p (an i8 pointer) ahead of its use: read, keep in all levels."""
+    call_intrinsic(bd, "llvm.prefetch.p0", ir.VoidType(), [p, ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
+
+
 def fmuladd(bd, a, b, c):
     return call_intrinsic(bd, f"llvm.fmuladd.v{a.type.count}f32" if isinstance(a.type, ir.VectorType)
                       else "llvm.fmuladd.f32", a.type, [a, b, c])

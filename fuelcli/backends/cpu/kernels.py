@@ -31,7 +31,7 @@ from llvmlite import ir
 from . import unpack as U
 from .llvm import Isa, compile_module, is_cached
 from .core import TASK_ARGS
-from .irgen import F32T, G, I8, I16, I32, I64, Loop, Var, func, call_intrinsic, ptr_to, as_i64, c64, const, dot_group, dpw, fmuladd, hsum, load, splat, splat_c, vec
+from .irgen import F32T, G, I8, I16, I32, I64, Loop, Var, func, call_intrinsic, ptr_to, as_i64, c64, const, dot_group, dpw, fmuladd, hsum, load, prefetch, splat, splat_c, vec
 
 DECODE_ROWS = 16  # rows of one decode task
 TASK_ROWS = 64  # rows of one prefill task (the driver splits a matrix into tasks of this many rows)
@@ -51,6 +51,12 @@ def tokens_per_tile(isa: Isa, quant: bool) -> int:
 
 
 DECODE_UNROLL = 4  # rows a decode kernel dots at once: independent chains, x loaded once for all
+# A decode kernel reads each weight once, and short rows (896 elements: 616 bytes of Q5_0) end before
+# the hardware prefetcher ramps up: each step first asks for the same bytes PREFETCH_GROUPS groups of
+# rows further on (a task's rows are contiguous), so they arrive while this group computes. Measured
+# with 1 thread, CPU time per token: 1.74x decode on the Qwen demo (Q5_0), 1.54x on an f16 file; 1, 2
+# or 4 groups ahead differ by less than the noise.
+PREFETCH_GROUPS = 2
 
 
 def _decode_quant(isa, mod, code, name):
@@ -66,6 +72,7 @@ def _decode_quant(isa, mod, code, name):
     def rows(r0, R):
         row = [bd.gep(wp, [bd.mul(bd.add(r0, c64(i)), row_bytes)]) for i in range(R)]
         acc = [Var(bd, splat_c(F32T, 0.0, L)) for _ in range(R)]
+        ahead = bd.mul(row_bytes, c64(PREFETCH_GROUPS * DECODE_UNROLL))
         mins = [Var(bd, splat_c(F32T, 0.0, per)) for _ in range(R)]
         with Loop(bd, 0, nfb) as fb:
             a, m = [v.get() for v in acc], [v.get() for v in mins]
@@ -74,6 +81,8 @@ def _decode_quant(isa, mod, code, name):
             sv = load(bd, xs, b0, vec(F32T, per))
             fv = load(bd, xf, b0, vec(F32T, per)) if code in U.HAS_MIN else None
             for i in range(R):
+                for line in range(0, BL.block_bytes, 64):
+                    prefetch(bd, bd.gep(row[i], [bd.add(bd.add(bd.mul(fb, c64(BL.block_bytes)), c64(line)), ahead)]))
                 blk = U.block(code, bd, row[i], fb)
                 scale = bd.fmul(blk.scale, sv)  # group j's weight scale times its activation scale
                 for j, w in enumerate(blk.w):
@@ -317,7 +326,10 @@ def _decode_float(isa, mod, code, name):
     with Loop(bd, 0, n_rows) as r:
         row = bd.gep(wp, [bd.mul(r, row_bytes)])
         accs = [Var(bd, splat_c(F32T, 0.0, L)) for _ in range(4)]
+        ahead = bd.mul(row_bytes, c64(PREFETCH_GROUPS))
         with Loop(bd, 0, kv, U4) as k:
+            for line in range(0, U4 * _elem_bytes(code), 64):  # the lines this step reads, PREFETCH_GROUPS rows on
+                prefetch(bd, bd.gep(row, [bd.add(bd.add(bd.mul(k, c64(_elem_bytes(code))), c64(line)), ahead)]))
             for u in range(4):
                 ku = bd.add(k, c64(u * L))
                 wv = U.floats(code, bd, row, ku, L)
