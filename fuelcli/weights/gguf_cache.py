@@ -29,11 +29,15 @@ _PARSER = hashlib.sha256(b"".join(p.read_bytes() for p in
                                   (Path(__file__), Path(__file__).with_name("gguf.py")))).hexdigest()
 
 
+def _hex(text: str, n: int) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:n]
+
+
 def _entry(path: str, st: os.stat_result) -> Path:
+    """gguf-headers/PATH-IDENTITY: the path's part names a file's entries whatever its version."""
     real = os.path.realpath(path)
     identity = f"{real}|{st.st_dev}|{st.st_ino}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{_PARSER}"
-    name = hashlib.sha256(real.encode("utf-8", "surrogateescape")).hexdigest()[:16]
-    return cache_root() / "gguf-headers" / f"{name}-{hashlib.sha256(identity.encode('utf-8', 'surrogateescape')).hexdigest()[:32]}"
+    return cache_root() / "gguf-headers" / f"{_hex(real, 16)}-{_hex(identity, 32)}"
 
 
 def load(path: str, st: os.stat_result):
