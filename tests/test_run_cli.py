@@ -250,3 +250,39 @@ def test_warm_up_leaves_the_cache_as_it_was(tiny):
     e.warm_up()
     assert e.pos == 3
     np.testing.assert_array_equal(np.vstack([first, e.decode(4)[None]]), want)
+
+
+def test_cpu_warm_up_loads_the_forward_every_prefill_calls(tiny):
+    """The CPU warm-up compiles or loads the forward for argument types it builds itself, without
+    running it: they must be those of every later prefill (any other would load or compile again
+    inside the first timed prefill)."""
+    from fuelcli.backends import make_engine
+    from fuelcli.loader import open_model
+
+    class Spy:  # numba's dispatcher, recording what is compiled and what is called
+        def __init__(self, f):
+            self.f, self.compiled, self.called = f, [], []
+
+        def typeof_pyval(self, a):
+            return self.f.typeof_pyval(a)
+
+        def compile(self, sig):
+            self.compiled.append(sig)
+            return self.f.compile(sig)
+
+        def __call__(self, *args):
+            self.called.append(tuple(self.f.typeof_pyval(a) for a in args))
+            return self.f(*args)
+
+    m = open_model(str(tiny("llama2")))
+    e = make_engine(m.cfg, m.weights, n_ctx=16)
+    e._forward = spy = Spy(e._forward)
+    e.warm_up()
+    assert e.pos == 0 and spy.called == []  # loaded, not run
+    e.prefill([1, 2, 3])
+    e.prefill([4], all_logits=True)
+    e.prefill([5], hidden=True)
+    e.decode(6)
+    assert len(spy.compiled) == 1 and set(spy.called) == set(spy.compiled)
+    # control: the recorded signature tells argument types apart (a 1-D logits buffer differs)
+    assert spy.f.typeof_pyval(e._last[0]) != spy.compiled[0][-2]

@@ -45,7 +45,8 @@ class Engine(ABC):
 
     def warm_up(self):
         """One token through the model, then forgotten: the one-time costs of a first forward (a JIT
-        compile or loading compiled kernels, paging in the weights) are paid here, before any timing."""
+        compile or loading compiled kernels, paging in the weights) are paid here, before any timing.
+        A backend that can compile or load its code without a forward does only that (cpu)."""
         pos = self.pos
         if pos < self.n_ctx:
             self.prefill([0])

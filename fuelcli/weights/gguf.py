@@ -29,6 +29,7 @@ import numpy as np
 from ..errors import InputError
 from ..files import is_present, open_regular
 from ..formats import BY_GGML_TYPE, FORMATS, GGML_TYPE_NAMES
+from . import gguf_cache
 from .gguf_meta import DEFAULT_ALIGNMENT, check_metadata
 from .tensor import Tensor
 
@@ -204,25 +205,8 @@ def _read_split(gf: GGUFFile, count: int) -> GGUFFile:
                     parts=tuple(paths))
 
 
-def _read_one(path: str, tensors: bool = True) -> GGUFFile:
-    """One GGUF file: header parsed, tensors mapped."""
-    with open_regular(path) as fh:
-        try:
-            size = os.fstat(fh.fileno()).st_size
-            if size < 8:  # magic + version
-                raise InputError(f"{path}: truncated GGUF file ({size} bytes)")
-            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        except OSError as e:
-            raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
-
-    if mm[:4] != GGUF_MAGIC:
-        raise InputError(f"{path}: not a GGUF file (magic {bytes(mm[:4])!r}, expected b'GGUF')")
-    cur = _Cursor(mm, size)
-    cur.take(4)
-    version = cur.u32()
-    if version not in SUPPORTED_VERSIONS:
-        raise InputError(f"{path}: unsupported GGUF version {version} (supported: 2, 3)")
-
+def _parse(path: str, cur: _Cursor, size: int, tensors: bool) -> tuple[dict, list, int]:
+    """(metadata, tensor infos, offset where the header ends), read after the version."""
     try:  # every read below is bounds-checked: running off the end means a cut file
         n_tensors, n_kv = cur.u64(), cur.u64()
         meta: dict[str, object] = {}
@@ -243,13 +227,43 @@ def _read_one(path: str, tensors: bool = True) -> GGUFFile:
         raise InputError(f"{path}: truncated GGUF file (header ends past the file's {size} bytes)") from None
     except (ValueError, KeyError, struct.error) as e:
         raise InputError(f"{path}: corrupt GGUF header ({e})") from None
+    return meta, infos, cur.pos
+
+
+def _read_one(path: str, tensors: bool = True) -> GGUFFile:
+    """One GGUF file: header parsed, tensors mapped."""
+    with open_regular(path) as fh:
+        try:
+            st = os.fstat(fh.fileno())
+            size = st.st_size
+            if size < 8:  # magic + version
+                raise InputError(f"{path}: truncated GGUF file ({size} bytes)")
+            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        except OSError as e:
+            raise InputError(f"{path}: cannot read: {e.strerror or e}") from None
+
+    if mm[:4] != GGUF_MAGIC:
+        raise InputError(f"{path}: not a GGUF file (magic {bytes(mm[:4])!r}, expected b'GGUF')")
+    cur = _Cursor(mm, size)
+    cur.take(4)
+    version = cur.u32()
+    if version not in SUPPORTED_VERSIONS:
+        raise InputError(f"{path}: unsupported GGUF version {version} (supported: 2, 3)")
+
+    parsed = gguf_cache.load(path, st)
+    if parsed is None:
+        parsed = _parse(path, cur, size, tensors)
+        if tensors:
+            gguf_cache.store(path, st, *parsed)
+    meta, infos, header_end = parsed
+    infos = infos if tensors else []
 
     check_metadata(path, meta)
     if not tensors:
         return GGUFFile(path=path, version=version, alignment=DEFAULT_ALIGNMENT, meta=meta, tensors={}, size=size,
                         _mmap=mm)
     alignment = meta.get("general.alignment", DEFAULT_ALIGNMENT)
-    data_offset = -(-cur.pos // alignment) * alignment
+    data_offset = -(-header_end // alignment) * alignment
 
     whole = np.frombuffer(mm, dtype=np.uint8)  # read-only view of the whole file
     views: dict[str, Tensor] = {}

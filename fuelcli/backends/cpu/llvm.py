@@ -35,6 +35,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from ...derived import cache_root, write_atomic
 from ...errors import InputError
 from .jit import SOURCE_DIGEST
 
@@ -121,8 +122,7 @@ def _target_machine(isa: Isa):
 
 
 def cache_dir() -> Path:
-    base = os.environ.get("NUMBA_CACHE_DIR") or os.environ.get("FUEL_HOME") or "~/.cache/fuel"
-    return Path(base).expanduser() / "fuel-kernels"
+    return cache_root() / "fuel-kernels"
 
 
 _engines = []  # the execution engines whose code is in use: they live as long as the process
@@ -139,12 +139,6 @@ def _object_path(name: str, isa: Isa, perf_map: bool = False):
 
 def is_cached(name: str, isa: Isa) -> bool:
     return _object_path(name, isa)[1].is_file()
-
-
-def _write(path: Path, data: bytes):
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def compile_module(name: str, build, isa: Isa) -> dict[str, int]:
@@ -182,8 +176,8 @@ def compile_module(name: str, build, isa: Isa) -> dict[str, int]:
             obj = tm.emit_object(mod)
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                _write(names_path, json.dumps(names).encode())
-                _write(path, obj)
+                write_atomic(names_path, json.dumps(names).encode())
+                write_atomic(path, obj)
             except OSError:  # a read-only cache is not an error: the code still runs
                 pass
         _llvm()
