@@ -124,14 +124,20 @@ def _chunk(mod, name, hd, Q):
         r = bd.select(bd.icmp_signed(">", r, vhi), vhi, r)
         r = bd.select(bd.icmp_signed("<", r, vlo), vlo, r)
         rows.append(at(vb, bd.mul(r, vstride)))
-    with Loop(bd, 0, hd, W) as c:
-        a = [bd.fmul(vload(acc, bd.add(c, c64(i * hd)), wt), splat(bd, cs[i], W)) for i in range(Q)]
+    # The weights are broadcast from pb by each FMA's memory operand. Without the barriers (pb might
+    # change there), LLVM forwards them from the registers they were stored from, broadcasts all
+    # Q * B of them up front and spills the broadcasts to the stack (a full-vector store and load).
+    barrier = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [pb.type]), "", "r,~{memory}", side_effect=True)
+    bd.call(barrier, [pb])
+    for c in range(0, hd, W):
+        a = [bd.fmul(vload(acc, c + i * hd, wt), splat(bd, cs[i], W)) for i in range(Q)]
         for j in range(B):
             v = vload(rows[j], c, wt)
             for i in range(Q):
                 a[i] = fmuladd(bd, splat(bd, bd.load(at(pb, i * B + j)), W), v, a[i])
         for i in range(Q):
-            vstore(a[i], acc, bd.add(c, c64(i * hd)))
+            vstore(a[i], acc, c + i * hd)
+        bd.call(barrier, [pb])
     bd.ret_void()
     return fn
 
