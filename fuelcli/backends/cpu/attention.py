@@ -47,6 +47,12 @@ def _slots(hd):
     return max(8, min(128, 8192 // hd // 8 * 8))
 
 
+def _tree_sum(bd, vs):
+    while len(vs) > 1:
+        vs = [bd.fadd(a, b) for a, b in zip(vs[0::2], vs[1::2])] + vs[len(vs) // 2 * 2:]
+    return vs[0]
+
+
 def _chunk(mod, name, hd, Q):
     """Q queries against one key block: scores, online-softmax update, p·V into the accumulators.
 
@@ -81,17 +87,20 @@ def _chunk(mod, name, hd, Q):
 
     # scores: S[i] lane j = q_i . k_{j0+j}
     qrows = [at(q, bd.load(at(qoff, i))) for i in range(Q)]
-    S = [Var(bd, splat_c(F32T, 0.0, B)) for _ in range(Q)]
     U = next(u for u in (8, 4, 2, 1) if hd % u == 0)
+    A = min(U, max(2, 8 // Q))  # chains per query: 8+ independent FMA chains in flight, shorter sums
+    S = [[Var(bd, splat_c(F32T, 0.0, B)) for _ in range(A)] for _ in range(Q)]
     with Loop(bd, 0, hd, U) as d0:
-        s = [S[i].get() for i in range(Q)]
+        s = [[S[i][a].get() for a in range(A)] for i in range(Q)]
         for u in range(U):
             d = bd.add(d0, c64(u))
             kv = vload(kb, bd.mul(d, c64(B)), vt)
             for i in range(Q):
-                s[i] = fmuladd(bd, splat(bd, bd.load(at(qrows[i], d)), B), kv, s[i])
+                s[i][u % A] = fmuladd(bd, splat(bd, bd.load(at(qrows[i], d)), B), kv, s[i][u % A])
         for i in range(Q):
-            S[i].set(s[i])
+            for a in range(A):
+                S[i][a].set(s[i][a])
+    S = [_tree_sum(bd, [S[i][a].get() for a in range(A)]) for i in range(Q)]
 
     # online softmax: weights e = exp(s - m_new) for visible keys, corrections exp(m_old - m_new)
     jv = bd.add(splat(bd, j0, B), const(I64, range(B)))
@@ -102,7 +111,7 @@ def _chunk(mod, name, hd, Q):
     for i in range(Q):
         mask = bd.and_(bd.icmp_signed(">=", jv, splat(bd, bd.load(at(lo, i)), B)),
                        bd.icmp_signed("<=", jv, splat(bd, bd.load(at(hi, i)), B)))
-        sc = bd.select(mask, bd.fmul(S[i].get(), scale), splat_c(F32T, -math.inf, B))
+        sc = bd.select(mask, bd.fmul(S[i], scale), splat_c(F32T, -math.inf, B))
         m_old = bd.load(at(m, i))
         m_new = call_intrinsic(bd, "llvm.maxnum.f32", F32T, [m_old, hmax(bd, sc)])
         bd.store(m_new, at(m, i))
