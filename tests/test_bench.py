@@ -187,7 +187,8 @@ def test_json_report(tiny):
     assert rep["model"]["params"] == TINY_PARAMS and rep["model"]["size_bytes"] == 4 * TINY_PARAMS
     assert rep["model"]["formats"] == {"f32": 16} and rep["model"]["kind"] == "dir"
     assert rep["n_ctx"] == 3 + 8 + 1
-    assert rep["kv_bytes"] == 2 * 2 * rep["n_ctx"] * 4 * 16 * 4  # K and V, layers, ctx, kv heads, head_dim, f32
+    # K and V: layers, ctx (K in whole blocks of 16 positions), kv heads, head_dim, f32
+    assert rep["kv_bytes"] == 2 * (16 + rep["n_ctx"]) * 4 * 16 * 4
     assert rep["peak_rss_bytes"] >= rep["peak_rss_fuel_bytes"] > 0
     assert [(t["test"], t["kind"], t["n_tokens"], t["depth"]) for t in rep["tests"]] == [
         ("pp8", "pp", 8, 0), ("tg4", "tg", 4, 0), ("pp8 @ d3", "pp", 8, 3), ("tg4 @ d3", "tg", 4, 3)]

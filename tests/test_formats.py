@@ -338,6 +338,17 @@ def _attention_ref(q, k, v, pos0, window, nh, nkv):
     return out
 
 
+def _key_blocks(k):
+    """K [n_ctx, nkv, hd] in the CPU cache's layout: blocks of KEY_BLOCK positions, d-major."""
+    from fuelcli.backends.cpu.attention import KEY_BLOCK
+
+    n, nkv, hd = k.shape
+    nb = -(-n // KEY_BLOCK)
+    padded = np.zeros((nb * KEY_BLOCK, nkv, hd), np.float32)
+    padded[:n] = k
+    return np.ascontiguousarray(padded.reshape(nb, KEY_BLOCK, nkv, hd).transpose(0, 2, 3, 1))
+
+
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("hd", [64, 128, 24])
 def test_attention(isa, hd):
@@ -352,7 +363,7 @@ def test_attention(isa, hd):
     for T, pos0, window in ((1, 0, 0), (1, 49, 0), (17, 33, 0), (20, 5, 7), (3, 40, 19)):
         q = (rng.standard_normal((T, nh * hd)) * 3).astype(np.float32)
         out = np.full((T, nh * hd), np.nan, np.float32)
-        attention(q, k, v, pos0, window, nh, nkv, out, core)
+        attention(q, _key_blocks(k), v, pos0, window, nh, nkv, out, core)
         ref = _attention_ref(q, k, v, pos0, window, nh, nkv)
         assert np.allclose(out, ref, rtol=1e-5, atol=1e-5), (T, pos0, window, np.abs(out - ref).max())
 

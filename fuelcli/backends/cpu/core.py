@@ -7,14 +7,9 @@ runs `n` of them in one parallel loop (matmul.run_tasks) or calls one directly.
   silu_mul(t, gate, up, n)                 gate[t] <- silu(gate[t]) * up[t]
   rmsnorm(t, x, y, w, out, n, eps)         x[t] += y[t] (the residual), out[t] = RMSNorm(x[t]) * w
   rope(t, x, bias, norm, nh, hd, pos0, cos, sin, eps)   + bias, per-head RMSNorm, rotate-half RoPE
-  kv_store(t, k, v, kc, vc, pos0, n)       K and V rows into the cache
+  kv_store(t, k, v, kc, vc, pos0, n)       K and V rows into the cache (K in KEY_BLOCK blocks)
   batch(task, desc, n)                     several task kernels in one parallel loop
-  attention(task, q, k, v, out, pos0, window, n_heads, n_kv, T)
-      task = (block of ATT_TOKENS tokens, kv head): for its query heads and tokens, causal
-      softmax(q k^T / sqrt(hd)) v over the cache of one layer
-      ([n_ctx, n_kv, hd] each). Keys go by blocks of L: L dot products reduced into one vector of
-      L scores, a blocked online softmax (rescale once per block), then v rows weighted into hd/L
-      vector accumulators. head_dim is a compile-time constant (one module per head size).
+  attention(task, q, k, v, out, pos0, window, n_heads, n_kv, T)   attention.py
 """
 
 from __future__ import annotations
@@ -24,8 +19,9 @@ from functools import lru_cache
 
 from llvmlite import ir
 
-from .irgen import (F32T, G, I16, I32, I64, Loop, Var, c64, call_intrinsic, const, fmuladd, func, hmax, hsum,
-                    ptr_to, splat, splat_c, transpose_sums, vec, vexp)
+from .irgen import (F32T, G, I16, I32, I64, Loop, Var, c64, call_intrinsic, fmuladd, func, hmax, hsum,
+                    ptr_to, splat, splat_c, vec, vexp)
+from .attention import KEY_BLOCK, attention
 from .llvm import Isa, compile_module
 
 TASK_ARGS = 12
@@ -80,86 +76,6 @@ def _silu_mul(isa, mod, name):
     with Loop(bd, nv, n) as i:
         step(i, 1)
     bd.ret_void()
-
-
-ATT_TOKENS = 16  # queries of one attention task: they and the query heads sharing the task's KV
-# head reuse its K and V rows from the cache (L2) instead of streaming them once per query
-
-
-def _attention(isa, mod, name, hd):
-    """attention(task, q, k, v, out, pos0, window, nh, nkv, T): task = (token block, kv head); every
-    query head of the kv head's group, every token of the block."""
-    body = _attend(isa, mod, name + "_one", hd)
-    fn, bd = func(mod, name, TASK_ARGS)
-    task, q_, k_, v_, out_, pos0, window, nh, nkv, T = fn.args[:10]
-    tb, kvh = bd.udiv(task, nkv), bd.urem(task, nkv)
-    group = bd.udiv(nh, nkv)
-    t0 = bd.mul(tb, c64(ATT_TOKENS))
-    t1 = bd.add(t0, c64(ATT_TOKENS))
-    t1 = bd.select(bd.icmp_signed("<", T, t1), T, t1)
-    with Loop(bd, 0, group) as g:
-        with Loop(bd, t0, t1) as t:
-            bd.call(body, [t, bd.add(bd.mul(kvh, group), g), q_, k_, v_, out_, pos0, window, nh, nkv])
-    bd.ret_void()
-
-
-def _attend(isa, mod, name, hd):
-    """One query (token t, head h): blocked online softmax over its keys, as described above."""
-    fn, bd = func(mod, name, 10)
-    fn.linkage = "internal"
-    t, h, q_, k_, v_, out_, pos0, window, nh, nkv = fn.args
-    L = isa.lanes
-    ND = hd // L
-    vt = vec(F32T, L)
-    q, kc, vc, out = (ptr_to(bd, a, F32T) for a in (q_, k_, v_, out_))
-    kvh = bd.udiv(h, bd.udiv(nh, nkv))
-    p = bd.add(pos0, t)
-    from_window = bd.sub(bd.add(p, c64(1)), window)
-    start = bd.select(bd.icmp_signed(">", window, c64(0)),
-                      bd.select(bd.icmp_signed(">", from_window, c64(0)), from_window, c64(0)), c64(0))
-    qrow = bd.gep(q, [bd.add(bd.mul(t, bd.mul(nh, c64(hd))), bd.mul(h, c64(hd)))])
-    qv = [bd.load(bd.bitcast(bd.gep(qrow, [c64(c * L)]), vt.as_pointer()), align=4) for c in range(ND)]
-    scale = splat_c(F32T, _f32(1.0 / math.sqrt(hd)), L)
-    m = Var(bd, ir.Constant(F32T, -math.inf))
-    lsum = Var(bd, ir.Constant(F32T, 0.0))
-    acc = [Var(bd, splat_c(F32T, 0.0, L)) for _ in range(ND)]
-    stride = bd.mul(nkv, c64(hd))  # floats between positions in the cache
-
-    def row(base, j):
-        jj = bd.select(bd.icmp_signed(">", j, p), p, j)  # lanes past p read row p, masked below
-        return bd.gep(base, [bd.add(bd.mul(jj, stride), bd.mul(kvh, c64(hd)))])
-
-    with Loop(bd, start, bd.add(p, c64(1)), L) as j0:
-        parts = []
-        for jj in range(L):
-            kr = row(kc, bd.add(j0, c64(jj)))
-            s = None
-            for c in range(ND):
-                kv = bd.load(bd.bitcast(bd.gep(kr, [c64(c * L)]), vt.as_pointer()), align=4)
-                s = bd.fmul(qv[c], kv) if s is None else fmuladd(bd, qv[c], kv, s)
-            parts.append(s)
-        sc = bd.fmul(transpose_sums(bd, parts), scale)
-        mask = bd.icmp_signed("<=", bd.add(splat(bd, j0, L), const(I64, range(L))), splat(bd, p, L))
-        sc = bd.select(mask, sc, splat_c(F32T, -math.inf, L))
-        m_new = call_intrinsic(bd, "llvm.maxnum.f32", F32T, [m.get(), hmax(bd, sc)])
-        corr = bd.extract_element(vexp(bd, splat(bd, bd.fsub(m.get(), m_new), L)), ir.Constant(I32, 0))
-        e = bd.select(mask, vexp(bd, bd.fsub(sc, splat(bd, m_new, L))), splat_c(F32T, 0.0, L))
-        lsum.set(fmuladd(bd, lsum.get(), corr, hsum(bd, e)))
-        a = [bd.fmul(acc[c].get(), splat(bd, corr, L)) for c in range(ND)]
-        for jj in range(L):
-            vr = row(vc, bd.add(j0, c64(jj)))
-            ej = splat(bd, bd.extract_element(e, ir.Constant(I32, jj)), L)
-            for c in range(ND):
-                a[c] = fmuladd(bd, ej, bd.load(bd.bitcast(bd.gep(vr, [c64(c * L)]), vt.as_pointer()), align=4), a[c])
-        for c in range(ND):
-            acc[c].set(a[c])
-        m.set(m_new)
-    inv = splat(bd, bd.fdiv(ir.Constant(F32T, 1.0), lsum.get()), L)
-    orow = bd.gep(out, [bd.add(bd.mul(t, bd.mul(nh, c64(hd))), bd.mul(h, c64(hd)))])
-    for c in range(ND):
-        bd.store(bd.fmul(acc[c].get(), inv), bd.bitcast(bd.gep(orow, [c64(c * L)]), vt.as_pointer()), align=4)
-    bd.ret_void()
-    return fn
 
 
 def _row_loop(bd, n, L, step):
@@ -264,15 +180,20 @@ def _rope(isa, mod, name):
 
 
 def _kv_store(isa, mod, name):
-    """kv_store(t, k, v, kc, vc, pos0, n): rows t of k and v (n floats) to cache position pos0 + t."""
+    """kv_store(t, k, v, kc, vc, pos0, n): rows t of k and v (n = n_kv * hd floats) to cache position
+    p = pos0 + t: V row-major, K into lane p % KEY_BLOCK of block p // KEY_BLOCK ([n, KEY_BLOCK])."""
     fn, bd = func(mod, name, TASK_ARGS)
     t, k_, v_, kc_, vc_, pos0, n = fn.args[:7]
     L = isa.lanes
-    dst = bd.mul(bd.add(pos0, t), n)
-    for src_, cache_ in ((k_, kc_), (v_, vc_)):
-        src = bd.gep(ptr_to(bd, src_, F32T), [bd.mul(t, n)])
-        cache = bd.gep(ptr_to(bd, cache_, F32T), [dst])
-        _row_loop(bd, n, L, lambda i, k, src=src, cache=cache: _vstore(bd, _vload(bd, src, i, k), cache, i))
+    p = bd.add(pos0, t)
+    src = bd.gep(ptr_to(bd, v_, F32T), [bd.mul(t, n)])
+    cache = bd.gep(ptr_to(bd, vc_, F32T), [bd.mul(p, n)])
+    _row_loop(bd, n, L, lambda i, k: _vstore(bd, _vload(bd, src, i, k), cache, i))
+    B = c64(KEY_BLOCK)
+    src = bd.gep(ptr_to(bd, k_, F32T), [bd.mul(t, n)])
+    cache = bd.gep(ptr_to(bd, kc_, F32T), [bd.add(bd.mul(bd.mul(bd.udiv(p, B), n), B), bd.urem(p, B))])
+    with Loop(bd, 0, n) as i:
+        bd.store(bd.load(bd.gep(src, [i])), bd.gep(cache, [bd.mul(i, B)]))
     bd.ret_void()
 
 
@@ -302,20 +223,6 @@ def _batch(isa, mod, name):
     bd.ret_void()
 
 
-def _f32(x: float) -> float:
-    import numpy as np
-
-    return float(np.float32(x))
-
-
-def attention_lanes(isa: Isa, head_dim: int) -> int:
-    """The widest vector (a power of two, at most the ISA's) that divides head_dim."""
-    lanes = isa.lanes
-    while head_dim % lanes:
-        lanes //= 2
-    return lanes
-
-
 CORE = ("quantize", "silu_mul", "attention", "rmsnorm", "rope", "kv_store", "batch")
 
 
@@ -324,7 +231,7 @@ def module(isa: Isa, head_dim: int) -> tuple[ir.Module, list[str]]:
     names = [f"fuel_{k}_{isa.name}_hd{head_dim}" for k in CORE]
     _quantize(isa, mod, names[0])
     _silu_mul(isa, mod, names[1])
-    _attention(isa._replace(lanes=attention_lanes(isa, head_dim)), mod, names[2], head_dim)
+    attention(mod, names[2], head_dim, TASK_ARGS)
     _rmsnorm(isa, mod, names[3])
     _rope(isa, mod, names[4])
     _kv_store(isa, mod, names[5])

@@ -16,6 +16,7 @@ from ...weights.build import ModelWeights
 from ..base import Engine
 from ..kv_cache import KVCache
 from .activations import allocate
+from .attention import KEY_BLOCK
 from .llvm import host_isa
 from .matmul import K_QUANT, core_table, kernel_table
 
@@ -97,7 +98,7 @@ class CpuEngine(Engine):
         self.moe_idx = self.exp_idx if cfg.num_experts else None  # None: numba compiles no MoE code
         self.windows = np.array(cfg.windows, np.int64)
         self.cos, self.sin = cos_sin(cfg.rope, cfg.head_dim, self.n_ctx)
-        self.kv = KVCache(L, self.n_ctx, cfg.num_kv_heads, cfg.head_dim)
+        self.kv = KVCache(L, self.n_ctx, cfg.num_kv_heads, cfg.head_dim, key_block=KEY_BLOCK)
         self.n_batch = max(1, min(n_batch, self.n_ctx))
         self.act = allocate(cfg, self.n_batch)
         self._last = np.empty((1, cfg.vocab_size), np.float32)

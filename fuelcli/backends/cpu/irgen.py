@@ -139,21 +139,6 @@ def hmax(bd, v):
     return bd.extract_element(v, ir.Constant(I32, 0))
 
 
-def transpose_sums(bd, vs):
-    """n vectors of n float lanes -> one vector whose lane j is the sum of the lanes of vs[j]."""
-    n = len(vs)
-    seg = n  # lanes per key in the current vectors
-    while seg > 1:
-        half = seg // 2
-        lo = [i for s in range(0, n, seg) for i in range(s, s + half)]
-        hi = [i for s in range(0, n, seg) for i in range(s + half, s + seg)]
-        vs = [bd.fadd(bd.shuffle_vector(a, b, const(I32, lo + [n + i for i in lo])),
-                      bd.shuffle_vector(a, b, const(I32, hi + [n + i for i in hi])))
-              for a, b in zip(vs[0::2], vs[1::2])]
-        seg = half
-    return vs[0]
-
-
 _LN2_HI, _LN2_LO = 0.693359375, -2.12194440e-4
 _EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
 

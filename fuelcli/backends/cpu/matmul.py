@@ -22,7 +22,7 @@ from numba import njit, prange
 
 from ...formats import ACTIVATION_BLOCK as AB
 from .jit import PARALLEL, helper
-from .core import ATT_TOKENS
+from .attention import ATT_TOKENS
 from .kernels import DECODE_ROWS, TASK_ROWS
 from .llvm import kcall
 

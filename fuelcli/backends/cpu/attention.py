@@ -1,0 +1,237 @@
+"""The attention kernel as IR: causal softmax(q k^T / sqrt(hd)) v over one layer's KV cache.
+
+  attention(task, q, k, v, out, pos0, window, n_heads, n_kv, T)
+      task = (block of ATT_TOKENS tokens, kv head). Its queries (every token of the block times
+      every query head of the kv head's group: "slots", token-major) go through the keys once,
+      flash-attention style: for each block of KEY_BLOCK keys, every chunk of up to 8 slots
+      updates its running max, sum and output (kept on the stack), so a K/V block loaded once
+      serves all the task's queries from L1.
+
+K is cached in blocks of KEY_BLOCK positions, d-major ([block, n_kv, hd, KEY_BLOCK]: KVCache's
+key_block layout): the scores of a chunk's queries against a block are hd broadcast-FMAs per query
+with the 16 keys in the lanes, each K vector feeding the whole chunk, and no horizontal sums.
+V stays row-major ([n_ctx, n_kv, hd]); p·V is per key a broadcast of p times the V row, each V
+vector again feeding the whole chunk.
+
+Masking: a key j counts for the query at position p when start <= j <= p (start from the sliding
+window w > 0: p - w < j). Masked scores are -inf and their weights exactly 0; a chunk skips a key
+block that none of its queries sees. V rows are read only at positions the task's queries can see
+(between the first query's start and the last query's p), so a stale row past the prefix (a rewind)
+never enters; a NaN in a seen row reaches every query of the chunk (0 * NaN), as in transformers'
+masked matmul. A NaN score gives a NaN weight (vexp alone would clamp it to a finite value).
+"""
+
+from __future__ import annotations
+
+import math
+
+from llvmlite import ir
+
+from .irgen import F32T, I64, Loop, Var, c64, call_intrinsic, const, fmuladd, func, hmax, hsum, ptr_to, splat, splat_c, vec, vexp
+
+ATT_TOKENS = 16  # tokens of one attention task: its queries share every K/V block loaded
+KEY_BLOCK = 16  # positions per K block of the cache, the lanes of a score vector
+CHUNKS = (8, 4, 2, 1)  # queries updated together per key block: 8 score vectors, 8 accumulators
+
+
+def _width(hd):
+    """The vector width over head_dim for p·V: the largest power of two up to 16 dividing hd."""
+    w = 16
+    while hd % w:
+        w //= 2
+    return w
+
+
+def _slots(hd):
+    """Queries a task keeps state for at once (output, max, sum: ~32 KiB of stack at hd 64)."""
+    return max(8, min(128, 8192 // hd // 8 * 8))
+
+
+def _tree_sum(bd, vs):
+    while len(vs) > 1:
+        vs = [bd.fadd(a, b) for a, b in zip(vs[0::2], vs[1::2])] + vs[len(vs) // 2 * 2:]
+    return vs[0]
+
+
+def _chunk(mod, name, hd, Q):
+    """Q queries against one key block: scores, online-softmax update, p·V into the accumulators.
+
+    (kb, vb, vstride, j0, vlo, vhi, q, qoff, lo, hi, m, l, acc, pb): kb the K block of the kv head
+    [hd, B]; vb V at position 0 of the kv head, vstride floats between positions; j0 the block's
+    first position; V rows clamped to [vlo, vhi]; per query: q + qoff[i] its row, lo/hi its
+    visible keys, m its running max, l[i*B..] its running sums (by lane), acc[i*hd..] its output;
+    pb scratch for the weights [Q, B]."""
+    B = KEY_BLOCK
+    W = _width(hd)
+    F32P, I64P = F32T.as_pointer(), I64.as_pointer()
+    fnty = ir.FunctionType(ir.VoidType(), [F32P, F32P, I64, I64, I64, I64, F32P, I64P, I64P, I64P, F32P, F32P,
+                                           F32P, F32P])
+    fn = ir.Function(mod, fnty, name)
+    fn.linkage = "internal"
+    fn.attributes.add("nounwind")
+    kb, vb, vstride, j0, vlo, vhi, q, qoff, lo, hi, m, l, acc, pb = fn.args
+    for a in fn.args:
+        if isinstance(a.type, ir.PointerType):
+            a.add_attribute("noalias")
+    bd = ir.IRBuilder(fn.append_basic_block("entry"))
+    vt, wt = vec(F32T, B), vec(F32T, W)
+
+    def at(p, i):
+        return bd.gep(p, [i if isinstance(i, ir.Value) else c64(i)])
+
+    def vload(p, i, t):
+        return bd.load(bd.bitcast(at(p, i), t.as_pointer()), align=4)
+
+    def vstore(v, p, i):
+        bd.store(v, bd.bitcast(at(p, i), v.type.as_pointer()), align=4)
+
+    # scores: S[i] lane j = q_i . k_{j0+j}
+    qrows = [at(q, bd.load(at(qoff, i))) for i in range(Q)]
+    U = next(u for u in (8, 4, 2, 1) if hd % u == 0)
+    A = min(U, max(2, 8 // Q))  # chains per query: 8+ independent FMA chains in flight, shorter sums
+    S = [[Var(bd, splat_c(F32T, 0.0, B)) for _ in range(A)] for _ in range(Q)]
+    with Loop(bd, 0, hd, U) as d0:
+        s = [[S[i][a].get() for a in range(A)] for i in range(Q)]
+        for u in range(U):
+            d = bd.add(d0, c64(u))
+            kv = vload(kb, bd.mul(d, c64(B)), vt)
+            for i in range(Q):
+                s[i][u % A] = fmuladd(bd, splat(bd, bd.load(at(qrows[i], d)), B), kv, s[i][u % A])
+        for i in range(Q):
+            for a in range(A):
+                S[i][a].set(s[i][a])
+    S = [_tree_sum(bd, [S[i][a].get() for a in range(A)]) for i in range(Q)]
+
+    # online softmax: weights e = exp(s - m_new) for visible keys, corrections exp(m_old - m_new)
+    jv = bd.add(splat(bd, j0, B), const(I64, range(B)))
+    scale = splat_c(F32T, _f32(1.0 / math.sqrt(hd)), B)
+    ninf = ir.Constant(F32T, -math.inf)
+    dm = ir.Constant(vt, [0.0] * B)
+    es = []
+    for i in range(Q):
+        mask = bd.and_(bd.icmp_signed(">=", jv, splat(bd, bd.load(at(lo, i)), B)),
+                       bd.icmp_signed("<=", jv, splat(bd, bd.load(at(hi, i)), B)))
+        sc = bd.select(mask, bd.fmul(S[i], scale), splat_c(F32T, -math.inf, B))
+        m_old = bd.load(at(m, i))
+        m_new = call_intrinsic(bd, "llvm.maxnum.f32", F32T, [m_old, hmax(bd, sc)])
+        bd.store(m_new, at(m, i))
+        m_use = bd.select(bd.fcmp_ordered("==", m_new, ninf), ir.Constant(F32T, 0.0), m_new)  # nothing seen yet
+        dm = bd.insert_element(dm, bd.fsub(m_old, m_use), ir.Constant(ir.IntType(32), i))
+        x = bd.fsub(sc, splat(bd, m_use, B))
+        e = bd.select(mask, bd.fadd(vexp(bd, x), bd.fsub(x, x)), splat_c(F32T, 0.0, B))  # x - x: NaN stays NaN
+        vstore(e, pb, i * B)
+        es.append(e)
+    corr = vexp(bd, dm)
+    cs = [bd.extract_element(corr, ir.Constant(ir.IntType(32), i)) for i in range(Q)]
+    for i in range(Q):
+        vstore(fmuladd(bd, vload(l, i * B, vt), splat(bd, cs[i], B), es[i]), l, i * B)
+
+    # acc_i = acc_i * corr_i + sum_j e_i[j] v_{j0+j}
+    rows = []
+    for j in range(B):
+        r = bd.add(j0, c64(j))
+        r = bd.select(bd.icmp_signed(">", r, vhi), vhi, r)
+        r = bd.select(bd.icmp_signed("<", r, vlo), vlo, r)
+        rows.append(at(vb, bd.mul(r, vstride)))
+    # The weights are broadcast from pb by each FMA's memory operand. Without the barriers (pb might
+    # change there), LLVM forwards them from the registers they were stored from, broadcasts all
+    # Q * B of them up front and spills the broadcasts to the stack (a full-vector store and load).
+    barrier = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [pb.type]), "", "r,~{memory}", side_effect=True)
+    bd.call(barrier, [pb])
+    for c in range(0, hd, W):
+        a = [bd.fmul(vload(acc, c + i * hd, wt), splat(bd, cs[i], W)) for i in range(Q)]
+        for j in range(B):
+            v = vload(rows[j], c, wt)
+            for i in range(Q):
+                a[i] = fmuladd(bd, splat(bd, bd.load(at(pb, i * B + j)), W), v, a[i])
+        for i in range(Q):
+            vstore(a[i], acc, c + i * hd)
+        bd.call(barrier, [pb])
+    bd.ret_void()
+    return fn
+
+
+def attention(mod, name, hd, task_args):
+    """attention(task, q, k, v, out, pos0, window, nh, nkv, T), as described above."""
+    chunk = {Q: _chunk(mod, f"{name}_q{Q}", hd, Q) for Q in CHUNKS}
+    B, W, SM = KEY_BLOCK, _width(hd), _slots(hd)
+    fn, bd = func(mod, name, task_args)
+    task, q_, k_, v_, out_, pos0, window, nh, nkv, T = fn.args[:10]
+    q, kc, vc, out = (ptr_to(bd, a, F32T) for a in (q_, k_, v_, out_))
+    with bd.goto_entry_block():
+        qoff, lo, hi = (bd.alloca(I64, size=c64(SM)) for _ in range(3))
+        m = bd.alloca(F32T, size=c64(SM))
+        lsum = bd.alloca(F32T, size=c64(SM * B))
+        acc = bd.alloca(F32T, size=c64(SM * hd))
+        pb = bd.alloca(F32T, size=c64(max(CHUNKS) * B))
+    wt = vec(F32T, W)
+
+    def imin(a, b):
+        return bd.select(bd.icmp_signed("<", a, b), a, b)
+
+    tb, kvh = bd.udiv(task, nkv), bd.urem(task, nkv)
+    group = bd.udiv(nh, nkv)
+    t0 = bd.mul(tb, c64(ATT_TOKENS))
+    nslots = bd.mul(bd.sub(imin(bd.add(t0, c64(ATT_TOKENS)), T), t0), group)
+    vstride = bd.mul(nkv, c64(hd))
+    vb = bd.gep(vc, [bd.mul(kvh, c64(hd))])
+    kstride = bd.mul(vstride, c64(B))  # floats per K block (all kv heads)
+    kbase = bd.gep(kc, [bd.mul(kvh, c64(hd * B))])
+    with Loop(bd, 0, nslots, SM) as s0:
+        n = imin(c64(SM), bd.sub(nslots, s0))
+        with Loop(bd, 0, n) as i:
+            s = bd.add(s0, i)
+            t = bd.add(t0, bd.udiv(s, group))
+            h = bd.add(bd.mul(kvh, group), bd.urem(s, group))
+            bd.store(bd.mul(bd.add(bd.mul(t, nh), h), c64(hd)), bd.gep(qoff, [i]))
+            p = bd.add(pos0, t)
+            from_window = bd.sub(bd.add(p, c64(1)), window)
+            start = bd.select(bd.icmp_signed(">", window, c64(0)),
+                              bd.select(bd.icmp_signed(">", from_window, c64(0)), from_window, c64(0)), c64(0))
+            bd.store(start, bd.gep(lo, [i]))
+            bd.store(p, bd.gep(hi, [i]))
+            bd.store(ir.Constant(F32T, -math.inf), bd.gep(m, [i]))
+            bd.store(splat_c(F32T, 0.0, B), bd.bitcast(bd.gep(lsum, [bd.mul(i, c64(B))]), vec(F32T, B).as_pointer()),
+                     align=4)
+            with Loop(bd, 0, hd, W) as c:
+                bd.store(splat_c(F32T, 0.0, W), bd.bitcast(bd.gep(acc, [bd.add(bd.mul(i, c64(hd)), c)]),
+                                                            wt.as_pointer()), align=4)
+        kfirst = bd.load(lo)  # slots are token-major: the first sees the earliest key, the last the latest
+        plast = bd.load(bd.gep(hi, [bd.sub(n, c64(1))]))
+        with Loop(bd, bd.udiv(kfirst, c64(B)), bd.add(bd.udiv(plast, c64(B)), c64(1))) as b:
+            j0 = bd.mul(b, c64(B))
+            kb = bd.gep(kbase, [bd.mul(b, kstride)])
+
+            def run(Q, cur):
+                first = bd.load(bd.gep(lo, [cur]))
+                last = bd.load(bd.gep(hi, [bd.add(cur, c64(Q - 1))]))
+                seen = bd.and_(bd.icmp_signed("<=", j0, last), bd.icmp_signed(">=", bd.add(j0, c64(B - 1)), first))
+                with bd.if_then(seen):
+                    bd.call(chunk[Q], [kb, vb, vstride, j0, kfirst, plast, q, bd.gep(qoff, [cur]), bd.gep(lo, [cur]),
+                                       bd.gep(hi, [cur]), bd.gep(m, [cur]), bd.gep(lsum, [bd.mul(cur, c64(B))]),
+                                       bd.gep(acc, [bd.mul(cur, c64(hd))]), pb])
+
+            top = max(CHUNKS)
+            n_full = bd.mul(bd.udiv(n, c64(top)), c64(top))
+            with Loop(bd, 0, n_full, top) as cur:
+                run(top, cur)
+            cur = n_full
+            for Q in CHUNKS[1:]:  # the rest (< top) in chunks of its binary digits
+                has = bd.icmp_signed("!=", bd.and_(bd.sub(n, n_full), c64(Q)), c64(0))
+                with bd.if_then(has):
+                    run(Q, cur)
+                cur = bd.add(cur, bd.select(has, c64(Q), c64(0)))
+        with Loop(bd, 0, n) as i:
+            ls = bd.load(bd.bitcast(bd.gep(lsum, [bd.mul(i, c64(B))]), vec(F32T, B).as_pointer()), align=4)
+            inv = splat(bd, bd.fdiv(ir.Constant(F32T, 1.0), hsum(bd, ls)), W)
+            orow = bd.gep(out, [bd.load(bd.gep(qoff, [i]))])
+            with Loop(bd, 0, hd, W) as c:
+                a = bd.load(bd.bitcast(bd.gep(acc, [bd.add(bd.mul(i, c64(hd)), c)]), wt.as_pointer()), align=4)
+                bd.store(bd.fmul(a, inv), bd.bitcast(bd.gep(orow, [c]), wt.as_pointer()), align=4)
+    bd.ret_void()
+
+
+def _f32(x: float) -> float:
+    import numpy as np
+
+    return float(np.float32(x))
