@@ -123,3 +123,20 @@ def test_cached_forward_in_a_fresh_process(tmp_path):
     from fuelcli.backends.cpu import jit
 
     assert jit.SOURCE_DIGEST  # the cache keys cover the backend sources (jit.py, llvm.py)
+
+
+def test_cpu_backend_skips_numbas_blas_probe_and_numba_still_finds_blas():
+    """Loading the CPU backend does not import scipy.linalg (numba's BLAS probe: 0.2 s of a warm
+    start); np.dot compiled afterwards still finds BLAS, and np.correlate (the one user of the probe's
+    answer) still computes right with its loop."""
+    pytest.importorskip("scipy")
+    code = ("import sys, numpy as np\n"
+            "import fuelcli.backends.cpu.forward\n"
+            "assert 'numba.np.arraymath' in sys.modules and 'scipy.linalg' not in sys.modules\n"
+            "from numba import njit\n"
+            "dot, corr = njit(lambda a, b: np.dot(a, b)), njit(lambda a, b: np.correlate(a, b, 'full'))\n"
+            "a, b = np.arange(1.0, 6.0), np.array([2.0, -1.0, 0.5])\n"
+            "assert dot(a, a) == np.dot(a, a) and np.allclose(corr(a, b), np.correlate(a, b, 'full'))\n"
+            "assert 'scipy.linalg' in sys.modules\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
