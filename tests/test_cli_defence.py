@@ -130,9 +130,11 @@ def test_a_multi_line_message_stays_one_line():
 # ------------------------------------------------------------------ Ctrl-C during start-up
 
 # SIGINT arrives while the CLI's modules import (here: as typer starts importing), the moment a
-# user's Ctrl-C most often lands on a cold start.
+# user's Ctrl-C most often lands on a cold start. A process started in the background of a
+# non-interactive shell inherits SIGINT ignored; the child restores Python's default handler first.
 _INTERRUPT_AT_IMPORT = """
 import os, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as from a terminal, even if started ignoring it
 class Interrupt:
     def find_spec(self, name, path, target=None):
         if name == "typer":
