@@ -44,7 +44,7 @@ def _engine_logits(model, path):
     from fuelcli.backends.cpu.engine import CpuEngine
 
     e = CpuEngine(model.cfg, model.weights, len(TOKENS))
-    if path == "prefill":
+    if path.startswith("prefill"):
         return e, e.prefill(TOKENS, all_logits=True)
     return e, np.stack([e.decode(t) for t in TOKENS])
 
@@ -55,11 +55,13 @@ def _engine_logits(model, path):
 KL_TOL = {"Q8_0": 1e-4, "Q4_0": 1e-4, "F32": 1e-8}
 
 
-@pytest.mark.parametrize("path", ["prefill", "decode"])
+@pytest.mark.parametrize("path", ["prefill", "prefill-vector", "decode"])
 @pytest.mark.parametrize("isa", ISAS)
 def test_engine_matches_reference_on_every_isa(tiny_gguf, isa, path, monkeypatch):
-    """FUEL_ISA picks the kernels; the numba forward is the same for all of them."""
+    """FUEL_ISA picks the kernels; the numba forward is the same for all of them. Where the CPU has
+    AMX, "prefill" runs on its tiles (amx.py) and "prefill-vector" on the ISA's vector kernels."""
     monkeypatch.setenv("FUEL_ISA", isa)
+    monkeypatch.setenv("FUEL_AMX", "0" if path == "prefill-vector" else "")
     model = open_model(str(tiny_gguf))
     ref = reference.forward(model.cfg, model.weights, TOKENS)
     e, got = _engine_logits(model, path)
@@ -67,18 +69,19 @@ def test_engine_matches_reference_on_every_isa(tiny_gguf, isa, path, monkeypatch
     print(f"{tiny_gguf.name} {isa} {path}: max KL {kl:.2e}, max|d| {np.abs(ref - got).max():.2e}")
     assert (ref.argmax(-1) == got.argmax(-1)).all() and kl <= tol
     # negative control: the same comparison fails when the kernels misread (f32 rows through the
-    # f16 kernels) or get no activations (block formats: the int16 quantisation switched off)
+    # f16 kernels) or get no activations (block formats: the int16 quantisation and the AMX split
+    # switched off)
     from fuelcli.backends.cpu import forward as F
-    from fuelcli.backends.cpu.matmul import K_DECODE, K_PREFILL, K_UNPACK, kernel_table
+    from fuelcli.backends.cpu.matmul import C_SPLIT, K_DECODE, K_PLANES, K_PREFILL, K_UNPACK, kernel_table
     from fuelcli.formats import FORMATS
 
     code = int(e.mats[0, 3])
     if code == FORMATS["f32"].code:
         f16 = FORMATS["f16"].code
         cols = [K_DECODE, K_PREFILL, K_UNPACK]
-        e.kern[code, cols] = kernel_table([f16], llvm.host_isa())[f16, cols]
+        e.kern[code, cols] = kernel_table([f16], llvm.host_isa(), bool(e.kern[code, K_PLANES]))[f16, cols]
     else:
-        e.dims[F.D_QUANT] = 0
+        e.dims[F.D_QUANT] = e.core[C_SPLIT] = 0
         e.act.xq[:] = 0
     e.reset()
     bad = e.prefill(TOKENS, all_logits=True) if path == "prefill" else np.stack([e.decode(t) for t in TOKENS])
@@ -87,7 +90,7 @@ def test_engine_matches_reference_on_every_isa(tiny_gguf, isa, path, monkeypatch
 
 def test_only_the_formats_a_model_uses_are_compiled(tiny_gguf, tmp_path, monkeypatch):
     """A fresh cache after one engine holds the kernels of the model's formats and no others."""
-    from fuelcli.backends.cpu import kernels
+    from fuelcli.backends.cpu import amx, kernels
 
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
     model = open_model(str(tiny_gguf))
@@ -101,9 +104,10 @@ CpuEngine(m.cfg, m.weights, 8)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ))
     assert r.returncode == 0, r.stderr
     isa = llvm.host_isa()
-    assert kernels.cached(codes, isa)
+    use_amx = amx.available(isa)
+    assert kernels.cached(codes, isa, use_amx)
     others = {0, 1, 3, 4, 7, 8} - codes
-    assert not any(kernels.cached([c], isa) for c in others)
+    assert not any(kernels.cached([c], isa, use_amx) for c in others)
 
 
 def test_cached_forward_in_a_fresh_process(tmp_path):

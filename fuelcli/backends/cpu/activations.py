@@ -9,6 +9,7 @@ import numpy as np
 
 from ...config import ModelConfig
 from ...formats import ACTIVATION_BLOCK
+from .amx import TILE
 from .matmul import DESC_COLS, DESC_ROWS
 
 
@@ -28,26 +29,28 @@ class Activations(NamedTuple):
     egate: np.ndarray  # [1, moe_I] one expert's gate, up and output
     eup: np.ndarray  # [1, moe_I]
     ey: np.ndarray  # [1, H]
-    xq: np.ndarray  # [rows * K] int16: an input quantised for the block-format kernels (K <= max_k)
+    xq: np.ndarray  # int16 [rows * K]: an input quantised for the block-format kernels (K <= max_k);
+    # with AMX [2 * rows rounded up to 16 * K]: its bf16 planes (amx.py)
     xs: np.ndarray  # [rows * K / 32] its block scales
     xf: np.ndarray  # [rows * K / 32] its block sums
     desc: np.ndarray  # [3, 13] int64: the task kernels of one parallel loop (matmul.batch)
 
 
-def allocate(cfg: ModelConfig, rows: int) -> Activations:
+def allocate(cfg: ModelConfig, rows: int, planes: bool = False) -> Activations:
     def f32(*shape):
         return np.zeros(shape, np.float32)
 
     H, E, k = cfg.hidden_size, max(cfg.num_experts, 1), max(cfg.experts_per_tok, 1)
     max_k = max(H, cfg.q_dim, cfg.intermediate_size, cfg.moe_intermediate_size)
     nb = -(-max_k // ACTIVATION_BLOCK)
+    xq_rows = 2 * -(-rows // TILE) * TILE if planes else rows
     return Activations(
         x=f32(rows, H), h=f32(rows, H), q=f32(rows, cfg.q_dim), k=f32(rows, cfg.kv_dim), v=f32(rows, cfg.kv_dim),
         att=f32(rows, cfg.q_dim), o=f32(rows, H), gate=f32(rows, cfg.intermediate_size),
         up=f32(rows, cfg.intermediate_size), router=f32(rows, E), experts=np.zeros(k, np.int64),
         expert_w=f32(k), egate=f32(1, max(cfg.moe_intermediate_size, 1)),
         eup=f32(1, max(cfg.moe_intermediate_size, 1)), ey=f32(1, H),
-        xq=np.zeros(rows * nb * ACTIVATION_BLOCK, np.int16), xs=f32(rows * nb), xf=f32(rows * nb),
+        xq=np.zeros(xq_rows * nb * ACTIVATION_BLOCK, np.int16), xs=f32(rows * nb), xf=f32(rows * nb),
         desc=np.zeros((DESC_ROWS, DESC_COLS), np.int64),
     )
 

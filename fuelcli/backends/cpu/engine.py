@@ -15,8 +15,10 @@ from ...rope import cos_sin
 from ...weights.build import ModelWeights
 from ..base import Engine
 from ..kv_cache import KVCache
+from . import amx
 from .activations import allocate
 from .attention import KEY_BLOCK
+from .kernels import is_quant
 from .llvm import host_isa
 from .matmul import K_QUANT, core_table, kernel_table
 
@@ -31,7 +33,9 @@ def kernels_cached(weights: ModelWeights | None = None) -> bool:
 
     try:
         codes = {t.format.code for t in weights.tensors()} if weights is not None else ()
-        return bool(forward.forward._cache._cache_file._load_index()) and cached(codes, host_isa())
+        isa = host_isa()
+        use_amx = amx.available(isa) and any(is_quant(c) for c in codes)
+        return bool(forward.forward._cache._cache_file._load_index()) and cached(codes, isa, use_amx)
     except Exception:  # private numba API: never let it break a run
         return True
 
@@ -86,8 +90,9 @@ class CpuEngine(Engine):
         self.mats = np.array(mats, np.int64).reshape(-1, 4)
         self.codes = sorted({int(c) for c in self.mats[:, 3]})
         isa = host_isa()
-        self.kern = kernel_table(self.codes, isa)
-        self.core = core_table(isa, cfg.head_dim)
+        use_amx = amx.available(isa) and any(is_quant(c) for c in self.codes)
+        self.kern = kernel_table(self.codes, isa, use_amx)
+        self.core = core_table(isa, cfg.head_dim, use_amx)
         self.vecs = np.concatenate(vecs).astype(np.float32)
         self.vec_tab = np.array(vec_tab, np.int64).reshape(-1, 2)
         dims = np.zeros(F.N_DIMS, np.int64)
@@ -100,7 +105,7 @@ class CpuEngine(Engine):
         self.cos, self.sin = cos_sin(cfg.rope, cfg.head_dim, self.n_ctx)
         self.kv = KVCache(L, self.n_ctx, cfg.num_kv_heads, cfg.head_dim, key_block=KEY_BLOCK)
         self.n_batch = max(1, min(n_batch, self.n_ctx))
-        self.act = allocate(cfg, self.n_batch)
+        self.act = allocate(cfg, self.n_batch, planes=use_amx)
         self._last = np.empty((1, cfg.vocab_size), np.float32)
 
     @property

@@ -22,8 +22,8 @@ from numba import njit, types
 from numba.extending import overload
 
 from .jit import FAST, helper
-from .matmul import (C_KV_STORE, C_RMSNORM, C_ROPE, K_QUANT, args11, attention, batch, dequant_row,
-                     describe, matmul, matmul_task, ptr, quantize_rows, silu_mul, tasks)
+from .matmul import (C_KV_STORE, C_RMSNORM, C_ROPE, C_SPLIT, args11, attention, batch, dequant_row, describe,
+                     matmul, matmul_task, ptr, quantize_rows, silu_mul, split_rows, tasks)
 
 M_Q, M_K, M_V, M_O, M_GATE, M_UP, M_DOWN, M_ROUTER = range(8)
 N_MATS = 8
@@ -42,8 +42,11 @@ def vaddr(vecs, vec_tab, i):
 
 @helper()
 def prepare(x, act, quant, core):
-    """Quantise x for the block-format kernels (when the model has any)."""
-    if quant:
+    """x for the kernels: split into bf16 planes for AMX prefill (core[C_SPLIT] != 0), else
+    quantised for the block-format kernels (when the model has any)."""
+    if x.shape[0] > 1 and core[C_SPLIT] != 0:
+        split_rows(x, act.xq, core)
+    elif quant:
         quantize_rows(x, act.xq, act.xs, act.xf, core)
 
 
@@ -56,11 +59,7 @@ def linear(x, act, mats, i, kern, out):
 @helper()
 def describe_linear(x, act, mats, i, kern, out, r):
     """Row r of the batch: out = x @ W_i^T (x prepared)."""
-    T, K = x.shape
-    code = mats[i, 3]
-    xp = ptr(act.xq) if kern[code, K_QUANT] else ptr(x)
-    fn, n, a = matmul_task(T, K, xp, ptr(act.xs), ptr(act.xf), mats[i, 0], mats[i, 1], mats[i, 2], code, kern,
-                           ptr(out))
+    fn, n, a = matmul_task(x, act.xq, act.xs, act.xf, mats[i, 0], mats[i, 1], mats[i, 2], mats[i, 3], kern, ptr(out))
     describe(act.desc, r, fn, n, a)
 
 

@@ -18,6 +18,9 @@ Three kernels per weight format, all `void f(i64, ...)` called by address from n
   dequant(row, K, out)
       one row decoded to f32 exactly as the numpy decode in fuelcli/formats (embedding lookups).
 
+Where the CPU has AMX, block-format prefill runs on its tiles instead (amx.py: one driver, and per
+format a panel unpack built on the same block emitters as these kernels).
+
 Integer ranges: |w| <= 4096 (q6_k with its scale folded in) and |xq| <= 32767, so a pair sum is
 below 2^28 and a 32-element block sum below 2^31.
 """
@@ -28,6 +31,7 @@ from functools import lru_cache
 
 from llvmlite import ir
 
+from . import amx
 from . import unpack as U
 from .llvm import Isa, compile_module, is_cached
 from .core import TASK_ARGS
@@ -226,13 +230,13 @@ def _decode_task(mod, body, name):
     bd.ret_void()
 
 
-def _prefill_task(mod, driver, name):
-    """prefill task: rows [task*TASK_ROWS, ...) of (unpack, w, n_rows, row_bytes, K, T, x, xs, xf, out)."""
+def _prefill_task(mod, driver, name, rows=TASK_ROWS):
+    """prefill task: rows [task*rows, ...) of (unpack, w, n_rows, row_bytes, K, T, x, xs, xf, out)."""
     fn, bd = func(mod, name, TASK_ARGS)
     task, unpack, w, n_rows, row_bytes, K, T, x, xs, xf, out = fn.args[:11]
-    r0 = bd.mul(task, c64(TASK_ROWS))
+    r0 = bd.mul(task, c64(rows))
     nr = bd.sub(n_rows, r0)
-    nr = bd.select(bd.icmp_signed(">", nr, c64(TASK_ROWS)), c64(TASK_ROWS), nr)
+    nr = bd.select(bd.icmp_signed(">", nr, c64(rows)), c64(rows), nr)
     bd.call(driver, [unpack, bd.add(w, bd.mul(r0, row_bytes)), row_bytes, nr, K, T, x, xs, xf,
                      bd.add(out, bd.mul(r0, c64(4))), n_rows])
     bd.ret_void()
@@ -297,12 +301,8 @@ def _dequant_quant(isa, mod, code, name):
     row, out = ptr_to(bd, row_, I8), ptr_to(bd, out_, F32T)
     with Loop(bd, 0, bd.udiv(K, c64(BL.block_elems))) as fb:
         blk = U.block(code, bd, row, fb)
-        for j, w in enumerate(blk.w):
-            jj = ir.Constant(I32, j)
-            sv, wv = blk.exact[j] if blk.exact is not None else (splat(bd, bd.extract_element(blk.scale, jj), G), w)
-            v = bd.fmul(sv, bd.sitofp(wv, vec(F32T, G)))
-            if blk.min is not None:
-                v = bd.fadd(v, splat(bd, bd.extract_element(blk.min, jj), G))
+        for j in range(len(blk.w)):
+            v = U.exact_values(bd, blk, j)
             o = bd.add(bd.mul(fb, c64(BL.block_elems)), c64(j * G))
             bd.store(v, bd.bitcast(bd.gep(out, [o]), vec(F32T, G).as_pointer()), align=4)
     bd.ret_void()
@@ -414,13 +414,28 @@ def format_module(code: int, isa: Isa) -> tuple[ir.Module, list[str]]:
     return mod, names
 
 
-DRIVERS = ("quant", "quant_min", "float")  # the format-independent prefill drivers
+def amx_module(code: int, isa: Isa) -> tuple[ir.Module, list[str]]:
+    """One format's AMX panel unpack (amx.py)."""
+    from ...formats import BY_CODE
+
+    name = f"fuel_unpack_amx_{BY_CODE[code].name}_{isa.name}"
+    mod = ir.Module(name=name)
+    amx.unpack_task(mod, code, name)
+    return mod, [name]
+
+
+DRIVERS = ("quant", "quant_min", "float", "amx")  # the format-independent prefill drivers
 
 
 def driver_module(kind: str, isa: Isa) -> tuple[ir.Module, list[str]]:
-    """A prefill driver and its micro-kernels: shared by every format of its kind."""
+    """A prefill driver and its micro-kernels: shared by every format of its kind (the AMX driver
+    module also holds the activation split)."""
     mod = ir.Module(name=f"fuel_prefill_{kind}_{isa.name}")
     name = f"fuel_prefill_{kind}_{isa.name}"
+    if kind == "amx":
+        _prefill_task(mod, amx.driver(mod, name + "_rows"), name, amx.ROWS)
+        amx.split_task(mod, name + "_split")
+        return mod, [name, name + "_split"]
     if kind == "float":
         micro = {tt: _micro_float(isa, mod, tt, f"{name}_tile{tt}") for tt in {tokens_per_tile(isa, False), 1}}
         driver = _panel_driver(isa, mod, name + "_rows", KC_FLOAT, F32T, KC_FLOAT * isa.lanes, micro, False)
@@ -440,24 +455,40 @@ def _module_name(which: str, key) -> str:
     return f"{which}-{key}"
 
 
+_BUILDERS = {"format": format_module, "driver": driver_module, "amx": amx_module}
+
+
 @lru_cache(maxsize=None)
 def _compiled(which: str, key, isa: Isa) -> tuple:
-    build = (lambda: format_module(key, isa)) if which == "format" else (lambda: driver_module(key, isa))
-    got = compile_module(_module_name(which, key), build, isa)
+    got = compile_module(_module_name(which, key), lambda: _BUILDERS[which](key, isa), isa)
     return tuple(got.values())
 
 
-def addresses(code: int, isa: Isa) -> tuple[int, int, int, int]:
-    """(decode, prefill driver, unpack, dequant) addresses for one format, compiled or loaded once."""
+def addresses(code: int, isa: Isa, use_amx: bool = False) -> tuple[int, int, int, int]:
+    """(decode, prefill driver, unpack, dequant) addresses for one format, compiled or loaded once;
+    with use_amx, a block format's AMX driver and panel unpack (amx.py)."""
     decode, unpack, dequant = _compiled("format", code, isa)
-    (prefill,) = _compiled("driver", driver_kind(code), isa)
+    if use_amx and code not in U.FLOATS:
+        assert amx.permitted(), "AMX kernels without the OS's permission"
+        (unpack,) = _compiled("amx", code, isa)
+        prefill = _compiled("driver", "amx", isa)[0]
+    else:
+        (prefill,) = _compiled("driver", driver_kind(code), isa)
     return decode, prefill, unpack, dequant
 
 
-def cached(codes, isa: Isa) -> bool:
+def amx_split(isa: Isa) -> int:
+    """The address of the AMX activation split (amx.split_task)."""
+    assert amx.permitted(), "AMX kernels without the OS's permission"
+    return _compiled("driver", "amx", isa)[1]
+
+
+def cached(codes, isa: Isa, use_amx: bool = False) -> bool:
     """Whether every kernel module the formats in `codes` need is in the on-disk cache."""
-    names = [_module_name("format", c) for c in codes] + [_module_name("driver", k)
-                                                          for k in {driver_kind(c) for c in codes}]
+    names = [_module_name("format", c) for c in codes]
+    on_amx = {c for c in codes if use_amx and c not in U.FLOATS}
+    names += [_module_name("amx", c) for c in on_amx] + [_module_name("driver", "amx")] * bool(on_amx)
+    names += [_module_name("driver", k) for k in {driver_kind(c) for c in set(codes) - on_amx}]
     return all(is_cached(n, isa) for n in names)
 
 

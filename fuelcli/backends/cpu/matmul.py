@@ -22,32 +22,38 @@ from numba import njit, prange
 
 from ...formats import ACTIVATION_BLOCK as AB
 from .jit import PARALLEL, helper
+from .amx import ROWS as AMX_ROWS
 from .attention import ATT_TOKENS
 from .kernels import DECODE_ROWS, TASK_ROWS
 from .llvm import kcall
 
-K_DECODE, K_PREFILL, K_UNPACK, K_DEQUANT, K_QUANT = range(5)  # columns of the kernel table
-N_KERNEL_COLS = 5
-C_QUANTIZE, C_SILU, C_ATTENTION, C_RMSNORM, C_ROPE, C_KV_STORE, C_BATCH = range(7)  # the core table
+K_DECODE, K_PREFILL, K_UNPACK, K_DEQUANT, K_QUANT, K_PLANES = range(6)  # columns of the kernel table
+N_KERNEL_COLS = 6
+# the core table; C_SPLIT is 0 without AMX
+C_QUANTIZE, C_SILU, C_ATTENTION, C_RMSNORM, C_ROPE, C_KV_STORE, C_BATCH, C_SPLIT = range(8)
 DESC_ROWS, DESC_COLS = 3, 13  # a batch of task kernels: (address, n_tasks, 11 arguments) per row
 
 
-def kernel_table(codes, isa) -> np.ndarray:
-    """int64 [n_formats, N_KERNEL_COLS]: the kernels of the formats in `codes` (others stay 0)."""
+def kernel_table(codes, isa, use_amx: bool = False) -> np.ndarray:
+    """int64 [n_formats, N_KERNEL_COLS]: the kernels of the formats in `codes` (others stay 0).
+    K_QUANT: a block format (decode takes int16 activations); K_PLANES: its prefill runs on AMX and
+    takes bf16 planes (amx.py; use_amx)."""
     from ...formats import BY_CODE
     from .kernels import addresses, is_quant
 
     table = np.zeros((len(BY_CODE), N_KERNEL_COLS), np.int64)
     for code in sorted(set(int(c) for c in codes)):
-        table[code, :4] = addresses(code, isa)
         table[code, K_QUANT] = is_quant(code)
+        table[code, K_PLANES] = use_amx and is_quant(code)
+        table[code, :4] = addresses(code, isa, bool(table[code, K_PLANES]))
     return table
 
 
-def core_table(isa, head_dim: int) -> np.ndarray:
+def core_table(isa, head_dim: int, use_amx: bool = False) -> np.ndarray:
     from .core import addresses
+    from .kernels import amx_split
 
-    return np.array(addresses(isa, head_dim), np.int64)
+    return np.array(addresses(isa, head_dim) + (amx_split(isa) if use_amx else 0,), np.int64)
 
 
 @njit(**PARALLEL)
@@ -91,6 +97,13 @@ def quantize_rows(x, xq, xs, xf, core):
 
 
 @helper()
+def split_rows(x, planes, core):
+    """x [T, K] (C-contiguous) -> the AMX kernels' bf16 high and low planes in `planes` (amx.py)."""
+    T, K = x.shape
+    tasks(core[C_SPLIT], T, args11(ptr(x), K, K, ptr(planes), T))
+
+
+@helper()
 def silu_mul(gate, up, core):
     """gate <- silu(gate) * up, row by row (C-contiguous [T, n])."""
     tasks(core[C_SILU], gate.shape[0], args11(ptr(gate), ptr(up), gate.shape[1]))
@@ -106,23 +119,26 @@ def attention(q, k_cache, v_cache, pos0, window, n_heads, n_kv, out, core):
 
 
 @helper()
-def matmul_task(T, K, xp, xs, xf, w_addr, n_rows, row_bytes, code, kern, out_addr):
-    """(kernel, n_tasks, args) of out = x @ W^T for the stored matrix at w_addr: xp is x (float
-    formats) or its int16 quantisation (block formats), C-contiguous."""
+def matmul_task(x, xq, xs, xf, w_addr, n_rows, row_bytes, code, kern, out_addr):
+    """(kernel, n_tasks, args) of out = x @ W^T for the stored matrix at w_addr. The kernel reads x
+    itself (float formats), its int16 quantisation (block formats) or its AMX planes (prefill with
+    AMX): xq holds what forward.prepare made of x."""
+    T, K = x.shape
     if T == 1:
+        xp = ptr(xq) if kern[code, K_QUANT] else ptr(x)
         return (kern[code, K_DECODE], (n_rows + DECODE_ROWS - 1) // DECODE_ROWS,
-                args11(w_addr, n_rows, row_bytes, K, xp, xs, xf, out_addr))
-    return (kern[code, K_PREFILL], (n_rows + TASK_ROWS - 1) // TASK_ROWS,
-            args11(kern[code, K_UNPACK], w_addr, n_rows, row_bytes, K, T, xp, xs, xf, out_addr))
+                args11(w_addr, n_rows, row_bytes, K, xp, ptr(xs), ptr(xf), out_addr))
+    xp = ptr(xq) if kern[code, K_QUANT] or kern[code, K_PLANES] else ptr(x)
+    rows = AMX_ROWS if kern[code, K_PLANES] else TASK_ROWS
+    return (kern[code, K_PREFILL], (n_rows + rows - 1) // rows,
+            args11(kern[code, K_UNPACK], w_addr, n_rows, row_bytes, K, T, xp, ptr(xs), ptr(xf), out_addr))
 
 
 @helper()
 def matmul(x, xq, xs, xf, w_addr, n_rows, row_bytes, code, kern, out):
     """out[t, n] = sum_k x[t, k] * W[n, k] for the stored matrix W at w_addr (n_rows x row_bytes,
-    format `code`); x and out C-contiguous, xq/xs/xf hold x quantised (block formats)."""
-    T, K = x.shape
-    xp = ptr(xq) if kern[code, K_QUANT] else ptr(x)
-    fn, n, a = matmul_task(T, K, xp, ptr(xs), ptr(xf), w_addr, n_rows, row_bytes, code, kern, ptr(out))
+    format `code`); x and out C-contiguous, xq/xs/xf hold x prepared (matmul_task)."""
+    fn, n, a = matmul_task(x, xq, xs, xf, w_addr, n_rows, row_bytes, code, kern, ptr(out))
     tasks(fn, n, a)
 
 

@@ -167,6 +167,17 @@ def block(code: int, bd, row, blk) -> Block:
     return EMITTERS[code](bd, row, blk)
 
 
+def exact_values(bd, blk: Block, j: int):
+    """<32 x float>: group j of the block decoded as the numpy decode rounds it (no fused
+    multiply-add, no reassociation: the builder sets no fast-math flags)."""
+    jj = ir.Constant(I32, j)
+    sv, wv = blk.exact[j] if blk.exact is not None else (splat(bd, bd.extract_element(blk.scale, jj), G), blk.w[j])
+    v = bd.fmul(sv, bd.sitofp(wv, vec(F32T, G)))
+    if blk.min is not None:
+        v = bd.fadd(v, splat(bd, bd.extract_element(blk.min, jj), G))
+    return v
+
+
 # ------------------------------------------------------------------ float formats
 
 FLOATS = {F32.code, F16.code, BF16.code}
