@@ -99,7 +99,7 @@ def test_only_the_formats_a_model_uses_are_compiled(tiny_gguf, tmp_path, monkeyp
 from fuelcli.loader import open_model
 from fuelcli.backends.cpu.engine import CpuEngine
 m = open_model({str(tiny_gguf)!r})
-CpuEngine(m.cfg, m.weights, 8)
+CpuEngine(m.cfg, m.weights, 8).kern
 """
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ))
     assert r.returncode == 0, r.stderr
@@ -144,3 +144,24 @@ def test_cpu_backend_skips_numbas_blas_probe_and_numba_still_finds_blas():
             "assert 'scipy.linalg' in sys.modules\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
+
+
+def test_kernels_compile_in_a_child_beside_the_forward(tmp_path, monkeypatch):
+    """Nothing cached: the kernel modules compile in a child process (tables.py) while this one
+    would compile the forward; its modules land in the cache and the tables load from there. With
+    everything cached there is no child."""
+    from fuelcli.backends.cpu import amx, kernels
+    from fuelcli.backends.cpu.kernels import is_quant
+    from fuelcli.backends.cpu.tables import KernelTables
+
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    isa, codes = llvm.host_isa(), [8, 2]  # q8_0, q4_0
+    use_amx = amx.available(isa) and any(is_quant(c) for c in codes)
+    assert not kernels.cached(codes, isa, use_amx)
+    tables = KernelTables(codes, isa, 64, use_amx, background=True)
+    child = tables._child
+    assert child is not None and child.wait(timeout=600) == 0
+    assert kernels.cached(codes, isa, use_amx)  # the child's work: this process compiled nothing
+    kern, core = tables.get()
+    assert (kern[codes, :4] != 0).all() and (core != 0).sum() >= 7
+    assert KernelTables(codes, isa, 64, use_amx, background=True)._child is None

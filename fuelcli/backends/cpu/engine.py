@@ -20,23 +20,33 @@ from .activations import allocate
 from .attention import KEY_BLOCK
 from .kernels import is_quant
 from .llvm import host_isa
-from .matmul import K_QUANT, core_table, kernel_table
+from .matmul import N_KERNEL_COLS
+from .tables import KernelTables
 
 N_BATCH = 512  # tokens per forward call of a long prefill
+
+
+def _forward_cached() -> bool:
+    """Whether numba's on-disk cache holds the forward (private numba API: True when it cannot tell)."""
+    from . import forward
+
+    try:
+        return bool(forward.forward._cache._cache_file._load_index())
+    except Exception:
+        return True
 
 
 def kernels_cached(weights: ModelWeights | None = None) -> bool:
     """Whether the forward (numba's on-disk cache) and the kernels of the weights' formats are
     compiled already (False: the first engine compiles them). Says True when it cannot tell."""
-    from . import forward
     from .kernels import cached
 
     try:
         codes = {t.format.code for t in weights.tensors()} if weights is not None else ()
         isa = host_isa()
         use_amx = amx.available(isa) and any(is_quant(c) for c in codes)
-        return bool(forward.forward._cache._cache_file._load_index()) and cached(codes, isa, use_amx)
-    except Exception:  # private numba API: never let it break a run
+        return _forward_cached() and cached(codes, isa, use_amx)
+    except Exception:  # never let it break a run
         return True
 
 
@@ -91,14 +101,13 @@ class CpuEngine(Engine):
         self.codes = sorted({int(c) for c in self.mats[:, 3]})
         isa = host_isa()
         use_amx = amx.available(isa) and any(is_quant(c) for c in self.codes)
-        self.kern = kernel_table(self.codes, isa, use_amx)
-        self.core = core_table(isa, cfg.head_dim, use_amx)
+        self._tables = KernelTables(self.codes, isa, cfg.head_dim, use_amx, background=not _forward_cached())
         self.vecs = np.concatenate(vecs).astype(np.float32)
         self.vec_tab = np.array(vec_tab, np.int64).reshape(-1, 2)
         dims = np.zeros(F.N_DIMS, np.int64)
         dims[F.D_NH], dims[F.D_NKV] = cfg.num_heads, cfg.num_kv_heads
         dims[F.D_HD], dims[F.D_TOPK], dims[F.D_NORM_TOPK] = cfg.head_dim, cfg.experts_per_tok, cfg.norm_topk_prob
-        dims[F.D_QUANT] = any(self.kern[c, K_QUANT] for c in self.codes)
+        dims[F.D_QUANT] = any(is_quant(c) for c in self.codes)
         self.dims = dims
         self.moe_idx = self.exp_idx if cfg.num_experts else None  # None: numba compiles no MoE code
         self.windows = np.array(cfg.windows, np.int64)
@@ -112,20 +121,34 @@ class CpuEngine(Engine):
     def kv_bytes(self) -> int:
         return self.kv.nbytes
 
-    def _args(self, tokens: np.ndarray, all_logits: bool, logits: np.ndarray, states: np.ndarray) -> tuple:
+    @property
+    def kern(self) -> np.ndarray:
+        """The kernel table (matmul.kernel_table); the first use waits for its compile."""
+        return self._tables.get()[0]
+
+    @property
+    def core(self) -> np.ndarray:
+        return self._tables.get()[1]
+
+    def _args(self, tokens: np.ndarray, all_logits: bool, logits: np.ndarray, states: np.ndarray,
+              tables: tuple | None = None) -> tuple:
         """forward.forward's arguments for `tokens` after the cached ones."""
+        kern, core = tables or (self.kern, self.core)
         return (tokens, self.pos, self.mats, self.mat_idx, self.moe_idx, self.vecs, self.vec_tab, self.vec_idx,
                 self.embed_i, self.out_i, self.final_norm_i, self.dims,
                 np.int64(np.float32(self.cfg.rms_norm_eps).view(np.int32)), self.windows, self.cos, self.sin,
-                self.kv.k, self.kv.v, self.kern, self.core, self.act, all_logits, logits, states)
+                self.kv.k, self.kv.v, kern, core, self.act, all_logits, logits, states)
 
     def warm_up(self):
         """Loads the forward numba compiled for the argument types every prefill passes (or compiles
-        it), without running it: a forward here would only also page in the weights, which the
-        first prefill does as it goes (a start saves the ~0.1 s of a token)."""
+        it, while the kernels compile beside it: tables.py), without running it: a forward here
+        would only also page in the weights, which the first prefill does as it goes (a start saves
+        the ~0.1 s of a token). The tables' types are all the compile needs of them."""
         f = self._forward
-        args = self._args(np.zeros(1, np.int64), False, self._last, np.empty((0, 1, 1), np.float32))
+        stand_in = (np.zeros((1, N_KERNEL_COLS), np.int64), np.zeros(1, np.int64))
+        args = self._args(np.zeros(1, np.int64), False, self._last, np.empty((0, 1, 1), np.float32), stand_in)
         f.compile(tuple(f.typeof_pyval(a) for a in args))
+        self._tables.get()
 
     def prefill(self, tokens, all_logits: bool = False, hidden: bool = False):
         tokens = self.check(tokens)
