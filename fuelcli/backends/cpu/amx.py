@@ -5,7 +5,7 @@ multiply-adds, where the vector path's vpdpwssd does 32 (measured here: 1.1 T mu
 core, 7x the vector peak). bf16 keeps 8 significant bits, so each activation and each decoded weight
 is split into a bf16 high part and a bf16 low part (the rounded rest): x = xh + xl, w = wh + wl, and
 three products xh·wh + xh·wl + xl·wh keep ~16 significant bits of each (the dropped xl·wl is below
-2^-16 of the product), sums in f32 — the precision of the int16 activations of the vector path
+2^-18 of the product), sums in f32 — the precision of the int16 activations of the vector path
 (matmul.py), with the weights decoded exactly (unpack.exact_values) instead of kept as integers.
 Fewer planes would round the weights themselves to bf16 (a model converted to bf16). Float formats
 (f32, f16, bf16) keep the vector path's f32 products: ~2^-17 per product moved the logits of the
@@ -80,7 +80,7 @@ def permitted() -> bool:
 
 def available(isa: Isa) -> bool:
     """Whether prefill runs on AMX tiles: the host's own AVX-512 code, its AMX and the permission."""
-    if os.environ.get("FUEL_AMX", "").strip() == "0" or isa.name != "avx512vnni" or isa.features:
+    if os.environ.get("FUEL_AMX", "").strip() == "0" or isa.name != "avx512vnni":
         return False
     feats = host_features()
     return all(feats.get(f, False) for f in _NEEDS) and permitted()

@@ -101,6 +101,8 @@ class CpuEngine(Engine):
         self.codes = sorted({int(c) for c in self.mats[:, 3]})
         isa = host_isa()
         use_amx = amx.available(isa) and any(is_quant(c) for c in self.codes)
+        if use_amx:  # bench tables and diff provenance say which kernels ran
+            self.backend = "cpu numba amx"
         self._tables = KernelTables(self.codes, isa, cfg.head_dim, use_amx, background=not _forward_cached())
         self.vecs = np.concatenate(vecs).astype(np.float32)
         self.vec_tab = np.array(vec_tab, np.int64).reshape(-1, 2)
