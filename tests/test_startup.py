@@ -1,0 +1,81 @@
+"""How a `fuel` process starts: the garbage collector is off until the command's start is over
+(fuelcli/collector.py), then on again with the start's objects frozen. Each case runs in its own
+process (the collector and gc.freeze are process-wide)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Records, when the model's tokenizer is built (start-up work) and when generation begins, whether
+# the collector is on and whether anything is frozen; then runs the CLI through ENTRY.
+DRIVER = r"""
+import gc, json, sys
+import fuelcli.generate as G
+import fuelcli.gguf_tokenizer as T
+
+seen = {}
+
+def spy(name, fn):
+    def wrapped(*args, **kwargs):
+        seen.setdefault(name, {"enabled": gc.isenabled(), "frozen": gc.get_freeze_count() > 0})
+        return fn(*args, **kwargs)
+    return wrapped
+
+T.tokenizer_from_gguf = spy("tokenizer", T.tokenizer_from_gguf)
+G.generate = spy("generate", G.generate)
+entry, out = sys.argv.pop(1), sys.argv.pop(1)
+if entry == "__main__":
+    from fuelcli.__main__ import main
+else:  # the CLI without __main__'s start (as a library caller would run it): the collector stays on
+    from fuelcli.cli import main
+try:
+    main()
+finally:
+    open(out, "w").write(json.dumps(seen))
+"""
+
+
+def observed(entry: str, args: list, tmp_path) -> dict:
+    out = tmp_path / "seen.json"
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-c", DRIVER, entry, str(out), *args], capture_output=True, text=True,
+                       env=env, cwd=tmp_path, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def smol(smollm2_gguf):
+    """The SmolLM2 GGUF with its kernels compiled (a cold first run is not what these tests time)."""
+    from typer.testing import CliRunner
+
+    from fuelcli.cli import app
+
+    assert CliRunner().invoke(app, ["run", str(smollm2_gguf), "Hi", "-n", "1", "-q"]).exception is None
+    return str(smollm2_gguf)
+
+
+def test_run_starts_without_the_collector_and_generates_with_it(smol, tmp_path):
+    seen = observed("__main__", ["run", smol, "Hi", "-n", "1", "-q"], tmp_path)
+    assert seen["tokenizer"] == {"enabled": False, "frozen": False}  # the start: paused
+    assert seen["generate"] == {"enabled": True, "frozen": True}  # the engine is ready: on, start frozen
+
+
+def test_other_commands_resume_the_collector_as_they_begin(smol, tmp_path):
+    seen = observed("__main__", ["logits", smol, "--prompt", "Hi", "--out", str(tmp_path / "l.npy")], tmp_path)
+    assert seen["tokenizer"] == {"enabled": True, "frozen": True}
+
+
+def test_negative_control_the_cli_without_main_never_pauses_it(smol, tmp_path):
+    """The spy reads the collector's state: without __main__'s pause it sees it on, nothing frozen."""
+    seen = observed("cli", ["run", smol, "Hi", "-n", "1", "-q"], tmp_path)
+    assert seen["tokenizer"] == {"enabled": True, "frozen": False}
+    assert seen["generate"] == {"enabled": True, "frozen": False}
