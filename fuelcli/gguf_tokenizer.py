@@ -28,7 +28,7 @@ from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tok
 from .errors import InputError
 from .tokenizer import Tokenizer
 from .native import call_quietly
-from .weights.gguf_meta import check_merges
+from .weights.gguf_meta import check_merges, positions
 
 # llama.cpp's regexes (llama-vocab.cpp, llm_tokenizer_bpe), each applied in turn to the pieces the
 # previous one left; matches and the text between them both become pieces.
@@ -163,10 +163,9 @@ def _byte_level(meta: dict) -> tuple[tokenizers.Tokenizer, list, list]:
     # Control tokens (<|im_start|>, ...) are matched whole and skipped on decode; user-defined
     # ones are matched whole but kept. A "control" token outside the byte alphabet is a
     # llama.cpp mislabel and is left alone (as transformers does).
-    added = [i for i, ty in enumerate(types[:len(tokens)]) if ty == CONTROL or ty == USER_DEFINED]  # a few of 151k
     control = [AddedToken(tokens[i], normalized=False, special=True)
-               for i in added if types[i] == CONTROL and set(tokens[i]) <= alpha]
-    user = [AddedToken(tokens[i], normalized=False, special=False) for i in added if types[i] == USER_DEFINED]
+               for i in positions(types, CONTROL, len(tokens)) if set(tokens[i]) <= alpha]
+    user = [AddedToken(tokens[i], normalized=False, special=False) for i in positions(types, USER_DEFINED, len(tokens))]
     return tok, control, user
 
 

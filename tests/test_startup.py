@@ -79,3 +79,13 @@ def test_negative_control_the_cli_without_main_never_pauses_it(smol, tmp_path):
     seen = observed("cli", ["run", smol, "Hi", "-n", "1", "-q"], tmp_path)
     assert seen["tokenizer"] == {"enabled": True, "frozen": False}
     assert seen["generate"] == {"enabled": True, "frozen": False}
+
+
+@pytest.mark.parametrize("values, stop", [([], 0), ([3], 1), ([3], 0), ([1, 3, 1, 3, 4, 3], 6), ([1, 3, 1, 3, 4, 3], 5),
+                                          ([3, 3, 3], 2), ([1, 2, 4], 3), ([3, 3.0, True, "3"], 4)])
+def test_positions_finds_what_a_loop_finds(values, stop):
+    """gguf_meta.positions (list.index at C speed, for the 151k-entry token_type array on every start)
+    against the loop it replaces."""
+    from fuelcli.weights.gguf_meta import positions
+
+    assert positions(values, 3, stop) == [i for i, v in enumerate(values[:stop]) if v == 3]
