@@ -81,6 +81,43 @@ def test_negative_control_the_cli_without_main_never_pauses_it(smol, tmp_path):
     assert seen["generate"] == {"enabled": True, "frozen": False}
 
 
+# What `fuel run` on a GGUF file never needs: the oracle's machinery (fuel diff), the hub client, the
+# peers, the plotting and serving stacks. Each costs a start its import time.
+NOT_FOR_RUN = ("fuelcli.oracle.compare", "fuelcli.oracle.metrics", "huggingface_hub", "torch", "transformers",
+               "matplotlib", "starlette", "uvicorn")
+
+MODULES = r"""
+import json, sys
+out = sys.argv.pop(1)
+from fuelcli.__main__ import main
+try:
+    main()
+finally:
+    open(out, "w").write(json.dumps(sorted(sys.modules)))
+"""
+
+
+def imported(args: list, tmp_path) -> set:
+    out = tmp_path / "modules.json"
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-c", MODULES, str(out), *args], capture_output=True, text=True, env=env,
+                       cwd=tmp_path, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return set(json.loads(out.read_text()))
+
+
+def test_run_imports_nothing_it_does_not_need(smol, tmp_path):
+    mods = imported(["run", smol, "Hi", "-n", "1", "-q"], tmp_path)
+    assert "fuelcli.backends.cpu.forward" in mods  # it did run
+    assert not mods & set(NOT_FOR_RUN), sorted(mods & set(NOT_FOR_RUN))
+
+
+def test_negative_control_diff_imports_the_oracle(smol, tmp_path):
+    """The check sees lazy imports: `fuel diff` loads the oracle's modules that `fuel run` must not."""
+    mods = imported(["diff", smol, "--prompt", "Hi there"], tmp_path)
+    assert {"fuelcli.oracle.compare", "fuelcli.oracle.metrics"} <= mods
+
+
 @pytest.mark.parametrize("values, stop", [([], 0), ([3], 1), ([3], 0), ([1, 3, 1, 3, 4, 3], 6), ([1, 3, 1, 3, 4, 3], 5),
                                           ([3, 3, 3], 2), ([1, 2, 4], 3), ([3, 3.0, True, "3"], 4)])
 def test_positions_finds_what_a_loop_finds(values, stop):
