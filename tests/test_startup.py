@@ -126,3 +126,34 @@ def test_positions_finds_what_a_loop_finds(values, stop):
     from fuelcli.weights.gguf_meta import positions
 
     assert positions(values, 3, stop) == [i for i, v in enumerate(values[:stop]) if v == 3]
+
+
+def _python(code: str, cwd) -> str:
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=cwd, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return p.stdout.strip()
+
+
+PROBES = "import sys; print(sorted(m for m in ('yaml', 'scipy', 'cffi') if m in sys.modules))"
+
+
+def test_commands_import_numba_without_its_optional_probes(tmp_path):
+    """set_threads (every command's first numba import) leaves PyYAML, SciPy and cffi unimported, and
+    importable afterwards."""
+    pytest.importorskip("yaml")
+    out = _python("from fuelcli.threads import set_threads; set_threads(None); " + PROBES + "; import yaml", tmp_path)
+    assert out == "[]"
+
+
+def test_negative_control_numba_alone_probes_yaml(tmp_path):
+    pytest.importorskip("yaml")
+    assert "'yaml'" in _python("import numba; " + PROBES, tmp_path)
+
+
+def test_a_numba_config_file_is_still_read(tmp_path):
+    """With a .numba_config.yaml in the working directory, PyYAML is left to numba, which reads it."""
+    pytest.importorskip("yaml")
+    (tmp_path / ".numba_config.yaml").write_text("color_scheme: light_bg\n")
+    code = "from fuelcli.threads import set_threads; set_threads(None); import numba; print(numba.config.COLOR_SCHEME)"
+    assert _python(code, tmp_path) == "light_bg"
