@@ -4,8 +4,8 @@ A start leaves ~185k tracked objects that live as long as the process (numba's t
 the tokenizer's inputs, a 151k-token vocabulary's merges) and next to no garbage cycles: on a warm
 `fuel run` of the Qwen demo the collector ran ~500 times, freed ~1,000 objects and cost ~0.15 s of
 a 1.2 s wait for the first token. So main() pauses it before the first import, and it resumes once
-the start is over: `run` and `chat` when their engine is ready, every other command as it begins
-(cli/app.py). Resuming freezes what is alive by then (gc.freeze): later collections skip it.
+the start is over: `run`, `chat` and `serve` when their engine is ready, every other command as it
+begins (cli/app.py). Resuming freezes what is alive by then (gc.freeze): later collections skip it.
 Compiling the kernels (the first run) leaves ~80 MB of cycles, collected once before the freeze.
 Code that imports fuel as a library never pauses it.
 """

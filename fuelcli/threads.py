@@ -49,6 +49,7 @@ def set_threads(n: int | None) -> int:
 
 
 def _import_numba():
+    """numba, imported (once) without the probes the module docstring names."""
     if "numba" in sys.modules:
         return sys.modules["numba"]
     probes = ["scipy", "cffi"] + ([] if os.path.isfile(".numba_config.yaml") else ["yaml"])
