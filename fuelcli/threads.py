@@ -6,6 +6,11 @@ the wait policy is passive (numba's tbb or workqueue layers, when chosen, are un
 FUEL_THREADS sets the pool's thread count: a whole number up to llama.cpp's GGML_MAX_N_THREADS (a
 million threads crash numba's pool; anything but a number makes numba warn and ignore it).
 `-t/--threads` sets the count per command (set_threads).
+
+The commands import numba here, without three optional probes fuel never needs (~50 ms of a warm
+start): PyYAML, read only for a .numba_config.yaml in the working directory (probed when there is
+none); SciPy, imported only to check that its version is at least 1.0; cffi, which lets jitted code
+call cffi functions: numba's cffi support stays off in a fuel command's process.
 """
 
 import os
@@ -33,7 +38,7 @@ def set_threads(n: int | None) -> int:
         raise InputError(f"-t/--threads must be from 1 to {MAX_THREADS}, got {n}")
     if n is not None and "numba" not in sys.modules:
         os.environ["NUMBA_NUM_THREADS"] = str(n)
-    import numba
+    numba = _import_numba()
 
     if n is not None:
         if n > numba.config.NUMBA_NUM_THREADS:
@@ -41,3 +46,21 @@ def set_threads(n: int | None) -> int:
                              "(set FUEL_THREADS to enlarge it)")
         numba.set_num_threads(n)
     return numba.get_num_threads()
+
+
+def _import_numba():
+    """numba, imported (once) without the probes the module docstring names."""
+    if "numba" in sys.modules:
+        return sys.modules["numba"]
+    probes = ["scipy", "cffi"] + ([] if os.path.isfile(".numba_config.yaml") else ["yaml"])
+    skipped = [m for m in probes if m not in sys.modules]
+    for m in skipped:
+        sys.modules[m] = None  # `import m` raises ImportError, which numba takes as "not installed"
+    try:
+        import numba
+        import numba.core.typing.cffi_utils  # noqa: F401  (imported later otherwise, with cffi)
+    finally:
+        for m in skipped:
+            if sys.modules.get(m, 0) is None:
+                del sys.modules[m]
+    return numba

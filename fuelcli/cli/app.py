@@ -12,6 +12,7 @@ import traceback
 
 import typer
 
+from .. import collector
 from ..errors import EXIT_INTERNAL, EXIT_INTERRUPTED, FuelError
 from .options import err
 
@@ -33,10 +34,15 @@ def _version(value: bool):
         raise typer.Exit()
 
 
+# These resume the garbage collector themselves once their engine is ready (textgen.ready_engine).
+STARTS_LATE = ("run", "chat", "serve")
+
+
 @app.callback()
-def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                       help="print the version and exit")):
-    pass
+def _main(ctx: typer.Context, version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                                           help="print the version and exit")):
+    if ctx.invoked_subcommand not in STARTS_LATE:
+        collector.resume()
 
 
 def _one_line(e: BaseException) -> str:

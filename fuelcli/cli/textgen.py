@@ -97,7 +97,9 @@ def show_prompt(tok, ids: list[int], label: str = "prompt"):
 
 def ready_engine(m, n_ctx: int, device: str | None, quiet: bool):
     """An engine of n_ctx positions, warmed up; also the compile time when this run compiled the
-    kernels (0.0 when they came from the cache), so that no timing includes it."""
+    kernels (0.0 when they came from the cache), so that no timing includes it. The start is over:
+    the garbage collector resumes (collector.py)."""
+    from .. import collector
     from ..backends import make_engine
 
     engine = make_engine(m.cfg, m.weights, n_ctx=n_ctx, device=device)
@@ -110,4 +112,6 @@ def ready_engine(m, n_ctx: int, device: str | None, quiet: bool):
         err("compiling fuel's kernels (first run only; cached afterwards)...")
     t0 = time.perf_counter()
     engine.warm_up()
-    return engine, (time.perf_counter() - t0 if compiling else 0.0)
+    compile_s = time.perf_counter() - t0 if compiling else 0.0
+    collector.resume(collect=compiling)
+    return engine, compile_s

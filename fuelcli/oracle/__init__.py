@@ -13,10 +13,22 @@ llama-perplexity windows, the perplexity of both sides.
     picture.py     KL against position (and per-layer divergence) in the terminal; plot.py: PNG/SVG
 """
 
-from .compare import diff, diff_text
-from .metrics import kl_div
 from .tolerances import (DEFAULT_CTX, DEFAULT_DECODE_STEPS, DEFAULT_LAYER_RTOL, DEFAULT_MIN_TOP1,
                          DEFAULT_TOL)
+
+
+def __getattr__(name):
+    """diff, diff_text and kl_div load on first use: every CLI start imports this package for the
+    defaults of `fuel diff`'s options, and `fuel run` needs nothing else from it."""
+    if name in ("diff", "diff_text"):
+        from . import compare
+
+        return getattr(compare, name)
+    if name == "kl_div":
+        from .metrics import kl_div
+
+        return kl_div
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = ["diff", "diff_text", "kl_div", "DEFAULT_CTX", "DEFAULT_DECODE_STEPS", "DEFAULT_LAYER_RTOL",
            "DEFAULT_MIN_TOP1", "DEFAULT_TOL"]

@@ -18,6 +18,18 @@ from ..errors import InputError
 DEFAULT_ALIGNMENT = 32
 
 
+def positions(values: list, value, stop: int) -> list[int]:
+    """The indices below `stop` at which the list `values` holds `value`: list.index scans at C speed
+    (a 151k-entry token_type array in ~1 ms, where a Python loop over it takes ~12)."""
+    out, i = [], -1
+    try:
+        while True:
+            i = values.index(value, i + 1, stop)
+            out.append(i)
+    except ValueError:
+        return out
+
+
 def _uint(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 

@@ -12,6 +12,7 @@ from ..config import ModelConfig, from_hf_config
 from ..errors import ConfigError, located
 from ..families import BY_GGUF_ARCH, FAMILIES
 from .gguf import GGUFFile
+from .gguf_meta import positions
 from .build import Lookup, ModelWeights, Names, build_weights, expert_views
 from .tensor import Tensor
 
@@ -87,7 +88,7 @@ def config_from_gguf(meta: dict, tensor_names=None) -> dict:
     # llama.cpp also ends generation on control tokens it knows by text (Qwen's file names only
     # <|im_end|>, yet a base-style continuation ends in <|endoftext|>, which hub generation_config lists)
     tokens, types = meta.get("tokenizer.ggml.tokens") or [], meta.get("tokenizer.ggml.token_type") or []
-    eos += [i for i, (t, ty) in enumerate(zip(tokens, types)) if ty == 3 and t in END_OF_GENERATION]
+    eos += [i for i in positions(types, 3, len(tokens)) if tokens[i] in END_OF_GENERATION]
     if eos:
         d["eos_token_id"] = list(dict.fromkeys(eos))
     return d
