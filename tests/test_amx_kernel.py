@@ -2,7 +2,7 @@
 
 Each activation and each decoded weight is split into bf16 high and low parts and three tile products
 are summed in f32, so a product keeps ~2^-17 of each factor. Measured worst error over these cases:
-5.1e-6 of sum|w*x| (q4_k), against AMX_REL_TOL = 2e-5 (the int16 path's is 1e-4: test_formats.py).
+5.9e-6 of sum|w*x| (q4_1), against AMX_REL_TOL = 2e-5 (the int16 path's is 1e-4: test_formats.py).
 The negative control drops the low activation plane (bf16 activations): its error is ~1e-3, ~50x the
 tolerance (the test asks 20x).
 """
@@ -24,6 +24,11 @@ QUANT = [f for f in FORMATS if FORMATS[f].block_elems >= 32]
 @njit(cache=True)
 def split_rows(x, planes, core):
     M.split_rows(x, planes, core)
+
+
+@njit(cache=True)
+def quantize_rows(x, xq, xs, xf, core):
+    M.quantize_rows(x, xq, xs, xf, core)
 
 
 @njit(cache=True)
@@ -53,10 +58,11 @@ def _matmul(x, planes, raw, fmt, kern):
 
 def _cases(fmt):
     """(K, rows, tokens): chunks of k and a partial one; a partial last task, quad and lane group, an
-    empty second quad; token tails of every kind."""
-    kca = amx.KCA
+    empty second quad; token tails of every kind (from amx.AMX_MIN_TOKENS: fewer take the vector
+    kernels)."""
+    kca, t0 = amx.KCA, amx.AMX_MIN_TOKENS
     k = kca * 2 + max(FORMATS[fmt].block_elems, 64)
-    return [(k, amx.ROWS + 21, 30), (kca, 64, 16), (512, 85, 49), (256, amx.ROWS + 2, 17)]
+    return [(k, amx.ROWS + 21, t0 + 30), (kca, 64, t0), (512, 85, t0 + 49), (256, amx.ROWS + 2, t0 + 17)]
 
 
 @pytest.mark.parametrize("fmt", QUANT)
@@ -76,7 +82,7 @@ def test_amx_prefill(fmt):
 
 def test_amx_low_plane_matters():
     """Negative control: bf16 activations alone (the low plane zeroed) miss the tolerance."""
-    fmt, K, rows, T = "q8_0", 512, 64, 16
+    fmt, K, rows, T = "q8_0", 512, 64, amx.AMX_MIN_TOKENS
     kern, core = _tables(fmt)
     raw = random_rows(fmt, rows, K, seed=3)
     w = dequantize(as_tensor(fmt, raw, K)).astype(np.float64)
@@ -95,9 +101,29 @@ def test_float_formats_keep_f32_products():
     codes = [FORMATS[f].code for f in ("f32", "f16", "bf16", "q8_0")]
     kern, vec = M.kernel_table(codes, isa, True), M.kernel_table(codes, isa, False)
     for code in codes[:3]:
-        assert kern[code, M.K_PLANES] == 0 and (kern[code] == vec[code]).all()
+        assert kern[code, M.K_AMX_PREFILL] == 0 and (kern[code] == vec[code]).all()
     q8 = codes[3]
-    assert kern[q8, M.K_PLANES] == 1 and kern[q8, M.K_PREFILL] != vec[q8, M.K_PREFILL]
+    assert kern[q8, M.K_AMX_PREFILL] != 0 and (kern[q8, :M.K_AMX_PREFILL] == vec[q8, :M.K_AMX_PREFILL]).all()
+
+
+def test_short_inputs_take_the_vector_kernels():
+    """Below AMX_MIN_TOKENS a block format's prefill is the int16 vector path (matmul_task), whose
+    result differs from the AMX one by its int16 rounding; from AMX_MIN_TOKENS on it is the tiles'."""
+    fmt, K, rows = "q8_0", 512, 64
+    kern, core = _tables(fmt)
+    raw = random_rows(fmt, rows, K, seed=4)
+    x = np.random.default_rng(4).standard_normal((amx.AMX_MIN_TOKENS, K)).astype(np.float32)
+    xq, xs, xf = np.empty(x.size, np.int16), np.empty(x.size // 32, np.float32), np.empty(x.size // 32, np.float32)
+    short = x[:amx.AMX_MIN_TOKENS - 1]
+    quantize_rows(short, xq, xs, xf, core)
+    out = np.empty((short.shape[0], rows), np.float32)
+    matmul(short, xq, xs, xf, raw.ctypes.data, rows, raw.shape[1], FORMATS[fmt].code, kern, out)
+    vec = M.kernel_table([FORMATS[fmt].code], llvm.host_isa(), False)
+    ref = np.empty_like(out)
+    matmul(short, xq, xs, xf, raw.ctypes.data, rows, raw.shape[1], FORMATS[fmt].code, vec, ref)
+    assert np.array_equal(out, ref)
+    tiles = _matmul(x, _planes(x, core), raw, fmt, kern)
+    assert not np.array_equal(tiles[:-1], ref)
 
 
 def test_split_planes():
@@ -121,11 +147,11 @@ def test_split_planes():
 
 def test_amx_nonfinite_reaches_its_token_only():
     """A NaN or inf activation makes its token's outputs NaN (inf - inf in the split), no other's."""
-    fmt, K, rows, T = "q4_k", 256, 64, 20
+    fmt, K, rows, T = "q4_k", 256, 64, amx.AMX_MIN_TOKENS + 20
     kern, core = _tables(fmt)
     raw = random_rows(fmt, rows, K, seed=9)
     x = np.random.default_rng(9).standard_normal((T, K)).astype(np.float32)
-    x[2, 5], x[17, 100] = np.nan, np.inf
+    x[2, 5], x[T - 3, 100] = np.nan, np.inf
     got = _matmul(x, _planes(x, core), raw, fmt, kern)
-    assert np.isnan(got[[2, 17]]).all()
-    assert np.isfinite(np.delete(got, [2, 17], axis=0)).all()
+    assert np.isnan(got[[2, T - 3]]).all()
+    assert np.isfinite(np.delete(got, [2, T - 3], axis=0)).all()

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from fuelcli import reference
-from fuelcli.backends.cpu import llvm
+from fuelcli.backends.cpu import amx, llvm
 from fuelcli.loader import open_model
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -72,14 +72,14 @@ def test_engine_matches_reference_on_every_isa(tiny_gguf, isa, path, monkeypatch
     # f16 kernels) or get no activations (block formats: the int16 quantisation and the AMX split
     # switched off)
     from fuelcli.backends.cpu import forward as F
-    from fuelcli.backends.cpu.matmul import C_SPLIT, K_DECODE, K_PLANES, K_PREFILL, K_UNPACK, kernel_table
+    from fuelcli.backends.cpu.matmul import C_SPLIT, K_DECODE, K_PREFILL, K_UNPACK, kernel_table
     from fuelcli.formats import FORMATS
 
     code = int(e.mats[0, 3])
     if code == FORMATS["f32"].code:
         f16 = FORMATS["f16"].code
         cols = [K_DECODE, K_PREFILL, K_UNPACK]
-        e.kern[code, cols] = kernel_table([f16], llvm.host_isa(), bool(e.kern[code, K_PLANES]))[f16, cols]
+        e.kern[code, cols] = kernel_table([f16], llvm.host_isa())[f16, cols]
     else:
         e.dims[F.D_QUANT] = e.core[C_SPLIT] = 0
         e.act.xq[:] = 0
@@ -88,9 +88,33 @@ def test_engine_matches_reference_on_every_isa(tiny_gguf, isa, path, monkeypatch
     assert not np.isfinite(bad).all() or _kl(ref, bad) > 100 * tol
 
 
+@pytest.mark.skipif(not amx.available(llvm.host_isa()), reason="no AMX (or FUEL_AMX=0) here")
+def test_amx_prefill_matches_reference(tiny_gguf):
+    """A prompt of AMX_MIN_TOKENS tokens or more: block formats on the tiles, within the same KL of
+    the reference as the vector path; negative control: the planes not prepared (the split off)."""
+    from fuelcli.backends.cpu.amx import AMX_MIN_TOKENS
+    from fuelcli.backends.cpu.engine import CpuEngine
+    from fuelcli.backends.cpu.matmul import C_SPLIT
+
+    model = open_model(str(tiny_gguf))
+    tokens = (TOKENS * 3)[:AMX_MIN_TOKENS + 10]
+    ref = reference.forward(model.cfg, model.weights, tokens)
+    e = CpuEngine(model.cfg, model.weights, len(tokens))
+    got = e.prefill(tokens, all_logits=True)
+    kl, tol = _kl(ref, got), KL_TOL[tiny_gguf.stem.split("-")[1]]
+    print(f"{tiny_gguf.name} AMX prefill of {len(tokens)}: max KL {kl:.2e}")
+    assert (ref.argmax(-1) == got.argmax(-1)).all() and kl <= tol
+    if e.core[C_SPLIT] == 0:  # f32 weights: no block format, no tiles
+        return
+    e.core[C_SPLIT] = 0
+    e.reset()
+    bad = e.prefill(tokens, all_logits=True)
+    assert not np.isfinite(bad).all() or _kl(ref, bad) > 100 * tol
+
+
 def test_only_the_formats_a_model_uses_are_compiled(tiny_gguf, tmp_path, monkeypatch):
     """A fresh cache after one engine holds the kernels of the model's formats and no others."""
-    from fuelcli.backends.cpu import amx, kernels
+    from fuelcli.backends.cpu import kernels
 
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
     model = open_model(str(tiny_gguf))
@@ -150,7 +174,7 @@ def test_kernels_compile_in_a_child_beside_the_forward(tmp_path, monkeypatch):
     """Nothing cached: the kernel modules compile in a child process (tables.py) while this one
     would compile the forward; its modules land in the cache and the tables load from there. With
     everything cached there is no child."""
-    from fuelcli.backends.cpu import amx, kernels
+    from fuelcli.backends.cpu import kernels
     from fuelcli.backends.cpu.kernels import is_quant
     from fuelcli.backends.cpu.tables import KernelTables
 

@@ -47,6 +47,10 @@ KCA = 512  # elements of k per panel chunk: 16 x 8 x 2 tiles of 1 KiB = 256 KiB 
 QUAD = 4  # C tiles (groups of 16 rows) a token tile accumulates at once: tiles 0-3
 ROWS = 2 * QUAD * TILE  # rows of one task: a token tile's A, loaded for the first quad, stays in L1
 # for the second (measured +14% against 64-row tasks)
+# a matrix input of fewer tokens takes the vector kernels: the panel unpack (exact decode, split,
+# transpose) costs per weight what the tiles save per token. Prefill of the Qwen2.5-Coder demo, ms,
+# AMX / vector: T=16 141 / 97, T=32 149 / 138, T=64 189 / 194, T=128 253 / 329, T=512 861 / 1330
+AMX_MIN_TOKENS = 64
 _NEEDS = ("amx-tile", "amx-bf16", "avx512bf16")
 
 

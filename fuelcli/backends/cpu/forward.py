@@ -21,6 +21,7 @@ import numpy as np
 from numba import njit, types
 from numba.extending import overload
 
+from .amx import AMX_MIN_TOKENS
 from .jit import FAST, helper
 from .matmul import (C_KV_STORE, C_RMSNORM, C_ROPE, C_SPLIT, args11, attention, batch, dequant_row, describe,
                      matmul, matmul_task, ptr, quantize_rows, silu_mul, split_rows, tasks)
@@ -42,9 +43,9 @@ def vaddr(vecs, vec_tab, i):
 
 @helper()
 def prepare(x, act, quant, core):
-    """x for the kernels: split into bf16 planes for AMX prefill (core[C_SPLIT] != 0), else
-    quantised for the block-format kernels (when the model has any)."""
-    if x.shape[0] > 1 and core[C_SPLIT] != 0:
+    """x for the kernels: split into bf16 planes for AMX prefill (core[C_SPLIT] != 0, enough
+    tokens: matmul.matmul_task), else quantised for the block-format kernels (when the model has any)."""
+    if x.shape[0] >= AMX_MIN_TOKENS and core[C_SPLIT] != 0:
         split_rows(x, act.xq, core)
     elif quant:
         quantize_rows(x, act.xq, act.xs, act.xf, core)

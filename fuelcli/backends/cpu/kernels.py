@@ -18,8 +18,8 @@ Three kernels per weight format, all `void f(i64, ...)` called by address from n
   dequant(row, K, out)
       one row decoded to f32 exactly as the numpy decode in fuelcli/formats (embedding lookups).
 
-Where the CPU has AMX, block-format prefill runs on its tiles instead (amx.py: one driver, and per
-format a panel unpack built on the same block emitters as these kernels).
+Where the CPU has AMX, block-format prefill of amx.AMX_MIN_TOKENS tokens or more runs on its tiles
+instead (amx.py: one driver, and per format a panel unpack built on the same block emitters).
 
 Integer ranges: |w| <= 4096 (q6_k with its scale folded in) and |xq| <= 32767, so a pair sum is
 below 2^28 and a 32-element block sum below 2^31.
@@ -464,17 +464,18 @@ def _compiled(which: str, key, isa: Isa) -> tuple:
     return tuple(got.values())
 
 
-def addresses(code: int, isa: Isa, use_amx: bool = False) -> tuple[int, int, int, int]:
-    """(decode, prefill driver, unpack, dequant) addresses for one format, compiled or loaded once;
-    with use_amx, a block format's AMX driver and panel unpack (amx.py)."""
+def addresses(code: int, isa: Isa) -> tuple[int, int, int, int]:
+    """(decode, prefill driver, unpack, dequant) addresses for one format, compiled or loaded once."""
     decode, unpack, dequant = _compiled("format", code, isa)
-    if use_amx and code not in U.FLOATS:
-        assert amx.permitted(), "AMX kernels without the OS's permission"
-        (unpack,) = _compiled("amx", code, isa)
-        prefill = _compiled("driver", "amx", isa)[0]
-    else:
-        (prefill,) = _compiled("driver", driver_kind(code), isa)
+    (prefill,) = _compiled("driver", driver_kind(code), isa)
     return decode, prefill, unpack, dequant
+
+
+def amx_addresses(code: int, isa: Isa) -> tuple[int, int]:
+    """(AMX prefill driver, the block format's AMX panel unpack): amx.py."""
+    assert amx.permitted(), "AMX kernels without the OS's permission"
+    (unpack,) = _compiled("amx", code, isa)
+    return _compiled("driver", "amx", isa)[0], unpack
 
 
 def amx_split(isa: Isa) -> int:
@@ -486,9 +487,9 @@ def amx_split(isa: Isa) -> int:
 def cached(codes, isa: Isa, use_amx: bool = False) -> bool:
     """Whether every kernel module the formats in `codes` need is in the on-disk cache."""
     names = [_module_name("format", c) for c in codes]
+    names += [_module_name("driver", k) for k in {driver_kind(c) for c in codes}]
     on_amx = {c for c in codes if use_amx and c not in U.FLOATS}
     names += [_module_name("amx", c) for c in on_amx] + [_module_name("driver", "amx")] * bool(on_amx)
-    names += [_module_name("driver", k) for k in {driver_kind(c) for c in set(codes) - on_amx}]
     return all(is_cached(n, isa) for n in names)
 
 

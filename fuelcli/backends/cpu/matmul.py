@@ -22,13 +22,15 @@ from numba import njit, prange
 
 from ...formats import ACTIVATION_BLOCK as AB
 from .jit import PARALLEL, helper
+from .amx import AMX_MIN_TOKENS
 from .amx import ROWS as AMX_ROWS
 from .attention import ATT_TOKENS
 from .kernels import DECODE_ROWS, TASK_ROWS
 from .llvm import kcall
 
-K_DECODE, K_PREFILL, K_UNPACK, K_DEQUANT, K_QUANT, K_PLANES = range(6)  # columns of the kernel table
-N_KERNEL_COLS = 6
+# columns of the kernel table
+K_DECODE, K_PREFILL, K_UNPACK, K_DEQUANT, K_QUANT, K_AMX_PREFILL, K_AMX_UNPACK = range(7)
+N_KERNEL_COLS = 7
 # the core table; C_SPLIT is 0 without AMX
 C_QUANTIZE, C_SILU, C_ATTENTION, C_RMSNORM, C_ROPE, C_KV_STORE, C_BATCH, C_SPLIT = range(8)
 DESC_ROWS, DESC_COLS = 3, 13  # a batch of task kernels: (address, n_tasks, 11 arguments) per row
@@ -36,16 +38,17 @@ DESC_ROWS, DESC_COLS = 3, 13  # a batch of task kernels: (address, n_tasks, 11 a
 
 def kernel_table(codes, isa, use_amx: bool = False) -> np.ndarray:
     """int64 [n_formats, N_KERNEL_COLS]: the kernels of the formats in `codes` (others stay 0).
-    K_QUANT: a block format (decode takes int16 activations); K_PLANES: its prefill runs on AMX and
-    takes bf16 planes (amx.py; use_amx)."""
+    K_QUANT: a block format (its kernels take int16 activations); K_AMX_*: with use_amx, a block
+    format's AMX prefill and panel unpack (amx.py; 0 otherwise)."""
     from ...formats import BY_CODE
-    from .kernels import addresses, is_quant
+    from .kernels import addresses, amx_addresses, is_quant
 
     table = np.zeros((len(BY_CODE), N_KERNEL_COLS), np.int64)
     for code in sorted(set(int(c) for c in codes)):
+        table[code, :4] = addresses(code, isa)
         table[code, K_QUANT] = is_quant(code)
-        table[code, K_PLANES] = use_amx and is_quant(code)
-        table[code, :4] = addresses(code, isa, bool(table[code, K_PLANES]))
+        if use_amx and is_quant(code):
+            table[code, K_AMX_PREFILL:K_AMX_UNPACK + 1] = amx_addresses(code, isa)
     return table
 
 
@@ -121,16 +124,17 @@ def attention(q, k_cache, v_cache, pos0, window, n_heads, n_kv, out, core):
 @helper()
 def matmul_task(x, xq, xs, xf, w_addr, n_rows, row_bytes, code, kern, out_addr):
     """(kernel, n_tasks, args) of out = x @ W^T for the stored matrix at w_addr. The kernel reads x
-    itself (float formats), its int16 quantisation (block formats) or its AMX planes (prefill with
-    AMX): xq holds what forward.prepare made of x."""
+    itself (float formats), its int16 quantisation (block formats) or, AMX_MIN_TOKENS tokens or
+    more of a block format on AMX, its bf16 planes: xq holds what forward.prepare made of x."""
     T, K = x.shape
+    xp = ptr(xq) if kern[code, K_QUANT] else ptr(x)
     if T == 1:
-        xp = ptr(xq) if kern[code, K_QUANT] else ptr(x)
         return (kern[code, K_DECODE], (n_rows + DECODE_ROWS - 1) // DECODE_ROWS,
                 args11(w_addr, n_rows, row_bytes, K, xp, ptr(xs), ptr(xf), out_addr))
-    xp = ptr(xq) if kern[code, K_QUANT] or kern[code, K_PLANES] else ptr(x)
-    rows = AMX_ROWS if kern[code, K_PLANES] else TASK_ROWS
-    return (kern[code, K_PREFILL], (n_rows + rows - 1) // rows,
+    if T >= AMX_MIN_TOKENS and kern[code, K_AMX_PREFILL] != 0:
+        return (kern[code, K_AMX_PREFILL], (n_rows + AMX_ROWS - 1) // AMX_ROWS,
+                args11(kern[code, K_AMX_UNPACK], w_addr, n_rows, row_bytes, K, T, xp, 0, 0, out_addr))
+    return (kern[code, K_PREFILL], (n_rows + TASK_ROWS - 1) // TASK_ROWS,
             args11(kern[code, K_UNPACK], w_addr, n_rows, row_bytes, K, T, xp, ptr(xs), ptr(xf), out_addr))
 
 
