@@ -14,7 +14,7 @@ from numba import njit
 from fuelcli.backends.cpu import amx, llvm
 from fuelcli.backends.cpu import matmul as M
 from fuelcli.formats import FORMATS
-from tests.test_formats import as_tensor, dequantize, random_rows
+from tests.test_formats import as_tensor, dequantize, matmul, quantize_rows, random_rows
 
 pytestmark = pytest.mark.skipif(not amx.available(llvm.host_isa()), reason="no AMX (or FUEL_AMX=0) here")
 AMX_REL_TOL = 2e-5
@@ -24,16 +24,6 @@ QUANT = [f for f in FORMATS if FORMATS[f].block_elems >= 32]
 @njit(cache=True)
 def split_rows(x, planes, core):
     M.split_rows(x, planes, core)
-
-
-@njit(cache=True)
-def quantize_rows(x, xq, xs, xf, core):
-    M.quantize_rows(x, xq, xs, xf, core)
-
-
-@njit(cache=True)
-def matmul(x, xq, xs, xf, w_addr, n_rows, row_bytes, code, kern, out):
-    M.matmul(x, xq, xs, xf, w_addr, n_rows, row_bytes, code, kern, out)
 
 
 def _tables(fmt):
