@@ -89,7 +89,7 @@ def swiglu(h, act, mats, ig, iu, idn, kern, core, quant, gate, up, out):
     """out = down(silu(gate(h)) * up(h)); h prepared. gate and up run in one parallel loop."""
     describe_linear(h, act, mats, ig, kern, gate, 0)
     describe_linear(h, act, mats, iu, kern, up, 1)
-    batch(act.desc, 2, core)
+    batch(act.desc, 2, core, h.shape[0] > 1)
     silu_mul(gate, up, core)
     prepare(gate, act, quant, core)
     linear(gate, act, mats, idn, kern, out)
@@ -196,7 +196,7 @@ def forward(tokens, pos0, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, embed_
         describe_linear(h, act, mats, mi[M_Q], kern, q, 0)
         describe_linear(h, act, mats, mi[M_K], kern, k, 1)
         describe_linear(h, act, mats, mi[M_V], kern, v, 2)
-        batch(act.desc, 3, core)
+        batch(act.desc, 3, core, h.shape[0] > 1)
         rope(q, vaddr(vecs, vec_tab, vi[V_QB]), vaddr(vecs, vec_tab, vi[V_QN]), nh, hd, pos0, cos, sin, eps, core)
         rope(k, vaddr(vecs, vec_tab, vi[V_KB]), vaddr(vecs, vec_tab, vi[V_KN]), nkv, hd, pos0, cos, sin, eps, core)
         if vi[V_VB] >= 0:

@@ -222,3 +222,38 @@ def kcall(typingctx, fp, args):
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+def _counter_op(op):
+    def build(typingctx, address):
+        if not isinstance(address, types.Integer):
+            return None
+
+        def codegen(context, builder, signature, llargs):
+            counter = builder.inttoptr(llargs[0], ir.IntType(64).as_pointer())
+            if op == "take":
+                return builder.atomic_rmw("add", counter, ir.Constant(ir.IntType(64), 1), "monotonic")
+            return builder.load_atomic(counter, "monotonic", 8)
+
+        return types.int64(address), codegen
+
+    return build
+
+
+@intrinsic
+def stack_counter(typingctx):
+    """The address of a zeroed int64 in the calling function's frame (it lives as long as the call)."""
+
+    def codegen(context, builder, signature, llargs):
+        slot = cgutils.alloca_once(builder, ir.IntType(64))
+        builder.store(ir.Constant(ir.IntType(64), 0), slot)
+        return builder.ptrtoint(slot, ir.IntType(64))
+
+    return types.int64(), codegen
+
+
+# a parallel loop's next task, an int64 at `address` shared by its threads: take() returns it and
+# moves it on by one, atomically; taken() reads it (a plain read of a shared line is cheap where
+# the atomic add would take the line from the other cores)
+take = intrinsic(_counter_op("take"))
+taken = intrinsic(_counter_op("taken"))

@@ -26,7 +26,7 @@ from .amx import AMX_MIN_TOKENS
 from .amx import ROWS as AMX_ROWS
 from .attention import ATT_TOKENS
 from .kernels import DECODE_ROWS, TASK_ROWS
-from .llvm import kcall
+from .llvm import kcall, stack_counter, take, taken
 
 # columns of the kernel table
 K_DECODE, K_PREFILL, K_UNPACK, K_DEQUANT, K_QUANT, K_AMX_PREFILL, K_AMX_UNPACK = range(7)
@@ -60,10 +60,30 @@ def core_table(isa, head_dim: int, use_amx: bool = False) -> np.ndarray:
 
 
 @njit(**PARALLEL)
-def run_tasks(fn, n, args):
-    """The one parallel loop: task kernel `fn` (an address) for tasks 0..n-1, with 11 int64 args."""
-    for i in prange(n):
-        kcall(fn, (np.int64(i),) + args)
+def run_tasks(fn, n, args, taking=False):
+    """The one parallel loop: task kernel `fn` (an address) for tasks 0..n-1, with 11 int64 args.
+
+    Without `taking` each thread runs a fixed share of the tasks (numba's static schedule). With
+    it, a thread takes the next task whenever it has finished one: cores that run at different
+    speeds (hybrid CPUs, a busy sibling hyperthread, a host's other tenants) finish together.
+    Prefill's matrix products and attention take (tasks of milliseconds; a causal query block
+    late in the prompt costs more than an early one): here one vCPU at times ran AMX tiles at 45%
+    of the other's speed, and two threads with fixed halves then ran no faster than one. Decode
+    keeps fixed shares: each thread streams its own contiguous rows (taking, which hands
+    neighbouring rows to alternate threads, measured tg 0.94x llama.cpp against 1.2-1.3x)."""
+    # the counter lives in this call's frame: the loop's threads run while this thread waits in it
+    next_task = stack_counter() if taking else np.int64(0)
+    for it in prange(n):
+        if next_task == 0:
+            kcall(fn, (np.int64(it),) + args)
+        elif taken(next_task) < n:
+            # numba's thread count (get_num_threads) would keep this function out of the on-disk
+            # cache: a thread's first iteration takes tasks until none is left, the rest of its
+            # share finds none
+            i = take(next_task)
+            while i < n:
+                kcall(fn, (i,) + args)
+                i = take(next_task)
 
 
 # Start numba's thread pool now: a function loaded from the on-disk cache that reaches run_tasks
@@ -72,12 +92,12 @@ numba.get_num_threads()
 
 
 @helper()
-def tasks(fn, n, args):
-    """n tasks: in parallel, or directly when there is one."""
+def tasks(fn, n, args, taking=False):
+    """n tasks: in parallel (run_tasks), or directly when there is one."""
     if n == 1:
         kcall(fn, (np.int64(0),) + args)
     elif n > 1:
-        run_tasks(fn, n, args)
+        run_tasks(fn, n, args, taking)
 
 
 @helper()
@@ -118,7 +138,7 @@ def attention(q, k_cache, v_cache, pos0, window, n_heads, n_kv, out, core):
     window w > 0 keeps keys j with p - w < j <= p (transformers' sliding-window direction)."""
     T = q.shape[0]
     tasks(core[C_ATTENTION], (T + ATT_TOKENS - 1) // ATT_TOKENS * n_kv,
-          args11(ptr(q), ptr(k_cache), ptr(v_cache), ptr(out), pos0, window, n_heads, n_kv, T))
+          args11(ptr(q), ptr(k_cache), ptr(v_cache), ptr(out), pos0, window, n_heads, n_kv, T), T > 1)
 
 
 @helper()
@@ -143,7 +163,7 @@ def matmul(x, xq, xs, xf, w_addr, n_rows, row_bytes, code, kern, out):
     """out[t, n] = sum_k x[t, k] * W[n, k] for the stored matrix W at w_addr (n_rows x row_bytes,
     format `code`); x and out C-contiguous, xq/xs/xf hold x prepared (matmul_task)."""
     fn, n, a = matmul_task(x, xq, xs, xf, w_addr, n_rows, row_bytes, code, kern, ptr(out))
-    tasks(fn, n, a)
+    tasks(fn, n, a, x.shape[0] > 1)
 
 
 @helper()
@@ -156,12 +176,13 @@ def describe(desc, r, fn, n, a):
 
 
 @helper()
-def batch(desc, rows, core):
-    """The task kernels described in the first `rows` rows of desc, in one parallel loop."""
+def batch(desc, rows, core, taking=False):
+    """The task kernels described in the first `rows` rows of desc, in one parallel loop (`taking`:
+    tasks)."""
     total = np.int64(0)
     for r in range(rows):
         total += desc[r, 1]
-    tasks(core[C_BATCH], total, args11(ptr(desc), rows))
+    tasks(core[C_BATCH], total, args11(ptr(desc), rows), taking)
 
 
 @helper()
