@@ -21,7 +21,7 @@ Layout (the activations are the tiles' A operand, the weights B, so C is [token]
            Rows past the matrix are zeros.
   driver   for each chunk of k: unpack, then every 16-token tile accumulates 4 C tiles (one per
            group) over the chunk, for each quad of groups in turn: per 32 elements 2 A loads, 8 B
-           loads, 12 products.
+           loads, 12 products; meanwhile the next chunk's weights are fetched into the cache.
 Tiles past the last token or row go through a stack scratch (a C tile store writes 16 rows).
 
 The kernel needs the OS's permission for the tile state (arch_prctl ARCH_REQ_XCOMP_PERM, once per
