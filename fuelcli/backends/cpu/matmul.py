@@ -97,7 +97,7 @@ def tasks(fn, n, args, taking=False):
     if n == 1:
         kcall(fn, (np.int64(0),) + args)
     elif n > 1:
-        run_tasks(fn, n, args, taking)
+        run_tasks(fn, n, args, bool(taking))  # one compiled loop: a literal False would make a second
 
 
 @helper()

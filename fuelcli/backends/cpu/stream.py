@@ -20,7 +20,7 @@ from numba import njit
 
 from .irgen import I64, Loop, Var, c64, func, ptr_to, splat_c, vec
 from .llvm import compile_module, host_isa
-from .matmul import args11, run_tasks
+from .matmul import args11, tasks
 
 CHUNK = 256  # bytes per loop step: 4 vectors of 64
 
@@ -46,7 +46,7 @@ def _module(isa):
 
 @njit(cache=True)
 def _run(fn, n, base, per, out):
-    run_tasks(fn, n, args11(base, per, out))
+    tasks(fn, n, args11(base, per, out))
 
 
 def measure(nbytes: int, threads: int, seconds: float = 0.5) -> float:
