@@ -1,22 +1,25 @@
-"""run_tasks' two schedules (matmul.py): fixed shares, and threads that take the next task.
+"""run_tasks (matmul.py): threads take tasks one by one, or in runs sized from the thread count.
 
-The test kernel's task 0 waits until every other task has run. With threads taking tasks, another
-thread runs them all while task 0 waits; with fixed shares the tasks after task 0 in its own
-thread's share cannot start, so task 0 gives up (the negative control: the test tells the two
-schedules apart).
+The test kernel's task 0 waits until every other task has run. Taken one by one, another thread
+runs them all while task 0 waits; taken in runs, the tasks after task 0 in its own run cannot
+start, so task 0 gives up (the negative control: the test tells the two apart).
 """
+
+import warnings
 
 import numba
 import numpy as np
 import pytest
+from numba import njit
+from numba.core.errors import NumbaWarning
 from llvmlite import ir
 
 from fuelcli.backends.cpu.core import TASK_ARGS
 from fuelcli.backends.cpu.irgen import I64, c64, func, ptr_to
-from fuelcli.backends.cpu.llvm import compile_module, host_isa
-from fuelcli.backends.cpu.matmul import args11, run_tasks
+from fuelcli.backends.cpu.llvm import compile_module, host_isa, thread_count
+from fuelcli.backends.cpu.matmul import CHUNKS, args11, run_tasks
 
-N_TASKS = 16
+N_TASKS = 64  # runs of N_TASKS // (CHUNKS * 2) = 4 tasks with two threads
 SEEN_ALL, GAVE_UP = 1, 2
 
 
@@ -48,10 +51,10 @@ def _build():
     return mod, [fn.name]
 
 
-def _run(taking, patience):
+def _run(one_by_one, patience):
     fn = compile_module("test_tasks", _build, host_isa())["fuel_test_wait_for_the_rest"]
     done, flags = np.zeros(1, np.int64), np.zeros(N_TASKS, np.int64)
-    run_tasks(fn, N_TASKS, args11(done.ctypes.data, flags.ctypes.data, N_TASKS, patience), taking)
+    run_tasks(fn, N_TASKS, args11(done.ctypes.data, flags.ctypes.data, N_TASKS, patience), one_by_one)
     return done[0], flags
 
 
@@ -72,9 +75,26 @@ def test_threads_take_the_tasks_one_thread_is_held_on():
     assert flags.tolist() == [SEEN_ALL] * N_TASKS
 
 
-def test_fixed_shares_hold_the_tasks_behind_the_waiting_one():
-    """The negative control: numba's static schedule gives thread 0 tasks 0..7, so tasks 1..7 wait
-    behind task 0, which gives up; every task still runs once."""
+def test_runs_hold_the_tasks_behind_the_waiting_one():
+    """The negative control: the thread that takes tasks 0..3 holds 1..3 behind task 0, which
+    gives up; every task still runs once."""
+    assert N_TASKS // (CHUNKS * 2) > 1
     done, flags = _run(False, patience=10**8)
     assert done == N_TASKS - 1
     assert flags[0] == GAVE_UP and flags[1:].tolist() == [SEEN_ALL] * (N_TASKS - 1)
+
+
+@njit(cache=True)
+def _count():
+    return thread_count()
+
+
+def test_thread_count_is_numbas_count_for_this_thread():
+    """Runs are sized from thread_count: numba's own count, as set for the calling thread; a
+    function that calls it can be cached (numba warns when it cannot: numba.get_num_threads())."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", NumbaWarning)
+        _count()
+    for n in (1, 2):
+        numba.set_num_threads(n)
+        assert _count() == numba.get_num_threads() == n

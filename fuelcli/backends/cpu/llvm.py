@@ -224,20 +224,6 @@ def kcall(typingctx, fp, args):
     return sig, codegen
 
 
-def _counter_op(op):
-    def build(typingctx, address):
-        if not isinstance(address, types.Integer):
-            return None
-
-        def codegen(context, builder, signature, llargs):
-            counter = builder.inttoptr(llargs[0], ir.IntType(64).as_pointer())
-            if op == "take":
-                return builder.atomic_rmw("add", counter, ir.Constant(ir.IntType(64), 1), "monotonic")
-            return builder.load_atomic(counter, "monotonic", 8)
-
-        return types.int64(address), codegen
-
-    return build
 
 
 @intrinsic
@@ -252,8 +238,31 @@ def stack_counter(typingctx):
     return types.int64(), codegen
 
 
-# a parallel loop's next task, an int64 at `address` shared by its threads: take() returns it and
-# moves it on by one, atomically; taken() reads it (a plain read of a shared line is cheap where
-# the atomic add would take the line from the other cores)
-take = intrinsic(_counter_op("take"))
-taken = intrinsic(_counter_op("taken"))
+@intrinsic
+def take(typingctx, address, step):
+    """take(address, step): a parallel loop's next task, the int64 at `address` shared by its
+    threads: returns it and moves it on by `step`, atomically."""
+    if not isinstance(address, types.Integer) or not isinstance(step, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, llargs):
+        counter = builder.inttoptr(llargs[0], ir.IntType(64).as_pointer())
+        return builder.atomic_rmw("add", counter, context.cast(builder, llargs[1], step, types.int64), "monotonic")
+
+    return types.int64(address, step), codegen
+
+
+@intrinsic
+def thread_count(typingctx):
+    """numba's thread count for the calling thread (numba.set_num_threads), from the threading
+    layer's get_num_threads symbol, which numba's own parallel loops call: numba.get_num_threads()
+    in a jitted function calls it through a ctypes pointer, which keeps the function out of the
+    on-disk cache."""
+
+    def codegen(context, builder, signature, llargs):
+        # declared as numba's parallel loops declare it (one declaration per module); the C
+        # function returns an int: its 32 bits, sign-extended
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(cgutils.intp_t, []), "get_num_threads")
+        return builder.sext(builder.trunc(builder.call(fn, []), ir.IntType(32)), ir.IntType(64))
+
+    return types.int64(), codegen
