@@ -16,7 +16,7 @@ Layout (the activations are the tiles' A operand, the weights B, so C is [token]
            past K), stored as A tiles: [t / 16][k / 32][t % 16][32] (a tile is 1 KiB in one piece:
            25% faster than rows Kp apart, measured), the high parts first, the low parts
            Tpad * Kp further (Tpad = T rounded up to 16: a tile never reads outside its plane).
-  panel    a task's 128 rows (8 groups of 16) over KCA elements of k, unpacked by the format's
+  panel    a task's 256 rows (16 groups of 16) over KCA elements of k, unpacked by the format's
            `unpack_amx` as B tiles: [kb][group][plane] 1 KiB tiles of [16 pairs of k][16 rows][2].
            Rows past the matrix are zeros.
   driver   for each chunk of k: unpack, then every 16-token tile accumulates 4 C tiles (one per
@@ -43,10 +43,13 @@ from .irgen import F32T, G, I8, I32, I64, Loop, c64, call_intrinsic, const, func
 from .llvm import Isa, host_features
 
 TILE = 16  # tokens (C rows) and weight rows (C columns) of one tile
-KCA = 512  # elements of k per panel chunk: 16 x 8 x 2 tiles of 1 KiB = 256 KiB of stack (threads have MiBs)
+KCA = 512  # elements of k per panel chunk: 16 x 16 x 2 tiles of 1 KiB = 512 KiB of stack (threads have MiBs)
 QUAD = 4  # C tiles (groups of 16 rows) a token tile accumulates at once: tiles 0-3
-ROWS = 2 * QUAD * TILE  # rows of one task: a token tile's A, loaded for the first quad, stays in L1
-# for the second (measured +14% against 64-row tasks)
+ROWS = 4 * QUAD * TILE  # rows of one task. A task reads all of the activations, token tile by token
+# tile: from L3 or memory for its first quad, mostly from L2 for the later ones, so a matrix of
+# 4-quad tasks reads them half as often as one of 2-quad tasks: pp512 of the 1.5B-shape Q4_K_M file
+# 190 against 166 t/s (2 threads, means of 6 interleaved runs), SmolLM2 +9%, the Qwen demo +3%
+# (2 quads had measured +14% against 1)
 # a matrix input of fewer tokens takes the vector kernels: the panel unpack (exact decode, split,
 # transpose) costs per weight what the tiles save per token. Prefill of the Qwen2.5-Coder demo, ms,
 # AMX / vector: T=16 141 / 97, T=32 149 / 138, T=64 189 / 194, T=128 253 / 329, T=512 861 / 1330
