@@ -224,8 +224,6 @@ def kcall(typingctx, fp, args):
     return sig, codegen
 
 
-
-
 @intrinsic
 def stack_counter(typingctx):
     """The address of a zeroed int64 in the calling function's frame (it lives as long as the call)."""
