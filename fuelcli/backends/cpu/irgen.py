@@ -116,6 +116,17 @@ def prefetch(bd, p):
     call_intrinsic(bd, "llvm.prefetch.p0", ir.VoidType(), [p, ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
 
 
+def in_memory(bd, v, slot):
+    """Stores vector v to the stack slot and returns a float pointer to it, read back as memory:
+    an empty asm that may read the slot keeps LLVM from forwarding the store, so that a splat of
+    one element becomes a load-broadcast operand ({1to16}: a load port) instead of a shuffle
+    (vpermps: port 5, which the decode kernels' unpack already keeps busy)."""
+    bd.store(v, slot, align=slot.align)
+    barrier = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [slot.type]), "", "r,~{memory}", side_effect=True)
+    bd.call(barrier, [slot])
+    return bd.bitcast(slot, v.type.element.as_pointer())
+
+
 def fmuladd(bd, a, b, c):
     return call_intrinsic(bd, f"llvm.fmuladd.v{a.type.count}f32" if isinstance(a.type, ir.VectorType)
                       else "llvm.fmuladd.f32", a.type, [a, b, c])
