@@ -39,7 +39,8 @@ from llvmlite import ir
 
 from . import unpack as U
 from .core import TASK_ARGS
-from .irgen import F32T, G, I8, I32, I64, Loop, c64, call_intrinsic, const, func, prefetch, ptr_to, splat, splat_c, vec
+from .irgen import (F32T, G, I8, I32, I64, Loop, c64, call_intrinsic, const, func, prefetch, ptr_to, splat, splat_c,
+                    transpose, vec)
 from .llvm import Isa, host_features
 
 TILE = 16  # tokens (C rows) and weight rows (C columns) of one tile
@@ -52,7 +53,9 @@ ROWS = 4 * QUAD * TILE  # rows of one task. A task reads all of the activations,
 # (2 quads had measured +14% against 1)
 # a matrix input of fewer tokens takes the vector kernels: the panel unpack (exact decode, split,
 # transpose) costs per weight what the tiles save per token. Prefill of the Qwen2.5-Coder demo, ms,
-# AMX / vector: T=16 141 / 97, T=32 149 / 138, T=64 189 / 194, T=128 253 / 329, T=512 861 / 1330
+# AMX / vector: T=16 141 / 97, T=32 149 / 138, T=64 189 / 194, T=128 253 / 329, T=512 861 / 1330;
+# again with the vector unpack's shuffle transpose (means of 3, a busier machine): T=16 153 / 128,
+# T=32 194 / 201, T=48 230 / 236, T=64 323 / 292, T=128 428 / 566 (even from 32 to 64)
 AMX_MIN_TOKENS = 64
 _NEEDS = ("amx-tile", "amx-bf16", "avx512bf16")
 
@@ -123,20 +126,6 @@ def _split(bd, v):
     hi = bd.fptrunc(v, vec(BF16T, n))
     lo = bd.fptrunc(bd.fsub(v, bd.fpext(hi, vec(F32T, n))), vec(BF16T, n))
     return bd.bitcast(hi, vec(I32, n // 2)), bd.bitcast(lo, vec(I32, n // 2))
-
-
-def _transpose16(bd, rows):
-    """16 <16 x i32> rows -> their transpose: swap the off-diagonal b x b blocks, b = 8, 4, 2, 1."""
-    v = list(rows)
-    for b in (8, 4, 2, 1):
-        for i in range(16):
-            if i & b:
-                continue
-            j = i + b
-            lo = [c if c & b == 0 else 16 + c - b for c in range(16)]
-            hi = [c + b if c & b == 0 else 16 + c for c in range(16)]
-            v[i], v[j] = bd.shuffle_vector(v[i], v[j], const(I32, lo)), bd.shuffle_vector(v[i], v[j], const(I32, hi))
-    return v
 
 
 def _round_up(bd, n, m):
@@ -218,7 +207,7 @@ def unpack_task(mod, code, name):
                 rows = [bd.load(bd.gep(stage, [bd.add(c64(r * nkb * 2 + plane), bd.mul(kb, c64(2)))]), align=64)
                         for r in range(TILE)]
                 tile = bd.mul(bd.add(bd.mul(bd.add(bd.mul(kb, c64(ROWS // TILE)), g), c64(2)), c64(plane)), c64(TILE))
-                for p, v in enumerate(_transpose16(bd, rows)):
+                for p, v in enumerate(transpose(bd, rows)):
                     bd.store(v, bd.gep(panel, [bd.add(tile, c64(p))]), align=64)
     bd.ret_void()
 

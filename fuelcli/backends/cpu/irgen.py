@@ -127,6 +127,23 @@ def in_memory(bd, v, slot):
     return bd.bitcast(slot, v.type.element.as_pointer())
 
 
+def transpose(bd, rows):
+    """n <n x i32> rows (n a power of two) -> their transpose: swap the off-diagonal b x b blocks,
+    b = n/2, ..., 2, 1 (n log n shuffles instead of n^2 element moves)."""
+    v, n = list(rows), len(rows)
+    b = n // 2
+    while b:
+        for i in range(n):
+            if i & b:
+                continue
+            j = i + b
+            lo = [c if c & b == 0 else n + c - b for c in range(n)]
+            hi = [c + b if c & b == 0 else n + c for c in range(n)]
+            v[i], v[j] = bd.shuffle_vector(v[i], v[j], const(I32, lo)), bd.shuffle_vector(v[i], v[j], const(I32, hi))
+        b //= 2
+    return v
+
+
 def fmuladd(bd, a, b, c):
     return call_intrinsic(bd, f"llvm.fmuladd.v{a.type.count}f32" if isinstance(a.type, ir.VectorType)
                       else "llvm.fmuladd.f32", a.type, [a, b, c])
