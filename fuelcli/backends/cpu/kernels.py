@@ -55,7 +55,7 @@ def tokens_per_tile(isa: Isa, quant: bool) -> int:
 # ------------------------------------------------------------------ block formats
 
 
-DECODE_UNROLL = 4  # rows a decode kernel dots at once: independent chains, x loaded once for all
+DECODE_UNROLL = 4  # rows a decode kernel dots at once: independent chains
 # A decode kernel reads each weight once, and short rows (896 elements: 616 bytes of Q5_0) end before
 # the hardware prefetcher ramps up: each step first asks for the same bytes PREFETCH_GROUPS groups of
 # rows further on (a task's rows are contiguous), so they arrive while this group computes. Measured
@@ -86,7 +86,6 @@ def _decode_quant(isa, mod, code, name):
         with Loop(bd, 0, nfb) as fb:
             a, m = [v.get() for v in acc], [v.get() for v in mins]
             b0 = bd.mul(fb, c64(per))
-            xv = [load(bd, xq, bd.mul(bd.add(b0, c64(j)), c64(G)), vec(I16, G)) for j in range(per)]
             sv = load(bd, xs, b0, vec(F32T, per))
             fv = load(bd, xf, b0, vec(F32T, per)) if code in U.HAS_MIN else None
             for i in range(R):
@@ -98,7 +97,11 @@ def _decode_quant(isa, mod, code, name):
                 # (2 threads, means of 4-5 interleaved runs; outputs bit-identical)
                 scale = in_memory(bd, bd.fmul(blk.scale, sv), slots[i])
                 for j, w in enumerate(blk.w):
-                    isum = dot_group(isa, bd, w, xv[j])
+                    # x read where it is used, per row (in_memory's barrier keeps LLVM from merging
+                    # the loads): a vpmaddwd memory operand. Kept in 8 registers across the rows, it
+                    # made LLVM spill: Q4_K file +7%, the demos and Q6_K even
+                    xj = load(bd, xq, bd.mul(bd.add(b0, c64(j)), c64(G)), vec(I16, G))
+                    isum = dot_group(isa, bd, w, xj)
                     sj = splat(bd, bd.load(bd.gep(scale, [c64(j)]), align=4), L)
                     a[i] = fmuladd(bd, bd.sitofp(isum, vec(F32T, L)), sj, a[i])
                 if blk.min is not None:
