@@ -612,11 +612,9 @@ def first_token_runs(model: str, source, prompt: str, repetitions: int, threads:
     import sys
     import tempfile
 
-    # Both sides wait passively between parallel regions, as fuel always does (threads.py): with
-    # OpenMP's default active wait, llama.cpp's own load + first token took ~9 s instead of ~1 s on
-    # a 2-vCPU machine. The pp/tg tests get the same, as the peer runs in fuel's process.
-    base = dict(os.environ, FUEL_THREADS=str(threads), NUMBA_NUM_THREADS=str(threads),
-                OMP_WAIT_POLICY=os.environ.get("OMP_WAIT_POLICY", "passive"))
+    # Both sides run with this process's OpenMP settings (threads.py: the default wait unless the
+    # user chose one), as the pp/tg tests do, the peer running in fuel's process.
+    base = dict(os.environ, FUEL_THREADS=str(threads), NUMBA_NUM_THREADS=str(threads))
     fuel = [sys.executable, "-m", "fuelcli", "run", model, prompt, "-n", "1", "--temp", "0", "--quiet"]
     warm_dir = tempfile.mkdtemp(prefix="fuel-first-token-")
     series = {"fuel_cold": [], "fuel_warm": []}
