@@ -13,6 +13,7 @@ from numba import njit
 
 from fuelcli.backends.cpu import amx, llvm
 from fuelcli.backends.cpu import matmul as M
+from fuelcli.backends.cpu.activations import quantized
 from fuelcli.formats import FORMATS
 from tests.test_formats import as_tensor, dequantize, matmul, quantize_rows, random_rows
 
@@ -41,8 +42,8 @@ def _planes(x, core, garbage=0x7FC0):
 
 def _matmul(x, planes, raw, fmt, kern):
     out = np.full((x.shape[0], raw.shape[0]), np.nan, np.float32)
-    none = np.empty(1, np.float32)
-    matmul(x, planes, none, none, raw.ctypes.data, raw.shape[0], raw.shape[1], FORMATS[fmt].code, kern, out)
+    qx = quantized(1, 32)._replace(xq=planes)
+    matmul(x, qx, raw.ctypes.data, raw.shape[0], raw.shape[1], FORMATS[fmt].code, kern, out)
     return out
 
 
@@ -103,14 +104,14 @@ def test_short_inputs_take_the_vector_kernels():
     kern, core = _tables(fmt)
     raw = random_rows(fmt, rows, K, seed=4)
     x = np.random.default_rng(4).standard_normal((amx.AMX_MIN_TOKENS, K)).astype(np.float32)
-    xq, xs, xf = np.empty(x.size, np.int16), np.empty(x.size // 32, np.float32), np.empty(x.size // 32, np.float32)
     short = x[:amx.AMX_MIN_TOKENS - 1]
-    quantize_rows(short, xq, xs, xf, core)
+    qx = quantized(*x.shape)
+    quantize_rows(short, qx, core)
     out = np.empty((short.shape[0], rows), np.float32)
-    matmul(short, xq, xs, xf, raw.ctypes.data, rows, raw.shape[1], FORMATS[fmt].code, kern, out)
+    matmul(short, qx, raw.ctypes.data, rows, raw.shape[1], FORMATS[fmt].code, kern, out)
     vec = M.kernel_table([FORMATS[fmt].code], llvm.host_isa(), False)
     ref = np.empty_like(out)
-    matmul(short, xq, xs, xf, raw.ctypes.data, rows, raw.shape[1], FORMATS[fmt].code, vec, ref)
+    matmul(short, qx, raw.ctypes.data, rows, raw.shape[1], FORMATS[fmt].code, vec, ref)
     assert np.array_equal(out, ref)
     tiles = _matmul(x, _planes(x, core), raw, fmt, kern)
     assert not np.array_equal(tiles[:-1], ref)

@@ -72,7 +72,7 @@ def test_engine_matches_reference_on_every_isa(tiny_gguf, isa, path, monkeypatch
     # f16 kernels) or get no activations (block formats: the int16 quantisation and the AMX split
     # switched off)
     from fuelcli.backends.cpu import forward as F
-    from fuelcli.backends.cpu.matmul import C_SPLIT, K_DECODE, K_PREFILL, K_UNPACK, kernel_table
+    from fuelcli.backends.cpu.matmul import C_PLANES, C_SPLIT, K_DECODE, K_PREFILL, K_UNPACK, kernel_table
     from fuelcli.formats import FORMATS
 
     code = int(e.mats[0, 3])
@@ -82,7 +82,9 @@ def test_engine_matches_reference_on_every_isa(tiny_gguf, isa, path, monkeypatch
         e.kern[code, cols] = kernel_table([f16], llvm.host_isa())[f16, cols]
     else:
         e.dims[F.D_QUANT] = e.core[C_SPLIT] = 0
-        e.act.xq[:] = 0
+        e.act.qx.xq[:] = 0
+        e.core[C_PLANES] = 0
+        e.act.qx.xp[:] = 0
     e.reset()
     bad = e.prefill(TOKENS, all_logits=True) if path == "prefill" else np.stack([e.decode(t) for t in TOKENS])
     assert not np.isfinite(bad).all() or _kl(ref, bad) > 100 * tol

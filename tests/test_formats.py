@@ -104,18 +104,20 @@ from numba import njit  # noqa: E402
 
 from fuelcli.backends.cpu import llvm  # noqa: E402
 from fuelcli.backends.cpu import matmul as M  # noqa: E402
+from fuelcli.backends.cpu.activations import quantized  # noqa: E402
+from fuelcli.backends.cpu.core import Q_MAX  # noqa: E402
 
 # the kernels' numba entry points are helpers only jitted code calls (jit.helper): jit them here
 
 
 @njit(cache=True)
-def quantize_rows(x, xq, xs, xf, core):
-    M.quantize_rows(x, xq, xs, xf, core)
+def quantize_rows(x, qx, core):
+    M.quantize_rows(x, qx, core)
 
 
 @njit(cache=True)
-def matmul(x, xq, xs, xf, w_addr, n_rows, row_bytes, code, kern, out):
-    M.matmul(x, xq, xs, xf, w_addr, n_rows, row_bytes, code, kern, out)
+def matmul(x, qx, w_addr, n_rows, row_bytes, code, kern, out):
+    M.matmul(x, qx, w_addr, n_rows, row_bytes, code, kern, out)
 
 
 @njit(cache=True)
@@ -134,7 +136,7 @@ def attention(q, k_cache, v_cache, pos0, window, n_heads, n_kv, out, core):
 
 ISAS = [pytest.param(n, marks=pytest.mark.skipif(not llvm.supported(n), reason=f"CPU lacks {n}")) for n in llvm.ISAS]
 QUANT = ["q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q6_k"]
-# int16 activations: |x - xq*xs| <= xs/2 = amax/65534 per element, so |err| <= sum|w| * amax / 65534 (+ f32
+# int16 activations: |x - xq*xs| <= xs/2 = amax/65278 per element, so |err| <= sum|w| * amax / 65534 (+ f32
 # sums): measured worst 1e-5 of sum|w*x| for normal x; heavy-tailed x with an outlier reaches ~1e-4 (an
 # outlier coarsens its block's step) and is checked against the rounding bound instead
 Q16_REL_TOL = 1e-4
@@ -155,17 +157,23 @@ def _x_cases(K):
     return {"normal": normal, "heavy": heavy}
 
 
+def _prepared(x, core):
+    """x prepared for the block-format kernels (forward.prepare), in buffers of exactly its size."""
+    qx = quantized(*x.shape)
+    if x.shape[1] % 32 == 0:
+        quantize_rows(x, qx, core)
+    return qx
+
+
 def _quantized(x, core):
-    T, K = x.shape
-    xq, xs, xf = np.empty(T * K, np.int16), np.empty(T * K // 32, np.float32), np.empty(T * K // 32, np.float32)
-    quantize_rows(x, xq, xs, xf, core)
-    return xq, xs, xf
+    """(xq, xs, xf) of x: its int16 quantisation."""
+    qx = _prepared(x, core)
+    return qx.xq, qx.xs, qx.xf
 
 
 def _matmul(x, raw, fmt, kern, core):
-    xq, xs, xf = _quantized(x, core) if x.shape[1] % 32 == 0 else (np.empty(1, np.int16),) + (np.empty(1, np.float32),) * 2
     out = np.full((x.shape[0], raw.shape[0]), np.nan, np.float32)
-    matmul(x, xq, xs, xf, raw.ctypes.data, raw.shape[0], raw.shape[1], FORMATS[fmt].code, kern, out)
+    matmul(x, _prepared(x, core), raw.ctypes.data, raw.shape[0], raw.shape[1], FORMATS[fmt].code, kern, out)
     return out
 
 
@@ -199,16 +207,32 @@ def test_quantize_rows(isa):
     xq, xs, xf = _quantized(x, core)
     xb = x.reshape(2, 16, 32).astype(np.float64)
     xs, xf, xq = xs.reshape(2, 16), xf.reshape(2, 16), xq.reshape(2, 16, 32)
-    assert np.allclose(xs, np.abs(xb).max(-1) / 32767, rtol=1e-6, atol=0)
-    assert np.abs(xq.astype(np.int32)).max() <= 32767
+    assert np.allclose(xs, np.abs(xb).max(-1) / Q_MAX, rtol=1e-6, atol=0)
+    assert np.abs(xq.astype(np.int32)).max() == Q_MAX
     err = np.abs(xq * xs[..., None].astype(np.float64) - xb)
     assert np.all(err <= xs[..., None] * (0.5 + 1e-3))
     assert np.allclose(xf, xb.sum(-1), rtol=1e-5, atol=1e-5)
-    # round half to even, as np.rint: the block max maps to exactly 32767, halves go to even
+    # round half to even, as np.rint: the block max maps to exactly Q_MAX, halves go to even
     t = np.zeros((1, 32), np.float32)
-    t[0, :4] = [32767.0, 0.5, 1.5, -2.5]
+    t[0, :4] = [Q_MAX, 0.5, 1.5, -2.5]
     q, s, _ = _quantized(t, core)
-    assert s[0] == np.float32(1.0) and list(q[:4]) == [32767, 0, 2, -2]
+    assert s[0] == np.float32(1.0) and list(q[:4]) == [Q_MAX, 0, 2, -2]
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_quantize_planes(isa):
+    """One token on an ISA whose decode kernels read planes: xq = 256 * hi + lo with both int8, and
+    the 16-element sums of xq; other ISAs write no planes. Negative control: more rows, no planes."""
+    _, core = _kern(isa, [])
+    x = np.stack(list(_x_cases(512).values()))
+    x[1, 64:96] = -x[1, 64:96].max()  # a block whose most negative value is its largest magnitude
+    qx = _prepared(x[1:], core)
+    xq = qx.xq.astype(np.int32)
+    hi, lo = qx.xp[:512].astype(np.int32), qx.xp[512:1024].astype(np.int32)
+    if core[M.C_PLANES]:
+        assert xq.min() == -Q_MAX and np.array_equal(256 * hi + lo, xq)
+        assert np.array_equal(qx.xz, xq.reshape(-1, 16).sum(-1).astype(np.float32))
+    assert not (_prepared(x, core).xp.any() if core[M.C_PLANES] else qx.xp.any())
 
 
 @pytest.mark.parametrize("isa", ISAS)
@@ -218,7 +242,7 @@ def test_quantize_rows_non_finite(isa):
     x = np.ones((1, 96), np.float32)
     x[0, 3], x[0, 40] = np.nan, np.inf
     _, xs, _ = _quantized(x, core)
-    assert np.isnan(xs[0]) and np.isnan(xs[1]) and xs[2] == np.float32(1 / 32767)
+    assert np.isnan(xs[0]) and np.isnan(xs[1]) and xs[2] == np.float32(1 / Q_MAX)
 
 
 def _check_q16(got, w, x, xq_xs, mins, name, fmt):

@@ -13,6 +13,27 @@ from .amx import TILE
 from .matmul import DESC_COLS, DESC_ROWS
 
 
+class Quantized(NamedTuple):
+    """A matrix input as the block-format kernels read it (forward.prepare, matmul.quantize_rows)."""
+
+    xq: np.ndarray  # int16 [rows * K] (K <= max_k); with AMX [2 * rows rounded up to 16 * K]: its
+    # bf16 planes (amx.py)
+    xs: np.ndarray  # [rows * K / 32] its block scales
+    xf: np.ndarray  # [rows * K / 32] its block sums
+    xp: np.ndarray  # int8 [2 * K + 64]: one token's int16 as two int8 planes (the planes decode
+    # kernels; read a unit past K at most)
+    xz: np.ndarray  # [K / 16]: that token's 16-element sums
+
+
+def quantized(rows: int, max_k: int, amx_planes: bool = False) -> Quantized:
+    nb = -(-max_k // ACTIVATION_BLOCK)
+    k = nb * ACTIVATION_BLOCK
+    xq_rows = 2 * -(-rows // TILE) * TILE if amx_planes else rows
+    return Quantized(xq=np.zeros(xq_rows * k, np.int16), xs=np.zeros(rows * nb, np.float32),
+                     xf=np.zeros(rows * nb, np.float32), xp=np.zeros(2 * k + 64, np.int8),
+                     xz=np.zeros(k // 16, np.float32))
+
+
 class Activations(NamedTuple):
     x: np.ndarray  # [rows, H] residual stream
     h: np.ndarray  # [rows, H] normed input of attention / FFN
@@ -29,10 +50,7 @@ class Activations(NamedTuple):
     egate: np.ndarray  # [1, moe_I] one expert's gate, up and output
     eup: np.ndarray  # [1, moe_I]
     ey: np.ndarray  # [1, H]
-    xq: np.ndarray  # int16 [rows * K]: an input quantised for the block-format kernels (K <= max_k);
-    # with AMX [2 * rows rounded up to 16 * K]: its bf16 planes (amx.py)
-    xs: np.ndarray  # [rows * K / 32] its block scales
-    xf: np.ndarray  # [rows * K / 32] its block sums
+    qx: Quantized  # the input of the next matrix products, prepared for the block formats
     desc: np.ndarray  # [3, 13] int64: the task kernels of one parallel loop (matmul.batch)
 
 
@@ -42,18 +60,13 @@ def allocate(cfg: ModelConfig, rows: int, planes: bool = False) -> Activations:
 
     H, E, k = cfg.hidden_size, max(cfg.num_experts, 1), max(cfg.experts_per_tok, 1)
     max_k = max(H, cfg.q_dim, cfg.intermediate_size, cfg.moe_intermediate_size)
-    nb = -(-max_k // ACTIVATION_BLOCK)
-    xq_rows = 2 * -(-rows // TILE) * TILE if planes else rows
     return Activations(
         x=f32(rows, H), h=f32(rows, H), q=f32(rows, cfg.q_dim), k=f32(rows, cfg.kv_dim), v=f32(rows, cfg.kv_dim),
         att=f32(rows, cfg.q_dim), o=f32(rows, H), gate=f32(rows, cfg.intermediate_size),
         up=f32(rows, cfg.intermediate_size), router=f32(rows, E), experts=np.zeros(k, np.int64),
         expert_w=f32(k), egate=f32(1, max(cfg.moe_intermediate_size, 1)),
         eup=f32(1, max(cfg.moe_intermediate_size, 1)), ey=f32(1, H),
-        xq=np.zeros(xq_rows * nb * ACTIVATION_BLOCK, np.int16), xs=f32(rows * nb), xf=f32(rows * nb),
+        qx=quantized(rows, max_k, planes),
         desc=np.zeros((DESC_ROWS, DESC_COLS), np.int64),
     )
 
-
-def nbytes(act: Activations) -> int:
-    return sum(int(a.nbytes) for a in act)

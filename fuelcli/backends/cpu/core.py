@@ -3,7 +3,9 @@
 Every kernel is a task kernel `void f(i64 task, i64 a0, ..., i64 a10)` (TASK_ARGS arguments): numba
 runs `n` of them in one parallel loop (matmul.run_tasks) or calls one directly.
 
-  quantize(t, x, ldx, K, xq, xs, xf)       row t of x -> int16 per 32-block (matmul.py says why)
+  quantize(t, x, ldx, K, xq, xs, xf, xp, xz)   row t of x -> int16 per 32-block (matmul.py says why);
+                                           xp != 0 (one token, for the planes decode kernels): also
+                                           its two int8 planes and 16-element sums (PLANES below)
   silu_mul(t, gate, up, n)                 gate[t] <- silu(gate[t]) * up[t]
   rmsnorm(t, x, y, w, out, n, eps)         x[t] += y[t] (the residual), out[t] = RMSNorm(x[t]) * w
   rope(t, x, bias, norm, nh, hd, pos0, cos, sin, eps)   + bias, per-head RMSNorm, rotate-half RoPE
@@ -19,18 +21,30 @@ from functools import lru_cache
 
 from llvmlite import ir
 
-from .irgen import (F32T, G, I16, I32, I64, Loop, Var, c64, call_intrinsic, fmuladd, func, hmax, hsum,
-                    ptr_to, splat, splat_c, vec, vexp)
+from .irgen import (F32T, G, I8, I16, I32, I64, Loop, Var, c64, call_intrinsic, const, fmuladd, func, hmax,
+                    hsum, hsum_int, ptr_to, splat, splat_c, vec, vexp)
 from .attention import KEY_BLOCK, attention
 from .llvm import Isa, compile_module
 
 TASK_ARGS = 12
 
 
+# The int16 activations are at most Q_MAX = 127 * 256 + 127 in magnitude, so that each is exactly
+# 256 * hi + lo with hi and lo both int8: the planes that vpdpbusd (u8 weights x s8 activations)
+# reads (kernels.py: the planes decode kernels).
+Q_MAX = 32639.0
+
+
 def _quantize(isa, mod, name):
+    """Row t -> xq = rint(x * Q_MAX / amax) per 32-block, xs = amax / Q_MAX, xf = the block's f32
+    sum. With xp != 0 also the planes of the row (one token): xp[k] = hi, xp[K + k] = lo with
+    xq = 256 * hi + lo (hi = (xq + 128) >> 8), and xz[j] = the sum of xq over elements 16j..16j+15
+    (exact in f32: below 2^20), for the zero points of the formats whose stored q is offset."""
     fn, bd = func(mod, name, TASK_ARGS)
-    t, x_, ldx, K, xq_, xs_, xf_ = fn.args[:7]
+    t, x_, ldx, K, xq_, xs_, xf_, xp_, xz_ = fn.args[:9]
     x, xq, xs, xf = ptr_to(bd, x_, F32T), ptr_to(bd, xq_, I16), ptr_to(bd, xs_, F32T), ptr_to(bd, xf_, F32T)
+    xp, xz = ptr_to(bd, xp_, I8), ptr_to(bd, xz_, F32T)
+    planes = bd.icmp_signed("!=", xp_, c64(0))
     nb = bd.udiv(K, c64(G))
     xrow = bd.gep(x, [bd.mul(t, ldx)])
     qrow = bd.gep(xq, [bd.mul(t, K)])
@@ -38,15 +52,16 @@ def _quantize(isa, mod, name):
     vt = vec(F32T, G)
     c = lambda v: splat_c(F32T, v, G)  # noqa: E731
     with Loop(bd, 0, nb) as b:
-        v = bd.load(bd.bitcast(bd.gep(xrow, [bd.mul(b, c64(G))]), vt.as_pointer()), align=4)
+        k = bd.mul(b, c64(G))
+        v = bd.load(bd.bitcast(bd.gep(xrow, [k]), vt.as_pointer()), align=4)
         amax = hmax(bd, call_intrinsic(bd, f"llvm.fabs.v{G}f32", vt, [v]))
         zero = bd.fcmp_ordered("==", amax, ir.Constant(F32T, 0.0))
-        scale = bd.fdiv(amax, ir.Constant(F32T, 32767.0))
-        inv = bd.select(zero, ir.Constant(F32T, 0.0), bd.fdiv(ir.Constant(F32T, 32767.0), amax))
+        scale = bd.fdiv(amax, ir.Constant(F32T, Q_MAX))
+        inv = bd.select(zero, ir.Constant(F32T, 0.0), bd.fdiv(ir.Constant(F32T, Q_MAX), amax))
         magic = c(12582912.0)  # x + 1.5*2^23 - 1.5*2^23: round half to even, as np.rint
         r = bd.fsub(bd.fadd(bd.fmul(v, splat(bd, inv, G)), magic), magic)
-        bd.store(bd.fptosi(r, vec(I16, G)), bd.bitcast(bd.gep(qrow, [bd.mul(b, c64(G))]), vec(I16, G).as_pointer()),
-                 align=2)
+        q = bd.fptosi(r, vec(I32, G))
+        bd.store(bd.trunc(q, vec(I16, G)), bd.bitcast(bd.gep(qrow, [k]), vec(I16, G).as_pointer()), align=2)
         # a block with inf or NaN (its sum is not finite: maxnum skips NaN) gets a NaN scale, so
         # every product it enters is NaN instead of a finite guess
         total = hsum(bd, v)
@@ -54,6 +69,14 @@ def _quantize(isa, mod, name):
         scale = bd.select(finite, bd.select(zero, ir.Constant(F32T, 0.0), scale), ir.Constant(F32T, math.nan))
         bd.store(scale, bd.gep(xs, [bd.add(srow, b)]))
         bd.store(total, bd.gep(xf, [bd.add(srow, b)]))
+        with bd.if_then(planes):
+            hi = bd.ashr(bd.add(q, splat_c(I32, 128, G)), splat_c(I32, 8, G))
+            lo = bd.sub(q, bd.shl(hi, splat_c(I32, 8, G)))
+            for plane, off in ((hi, k), (lo, bd.add(K, k))):
+                bd.store(bd.trunc(plane, vec(I8, G)), bd.bitcast(bd.gep(xp, [off]), vec(I8, G).as_pointer()), align=1)
+            for half in range(2):
+                part = bd.shuffle_vector(q, q, const(I32, range(16 * half, 16 * half + 16)))
+                bd.store(bd.sitofp(hsum_int(bd, part), F32T), bd.gep(xz, [bd.add(bd.mul(b, c64(2)), c64(half))]))
     bd.ret_void()
 
 

@@ -46,21 +46,21 @@ def prepare(x, act, quant, core):
     """x for the kernels: split into bf16 planes for AMX prefill (core[C_SPLIT] != 0, enough
     tokens: matmul.matmul_task), else quantised for the block-format kernels (when the model has any)."""
     if x.shape[0] >= AMX_MIN_TOKENS and core[C_SPLIT] != 0:
-        split_rows(x, act.xq, core)
+        split_rows(x, act.qx.xq, core)
     elif quant:
-        quantize_rows(x, act.xq, act.xs, act.xf, core)
+        quantize_rows(x, act.qx, core)
 
 
 @helper()
 def linear(x, act, mats, i, kern, out):
     """out = x @ W_i^T for matrix i of the table (x prepared)."""
-    matmul(x, act.xq, act.xs, act.xf, mats[i, 0], mats[i, 1], mats[i, 2], mats[i, 3], kern, out)
+    matmul(x, act.qx, mats[i, 0], mats[i, 1], mats[i, 2], mats[i, 3], kern, out)
 
 
 @helper()
 def describe_linear(x, act, mats, i, kern, out, r):
     """Row r of the batch: out = x @ W_i^T (x prepared)."""
-    fn, n, a = matmul_task(x, act.xq, act.xs, act.xf, mats[i, 0], mats[i, 1], mats[i, 2], mats[i, 3], kern, ptr(out))
+    fn, n, a = matmul_task(x, act.qx, mats[i, 0], mats[i, 1], mats[i, 2], mats[i, 3], kern, ptr(out))
     describe(act.desc, r, fn, n, a)
 
 

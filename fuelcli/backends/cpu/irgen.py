@@ -111,9 +111,11 @@ def call_intrinsic(bd, name, ret, args):
     return bd.call(fn, args)
 
 
-def prefetch(bd, p):
-    """Ask for the cache line at p (an i8 pointer) ahead of its use: read, keep in all levels."""
-    call_intrinsic(bd, "llvm.prefetch.p0", ir.VoidType(), [p, ir.Constant(I32, 0), ir.Constant(I32, 3), ir.Constant(I32, 1)])
+def prefetch(bd, p, locality=3):
+    """Ask for the cache line at p (an i8 pointer) ahead of its use, for reading: locality 3 into
+    every level (prefetcht0), 2 into L2 and below (prefetcht1)."""
+    call_intrinsic(bd, "llvm.prefetch.p0", ir.VoidType(), [p, ir.Constant(I32, 0), ir.Constant(I32, locality),
+                                                           ir.Constant(I32, 1)])
 
 
 def in_memory(bd, v, slot):
@@ -154,6 +156,15 @@ def hsum(bd, v):
     while n > 1:
         n //= 2
         v = bd.fadd(bd.shuffle_vector(v, v, const(I32, range(n))), bd.shuffle_vector(v, v, const(I32, range(n, 2 * n))))
+    return bd.extract_element(v, ir.Constant(I32, 0))
+
+
+def hsum_int(bd, v):
+    """The sum of an integer vector's lanes (a tree of shuffles and adds, as hsum)."""
+    n = v.type.count
+    while n > 1:
+        n //= 2
+        v = bd.add(bd.shuffle_vector(v, v, const(I32, range(n))), bd.shuffle_vector(v, v, const(I32, range(n, 2 * n))))
     return bd.extract_element(v, ir.Constant(I32, 0))
 
 
@@ -212,6 +223,14 @@ def dpw(isa: Isa, bd, acc, a, b):
     ev = bd.shuffle_vector(p, p, const(I32, range(0, 2 * L, 2)))
     od = bd.shuffle_vector(p, p, const(I32, range(1, 2 * L, 2)))
     return bd.add(acc, bd.add(ev, od))
+
+
+def dpb(bd, acc, w, x):
+    """acc + quad sums (vpdpbusd): lane i += sum_j w[4i+j] * x[4i+j], w unsigned and x signed bytes
+    (<4L x i8>), acc <L x i32>."""
+    L = acc.type.count
+    w32, x32 = bd.bitcast(w, vec(I32, L)), bd.bitcast(x, vec(I32, L))
+    return call_intrinsic(bd, f"llvm.x86.avx512.vpdpbusd.{32 * L}", acc.type, [acc, w32, x32])
 
 
 def dot_group(isa: Isa, bd, w, x):

@@ -5,14 +5,15 @@ its kernels (kernels.py) and whether it takes int16 activations; `core` holds th
 format-independent kernels (core.py). A block-format product needs its input quantised first
 (`quantize_rows`, once per input: q/k/v share one, gate/up another).
 
-Activations are quantised to int16 per ACTIVATION_BLOCK (32) elements: xq = rint(x * 32767 / amax)
-with the block scale xs = amax / 32767 and the block's f32 sum xf (for the formats with a min).
-16 bits keep a block's values within amax / 65534 of f32: measured on 128 tokens against
+Activations are quantised to int16 per ACTIVATION_BLOCK (32) elements: xq = rint(x * Q_MAX / amax)
+with the block scale xs = amax / Q_MAX (core.py: Q_MAX = 32639, so that xq splits into two int8
+planes) and the block's f32 sum xf (for the formats with a min). 16 bits keep a block's values
+within amax / 65278 of f32: measured on 128 tokens against
 transformers (the numpy reference with only this change), mean KL 7e-8 on SmolLM2 Q4_1, where 8 bits
 (llama.cpp's Q8 activations) give 3.6e-3 and top-1 0.969.
 
-A parallel region costs ~20 us here (threads wake from a passive wait), so a decode step runs its
-matrices in few regions: q/k/v in one (`linears`), gate/up in one; per-token work (norms, RoPE)
+A parallel region costs ~2 us here while the workers still spin from the last one (67 us when they
+sleep: threads.py), so a decode step runs its matrices in few regions: q/k/v in one (`linears`), gate/up in one; per-token work (norms, RoPE)
 runs in the calling thread when there is one token.
 """
 
@@ -31,8 +32,8 @@ from .llvm import kcall, stack_counter, take, thread_count
 # columns of the kernel table
 K_DECODE, K_PREFILL, K_UNPACK, K_DEQUANT, K_QUANT, K_AMX_PREFILL, K_AMX_UNPACK = range(7)
 N_KERNEL_COLS = 7
-# the core table; C_SPLIT is 0 without AMX
-C_QUANTIZE, C_SILU, C_ATTENTION, C_RMSNORM, C_ROPE, C_KV_STORE, C_BATCH, C_SPLIT = range(8)
+# the core table; C_SPLIT is 0 without AMX, C_PLANES 1 where decode kernels read int8 planes
+C_QUANTIZE, C_SILU, C_ATTENTION, C_RMSNORM, C_ROPE, C_KV_STORE, C_BATCH, C_SPLIT, C_PLANES = range(9)
 DESC_ROWS, DESC_COLS = 3, 13  # a batch of task kernels: (address, n_tasks, 11 arguments) per row
 
 
@@ -54,9 +55,9 @@ def kernel_table(codes, isa, use_amx: bool = False) -> np.ndarray:
 
 def core_table(isa, head_dim: int, use_amx: bool = False) -> np.ndarray:
     from .core import addresses
-    from .kernels import amx_split
+    from .kernels import amx_split, planes_isa
 
-    return np.array(addresses(isa, head_dim) + (amx_split(isa) if use_amx else 0,), np.int64)
+    return np.array(addresses(isa, head_dim) + (amx_split(isa) if use_amx else 0, planes_isa(isa)), np.int64)
 
 
 # Tasks a thread takes at a time when it does not take them one by one: runs of n / (CHUNKS *
@@ -114,11 +115,14 @@ def args11(a0=0, a1=0, a2=0, a3=0, a4=0, a5=0, a6=0, a7=0, a8=0, a9=0, a10=0):
 
 
 @helper()
-def quantize_rows(x, xq, xs, xf, core):
-    """x [T, K] (C-contiguous) -> int16 per 32-block into the first T*K of xq and T*K/32 of xs
-    (block scales) and xf (block sums): flat row-major buffers."""
+def quantize_rows(x, qx, core):
+    """x [T, K] (C-contiguous) -> int16 per 32-block into the first T*K of qx.xq and T*K/32 of qx.xs
+    (block scales) and qx.xf (block sums): flat row-major buffers. One token on an ISA whose decode
+    kernels read planes (core[C_PLANES]) also gets them, in qx.xp and qx.xz."""
     T, K = x.shape
-    tasks(core[C_QUANTIZE], T, args11(ptr(x), K, K // AB * AB, ptr(xq), ptr(xs), ptr(xf)))
+    planes = T == 1 and core[C_PLANES] != 0
+    tasks(core[C_QUANTIZE], T, args11(ptr(x), K, K // AB * AB, ptr(qx.xq), ptr(qx.xs), ptr(qx.xf),
+                                      ptr(qx.xp) if planes else 0, ptr(qx.xz)))
 
 
 @helper()
@@ -144,27 +148,28 @@ def attention(q, k_cache, v_cache, pos0, window, n_heads, n_kv, out, core):
 
 
 @helper()
-def matmul_task(x, xq, xs, xf, w_addr, n_rows, row_bytes, code, kern, out_addr):
+def matmul_task(x, qx, w_addr, n_rows, row_bytes, code, kern, out_addr):
     """(kernel, n_tasks, args) of out = x @ W^T for the stored matrix at w_addr. The kernel reads x
-    itself (float formats), its int16 quantisation (block formats) or, AMX_MIN_TOKENS tokens or
-    more of a block format on AMX, its bf16 planes: xq holds what forward.prepare made of x."""
+    itself (float formats), its int16 quantisation (block formats; one token: or its int8 planes) or,
+    AMX_MIN_TOKENS tokens or more of a block format on AMX, its bf16 planes: qx holds what
+    forward.prepare made of x."""
     T, K = x.shape
-    xp = ptr(xq) if kern[code, K_QUANT] else ptr(x)
+    xp = ptr(qx.xq) if kern[code, K_QUANT] else ptr(x)
     if T == 1:
         return (kern[code, K_DECODE], (n_rows + DECODE_ROWS - 1) // DECODE_ROWS,
-                args11(w_addr, n_rows, row_bytes, K, xp, ptr(xs), ptr(xf), out_addr))
+                args11(w_addr, n_rows, row_bytes, K, xp, ptr(qx.xs), ptr(qx.xf), out_addr, ptr(qx.xp), ptr(qx.xz)))
     if T >= AMX_MIN_TOKENS and kern[code, K_AMX_PREFILL] != 0:
         return (kern[code, K_AMX_PREFILL], (n_rows + AMX_ROWS - 1) // AMX_ROWS,
                 args11(kern[code, K_AMX_UNPACK], w_addr, n_rows, row_bytes, K, T, xp, 0, 0, out_addr))
     return (kern[code, K_PREFILL], (n_rows + TASK_ROWS - 1) // TASK_ROWS,
-            args11(kern[code, K_UNPACK], w_addr, n_rows, row_bytes, K, T, xp, ptr(xs), ptr(xf), out_addr))
+            args11(kern[code, K_UNPACK], w_addr, n_rows, row_bytes, K, T, xp, ptr(qx.xs), ptr(qx.xf), out_addr))
 
 
 @helper()
-def matmul(x, xq, xs, xf, w_addr, n_rows, row_bytes, code, kern, out):
+def matmul(x, qx, w_addr, n_rows, row_bytes, code, kern, out):
     """out[t, n] = sum_k x[t, k] * W[n, k] for the stored matrix W at w_addr (n_rows x row_bytes,
-    format `code`); x and out C-contiguous, xq/xs/xf hold x prepared (matmul_task)."""
-    fn, n, a = matmul_task(x, xq, xs, xf, w_addr, n_rows, row_bytes, code, kern, ptr(out))
+    format `code`); x and out C-contiguous, qx holds x prepared (matmul_task)."""
+    fn, n, a = matmul_task(x, qx, w_addr, n_rows, row_bytes, code, kern, ptr(out))
     tasks(fn, n, a, x.shape[0] > 1)
 
 

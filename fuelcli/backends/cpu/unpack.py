@@ -101,30 +101,50 @@ def _q5_0(bd, row, blk):
 # ------------------------------------------------------------------ K-quants (256-element blocks)
 
 
-def _q4_k(bd, row, blk):
-    """The 8 six-bit scales and mins come out of the 12 scale bytes as vectors (get_scale_min_k4:
-    sub-block i < 4 takes the low 6 bits of bytes i and i+4; i >= 4 the nibbles of byte i+4 and the
-    top 2 bits of bytes i-4 and i), so each group costs a lane broadcast, not scalar bit work."""
+def _q4_k_scales(bd, blocks):
+    """<8n x float> d * sc_i and -(dmin * m_i) of n blocks [(row, byte offset)], block after
+    block. The 8 six-bit scales and mins come out of the 12 scale bytes as vectors
+    (get_scale_min_k4: sub-block i < 4 takes the low 6 bits of bytes i and i+4; i >= 4 the nibbles
+    of byte i+4 and the top 2 bits of bytes i-4 and i), so each group costs a lane broadcast, not
+    scalar bit work; two blocks share each vector operation."""
     L = Q4_K.layout
-    n = L.sub_blocks
-    p = bd.mul(blk, c64(L.block_bytes))
-    d = f16(bd, row, bd.add(p, c64(L.d)))
-    dmin = f16(bd, row, bd.add(p, c64(L.dmin)))
+    n, m = L.sub_blocks, len(blocks)
     nsc = L.qs - L.scales  # 12 bytes; the 16-byte load takes 4 bytes of qs along, unused
-    raw = bd.zext(load(bd, row, bd.add(p, c64(L.scales)), vec(I8, 16)), vec(I32, 16))
+    raws = [bd.zext(load(bd, row, bd.add(p, c64(L.scales)), vec(I8, 16)), vec(I32, 16)) for row, p in blocks]
+    raw = raws[0] if m == 1 else bd.shuffle_vector(raws[0], raws[1], const(I32, range(32)))
     half = n // 2
-    pick = lambda idx: bd.shuffle_vector(raw, raw, const(I32, idx))  # noqa: E731
+    pick = lambda idx: bd.shuffle_vector(raw, raw, const(I32, [16 * b + i for b in range(m) for i in idx]))  # noqa: E731
     a = pick([*range(half), *range(2 * half, nsc)])  # i < 4: byte i; i >= 4: byte i + 4
     b = pick([*range(half, nsc)])  # byte i + 4
     c = pick([*range(half), *range(half)])  # i >= 4: byte i - 4
     e = pick([*range(half, 2 * half), *range(half, 2 * half)])  # i >= 4: byte i
-    k = lambda v: splat_c(I32, v, n)  # noqa: E731
-    low = bd.icmp_unsigned("<", const(I32, range(n)), k(half))
+    k = lambda v: splat_c(I32, v, n * m)  # noqa: E731
+    low = bd.icmp_unsigned("<", const(I32, [i % n for i in range(n * m)]), k(half))
     top2 = lambda v: bd.shl(bd.lshr(v, k(6)), k(4))  # noqa: E731
     sc = bd.select(low, bd.and_(a, k(63)), bd.or_(bd.and_(a, k(15)), top2(c)))
     mn = bd.select(low, bd.and_(b, k(63)), bd.or_(bd.lshr(b, k(4)), top2(e)))
-    scale = bd.fmul(splat(bd, d, n), bd.sitofp(sc, vec(F32T, n)))
-    mins = bd.fneg(bd.fmul(splat(bd, dmin, n), bd.sitofp(mn, vec(F32T, n))))
+
+    def per_block(off):  # <8n x float>: block b's f16 at `off` in its 8 lanes
+        return _concat(bd, [splat(bd, f16(bd, row, bd.add(p, c64(off))), n) for row, p in blocks])
+
+    scale = bd.fmul(per_block(L.d), bd.sitofp(sc, vec(F32T, n * m)))
+    mins = bd.fneg(bd.fmul(per_block(L.dmin), bd.sitofp(mn, vec(F32T, n * m))))
+    return scale, mins
+
+
+def _concat(bd, parts):
+    """Vectors of one length, end to end (two at most)."""
+    if len(parts) == 1:
+        return parts[0]
+    k = parts[0].type.count
+    return bd.shuffle_vector(parts[0], parts[1], const(I32, range(2 * k)))
+
+
+def _q4_k(bd, row, blk):
+    L = Q4_K.layout
+    n = L.sub_blocks
+    p = bd.mul(blk, c64(L.block_bytes))
+    scale, mins = _q4_k_scales(bd, [(row, p)])
     w = []
     for i in range(n):  # sub-block i: chunk i // 2 of qs, low nibbles for even i, high for odd
         qs = load(bd, row, bd.add(p, c64(L.qs + (i // 2) * L.sub_elems)), vec(I8, G))
@@ -160,6 +180,96 @@ EMITTERS = {Q8_0.code: _q8_0, Q4_0.code: _q4_0, Q4_1.code: _q4_1, Q5_0.code: _q5
             Q6_K.code: _q6_k}
 BLOCK = {f.code: f.layout for f in (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K)}
 HAS_MIN = {Q4_1.code, Q4_K.code}
+
+
+# ------------------------------------------------------------------ planes: u8 weights for vpdpbusd
+#
+# The planes decode kernels (kernels.py) dot unsigned weight bytes with the two int8 planes of the
+# int16 activations, for one or two rows at a time. A K-quant block gives 4 units of 64
+# consecutive elements; i32 lane i of a unit's dot sums elements 4i..4i+3 and is multiplied by
+# its lane scale: the weights' scale there times the activations' block scale. The stored q is
+# dotted as it is: a zero point z (w = q - z) comes off afterwards with the activations'
+# 16-element sums.
+
+PLANES_UNIT = 64
+_LANES = PLANES_UNIT // 4
+
+
+class PlanesBlocks(NamedTuple):
+    """Block `fb` of n rows for the planes decode kernel."""
+
+    units: list  # [row][u] <64 x i8>: unsigned weight bytes of elements 64u .. 64u + 63
+    lane_scales: list  # [row][u] <16 x float>
+    min: ir.Value | None  # <8n x float>: each row's per-group min (times the group's sum of x)
+    zero_scale: ir.Value | None  # <16n x float>: each row's per-16-element scale x activation scale
+    zero: int  # z of w = q - z
+
+
+def _q4_k_planes(bd, rows, fb, xs8):
+    """Chunk u of qs as both of its sub-blocks: the low nibbles (sub-block 2u) and the high nibbles
+    masked in place, 16 * q (sub-block 2u + 1, whose scale carries the 1 / 16): one AND, no shift.
+    Lane i of unit u lies in sub-block 2u + i // 8."""
+    L = Q4_K.layout
+    n = L.sub_blocks
+    p = bd.mul(fb, c64(L.block_bytes))
+    scale, mins = _q4_k_scales(bd, [(row, p) for row in rows])
+    xs_odd = bd.fmul(xs8, const(F32T, [1.0 if j % 2 == 0 else 1 / 16 for j in range(n)]))
+    sv = bd.fmul(scale, _concat(bd, [xs_odd] * len(rows)))
+    half = PLANES_UNIT // 2
+    mask = const(I8, [15] * half + [0xF0 - 256] * half)
+    units, lane_scales = [], []
+    for r, row in enumerate(rows):
+        units.append([])
+        lane_scales.append([])
+        for u in range(n // 2):
+            qs = load(bd, row, bd.add(p, c64(L.qs + u * L.sub_elems)), vec(I8, half))
+            units[r].append(bd.and_(bd.shuffle_vector(qs, qs, const(I32, [*range(half), *range(half)])), mask))
+            lane_scales[r].append(bd.shuffle_vector(sv, sv, const(I32, [n * r + 2 * u + i // 8 for i in range(_LANES)])))
+    return PlanesBlocks(units, lane_scales, mins, None, 0)
+
+
+def _q6_k_planes(bd, rows, fb, xs8):
+    """Unit u = 2h + kk (half h, k in {2kk, 2kk+1}): the low 4 bits are 64 consecutive bytes of ql
+    (low nibbles for kk = 0, high for kk = 1), the top 2 bits those of qh[32h .. 32h+31] at bits
+    2k, moved to bits 4-5 by one 16-bit shift per half (a shift across the byte boundary only moves
+    bits that the 0x30 mask drops). Lane i of unit u lies in sub-block 4u + i // 4."""
+    L = Q6_K.layout
+    p = bd.mul(fb, c64(L.block_bytes))
+    quarter = L.half // 4
+    xs16 = bd.shuffle_vector(xs8, xs8, const(I32, [s // 2 for s in range(L.sub_blocks)]))
+    units, lane_scales, svs = [], [], []
+    for row in rows:
+        d = f16(bd, row, bd.add(p, c64(L.d)))
+        scs = bd.sitofp(load(bd, row, bd.add(p, c64(L.scales)), vec(I8, L.sub_blocks)), vec(F32T, L.sub_blocks))
+        sv = bd.fmul(bd.fmul(splat(bd, d, L.sub_blocks), scs), xs16)
+        svs.append(sv)
+        lane_scales.append([bd.shuffle_vector(sv, sv, const(I32, [4 * u + i // 4 for i in range(_LANES)]))
+                            for u in range(L.block_elems // PLANES_UNIT)])
+        units.append([])
+        for u in range(L.block_elems // PLANES_UNIT):
+            h, kk = divmod(u, 2)
+            ql = load(bd, row, bd.add(p, c64(L.ql + h * L.half // 2)), vec(I8, PLANES_UNIT))
+            lo = bd.and_(bd.lshr(ql, splat_c(I8, 4, PLANES_UNIT)) if kk else ql, splat_c(I8, 15, PLANES_UNIT))
+            qh = load(bd, row, bd.add(p, c64(L.qh + h * quarter)), vec(I8, quarter))
+            words = bd.bitcast(bd.shuffle_vector(qh, qh, const(I32, [*range(quarter), *range(quarter)])),
+                               vec(I16, PLANES_UNIT // 2))
+            w = PLANES_UNIT // 4  # words per half
+            if kk == 0:  # bits 0-1 (first half) and 2-3 (second) to bits 4-5
+                words = bd.shl(words, const(I16, [4] * w + [2] * w))
+            else:  # bits 4-5 stay, bits 6-7 to 4-5
+                words = bd.lshr(words, const(I16, [0] * w + [2] * w))
+            hi = bd.and_(bd.bitcast(words, vec(I8, PLANES_UNIT)), splat_c(I8, 0x30, PLANES_UNIT))
+            units[-1].append(bd.or_(lo, hi))
+    return PlanesBlocks(units, lane_scales, None, _concat(bd, svs), L.zero)
+
+
+PLANES = {Q4_K.code: _q4_k_planes, Q6_K.code: _q6_k_planes}
+
+
+def planes_blocks(code: int, bd, rows, fb, xs8) -> PlanesBlocks:
+    """Format block `fb` (i64) of 1 or 2 rows (i8* each) for the planes decode kernels; xs8: the
+    activations' scales of the block's 32-element groups (<8 x float>)."""
+    return PLANES[code](bd, rows, fb, xs8)
 
 
 def block(code: int, bd, row, blk) -> Block:
