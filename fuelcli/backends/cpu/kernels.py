@@ -132,9 +132,9 @@ def _decode_planes(isa, mod, code, name):
     plane's sums shifted left by 8 are the accumulator of the low plane's, the same int32 as the
     int16 dot. One conversion and one FMA per unit, with the lane's scale (unpack.planes_blocks);
     two rows at a time share the activation loads and the vector work of their scales. The zero
-    point of q comes off at the end: z * sum over sub-blocks of scale * (the activations'
-    16-element sums). The bytes PLANES_AHEAD rows on are fetched into L2 (prefetcht1): on an AMD
-    EPYC (Zen 4) a Q4_K kernel read 17.6 -> 33 GB/s from DRAM with 2 threads where prefetcht0 two
+    point of q comes off at the end: z * sum over 16-element pieces of scale * (the activations'
+    sums there). The bytes PLANES_AHEAD rows on are fetched into L2 (prefetcht1): on an AMD EPYC
+    (Zen 4) a Q4_K kernel read 17.6 -> 33 GB/s from DRAM with 2 threads where prefetcht0 two
     groups ahead filled L1's miss buffers (a C prototype, 16 matrices of 8960 x 1536 cycled)."""
     fn, bd = func(mod, name, 10)
     fn.linkage = "internal"
@@ -146,8 +146,11 @@ def _decode_planes(isa, mod, code, name):
     xs, xf, out = ptr_to(bd, xs_, F32T), ptr_to(bd, xf_, F32T), ptr_to(bd, out_, F32T)
     xh, xz = ptr_to(bd, xp_, I8), ptr_to(bd, xz_, F32T)
     xl = bd.gep(xh, [K])
-    nfb = bd.udiv(K, c64(BL.block_elems))
-    per, n16 = BL.block_elems // G, BL.block_elems // 16  # activation blocks, 16-element sums per block
+    per = BL.block_elems // G  # 32-element groups per format block
+    chunk = U.PLANES_CHUNK // BL.block_elems  # format blocks per main-loop chunk
+    nb = bd.udiv(K, c64(BL.block_elems))
+    n_main = bd.mul(bd.udiv(nb, c64(chunk)), c64(chunk))
+    n_pairs = bd.add(n_main, bd.mul(bd.udiv(bd.sub(nb, n_main), c64(2)), c64(2)))
 
     def tile(v, n):
         return v if n == 1 else bd.shuffle_vector(v, v, const(I32, list(range(v.type.count)) * n))
@@ -155,17 +158,21 @@ def _decode_planes(isa, mod, code, name):
     def rows(r0, R):
         row = [bd.gep(wp, [bd.mul(bd.add(r0, c64(i)), row_bytes)]) for i in range(R)]
         acc = [Var(bd, splat_c(F32T, 0.0, L)) for _ in range(R)]
-        mins = Var(bd, splat_c(F32T, 0.0, per * R))
-        zs = Var(bd, splat_c(F32T, 0.0, n16 * R))
         ahead = bd.mul(row_bytes, c64(PLANES_AHEAD))
-        found = {}
-        with Loop(bd, 0, nfb) as fb:
-            e0 = bd.mul(fb, c64(BL.block_elems))
+        # the min and zero-point sums, one accumulator per chunk size (their lane counts differ)
+        keys = [k for k, on in (("min", code in U.HAS_MIN), ("zero", code in U.PLANES_ZERO)) if on]
+        sums = {(k, n): Var(bd, splat_c(F32T, 0.0, n * per * (2 if k == "zero" else 1) * R))
+                for k in keys for n in sorted({chunk, 2, 1} if chunk > 1 else {1})}
+
+        def step(b0, nblk):
+            g = nblk * per  # 32-element groups of the chunk
+            e0 = bd.mul(b0, c64(BL.block_elems))
+            gi = bd.mul(b0, c64(per))
+            nbytes = nblk * BL.block_bytes
             for i in range(R):
-                for line in range(0, BL.block_bytes, 64):
-                    prefetch(bd, bd.gep(row[i], [bd.add(bd.add(bd.mul(fb, c64(BL.block_bytes)), c64(line)), ahead)]), 2)
-            blk = U.planes_blocks(code, bd, row, fb, load(bd, xs, bd.mul(fb, c64(per)), vec(F32T, per)))
-            found.update(min=blk.min is not None, zero=blk.zero)
+                for line in range(0, nbytes, 64):
+                    prefetch(bd, bd.gep(row[i], [bd.add(bd.add(bd.mul(b0, c64(BL.block_bytes)), c64(line)), ahead)]), 2)
+            blk = U.planes_blocks(code, bd, row, b0, nblk, load(bd, xs, gi, vec(F32T, g)))
             planes = [(load(bd, xh, bd.add(e0, c64(u * U8)), vec(I8, U8)), load(bd, xl, bd.add(e0, c64(u * U8)), vec(I8, U8)))
                       for u in range(len(blk.units[0]))]
             for i in range(R):
@@ -175,25 +182,31 @@ def _decode_planes(isa, mod, code, name):
                     isum = dpb(bd, bd.shl(hi, splat_c(I32, 8, L)), wu, pl)
                     a = fmuladd(bd, bd.sitofp(isum, vec(F32T, L)), ls, a)
                 acc[i].set(a)
-            if blk.min is not None:
-                mins.set(fmuladd(bd, blk.min, tile(load(bd, xf, bd.mul(fb, c64(per)), vec(F32T, per)), R), mins.get()))
-            if blk.zero:
-                zs.set(fmuladd(bd, blk.zero_scale, tile(load(bd, xz, bd.mul(fb, c64(n16)), vec(F32T, n16)), R), zs.get()))
+            for key, v, x, n in (("min", blk.min, xf, g), ("zero", blk.zero_scale, xz, 2 * g)):
+                if v is not None:
+                    xv = load(bd, x, bd.mul(b0, c64(n // nblk)), vec(F32T, n))
+                    sums[key, nblk].set(fmuladd(bd, v, tile(xv, R), sums[key, nblk].get()))
+
+        with Loop(bd, 0, n_main, chunk) as b0:
+            step(b0, chunk)
+        if chunk > 1:  # a 32-element format's last blocks: in pairs, then one
+            with Loop(bd, n_main, n_pairs, 2) as b0:
+                step(b0, 2)
+            with Loop(bd, n_pairs, nb) as b0:
+                step(b0, 1)
         for i in range(R):
             total = hsum(bd, acc[i].get())
-            if found["min"]:
-                m = mins.get()
-                total = bd.fadd(total, hsum(bd, bd.shuffle_vector(m, m, const(I32, range(per * i, per * (i + 1))))))
-            if found["zero"]:
-                z = zs.get()
-                part = hsum(bd, bd.shuffle_vector(z, z, const(I32, range(n16 * i, n16 * (i + 1)))))
-                total = bd.fsub(total, bd.fmul(ir.Constant(F32T, float(found["zero"])), part))
+            for (key, nblk), var in sums.items():
+                v, n = var.get(), var.get().type.count // R
+                part = hsum(bd, bd.shuffle_vector(v, v, const(I32, range(n * i, n * (i + 1)))))
+                zero = ir.Constant(F32T, float(U.PLANES_ZERO.get(code, 0)))
+                total = bd.fadd(total, part) if key == "min" else bd.fsub(total, bd.fmul(zero, part))
             bd.store(total, bd.gep(out, [bd.add(r0, c64(i))]))
 
-    n_main = bd.mul(bd.udiv(n_rows, c64(PLANES_ROWS)), c64(PLANES_ROWS))
-    with Loop(bd, 0, n_main, PLANES_ROWS) as r:
+    n_even = bd.mul(bd.udiv(n_rows, c64(PLANES_ROWS)), c64(PLANES_ROWS))
+    with Loop(bd, 0, n_even, PLANES_ROWS) as r:
         rows(r, PLANES_ROWS)
-    with Loop(bd, n_main, n_rows) as r:
+    with Loop(bd, n_even, n_rows) as r:
         rows(r, 1)
     bd.ret_void()
     return fn

@@ -27,7 +27,7 @@ from typing import NamedTuple
 from llvmlite import ir
 
 from ...formats import BF16, F16, F32, Q4_0, Q4_1, Q4_K, Q5_0, Q6_K, Q8_0
-from .irgen import F32T, G, I8, I16, I32, c64, const, load, splat, splat_c, vec
+from .irgen import F32T, G, I8, I16, I32, I64, c64, const, load, splat, splat_c, vec
 
 def f16(bd, base, off):
     """The little-endian f16 at byte `off` of base, widened to float (exact)."""
@@ -185,27 +185,102 @@ HAS_MIN = {Q4_1.code, Q4_K.code}
 # ------------------------------------------------------------------ planes: u8 weights for vpdpbusd
 #
 # The planes decode kernels (kernels.py) dot unsigned weight bytes with the two int8 planes of the
-# int16 activations, for one or two rows at a time. A K-quant block gives 4 units of 64
-# consecutive elements; i32 lane i of a unit's dot sums elements 4i..4i+3 and is multiplied by
-# its lane scale: the weights' scale there times the activations' block scale. The stored q is
-# dotted as it is: a zero point z (w = q - z) comes off afterwards with the activations'
-# 16-element sums.
+# int16 activations, for one or two rows at a time, a chunk of 256 elements at a time (one K-quant
+# block, eight 32-element blocks; a row's last blocks of a 32-element format in chunks of two and
+# one). A chunk gives units of 64 consecutive elements; i32 lane i of a unit's dot sums elements
+# 4i..4i+3 and is multiplied by its lane scale: the weights' scale there times the activations'
+# block scale. The stored q is dotted as an unsigned byte: a zero point z (w = q - z) comes off
+# afterwards with the activations' 16-element sums.
 
 PLANES_UNIT = 64
 _LANES = PLANES_UNIT // 4
 
 
 class PlanesBlocks(NamedTuple):
-    """Block `fb` of n rows for the planes decode kernel."""
+    """A chunk of n rows for the planes decode kernel."""
 
-    units: list  # [row][u] <64 x i8>: unsigned weight bytes of elements 64u .. 64u + 63
+    units: list  # [row][u] <64 x i8>: unsigned weight bytes of the chunk's elements 64u .. 64u + 63
     lane_scales: list  # [row][u] <16 x float>
-    min: ir.Value | None  # <8n x float>: each row's per-group min (times the group's sum of x)
-    zero_scale: ir.Value | None  # <16n x float>: each row's per-16-element scale x activation scale
-    zero: int  # z of w = q - z
+    min: ir.Value | None  # <g*n x float>: each row's min per 32-element group (times the group's sum of x)
+    zero_scale: ir.Value | None  # <2g*n x float>: each row's scale x activation scale per 16 elements
+    # (formats with a zero point: PLANES_ZERO)
 
 
-def _q4_k_planes(bd, rows, fb, xs8):
+def _nibble_units(bd, qs_parts, shift):
+    """Units from 16-byte nibble groups (one per 32-element group, low nibbles its elements 0-15):
+    each copied twice, the low half masked to the low nibble and the high half to the high nibble
+    in place (16 * q: its lane scale carries 1 / 16) or, with `shift`, shifted down (q itself)."""
+    units = []
+    for j in range(0, len(qs_parts), 2):
+        pair = qs_parts[j:j + 2]
+        both = pair[0] if len(pair) == 1 else bd.shuffle_vector(pair[0], pair[1], const(I32, range(32)))
+        n = len(pair)
+        idx = [16 * b + t for b in range(n) for _ in range(2) for t in range(16)]
+        v = bd.shuffle_vector(both, splat_c(I8, 0, 16 * n), const(I32, idx + [16 * n] * (64 - len(idx))))
+        if shift:
+            words = bd.lshr(bd.bitcast(v, vec(I16, 32)), const(I16, ([0] * 8 + [4] * 8) * 2))
+            v = bd.and_(bd.bitcast(words, vec(I8, 64)), splat_c(I8, 15, 64))
+        else:
+            v = bd.and_(v, const(I8, ([15] * 16 + [0xF0 - 256] * 16) * 2))
+        units.append(v)
+    return units
+
+
+def _legacy_planes(fmt):
+    """The planes emitter of a 32-element format: `nblk` blocks from block b0 of each row."""
+    L = fmt.layout
+    code = fmt.code
+
+    def emit(bd, rows, b0, nblk, xs):
+        units, lane_scales, svs, mins = [], [], [], []
+        for row in rows:
+            base = bd.mul(b0, c64(L.block_bytes))
+            at = lambda j, off: bd.add(base, c64(j * L.block_bytes + off))  # noqa: E731
+            d = _lanes(bd, *[f16(bd, row, at(j, L.d)) for j in range(nblk)]) if nblk > 1 else \
+                _lanes(bd, f16(bd, row, at(0, L.d)))
+            sv = bd.fmul(d, xs)
+            svs.append(sv)
+            if code == Q4_1.code:
+                mins.append(_lanes(bd, *[f16(bd, row, at(j, L.m)) for j in range(nblk)]))
+            if code == Q8_0.code:  # q + 128 as the unsigned byte
+                parts = [bd.xor(load(bd, row, at(j, L.qs), vec(I8, G)), splat_c(I8, -128, G)) for j in range(nblk)]
+                us = []
+                for j in range(0, nblk, 2):
+                    pair = parts[j:j + 2] if j + 1 < nblk else [parts[j], splat_c(I8, 0, G)]
+                    us.append(bd.shuffle_vector(pair[0], pair[1], const(I32, range(64))))
+                scale = sv
+            else:
+                qs = [load(bd, row, at(j, L.qs), vec(I8, 16)) for j in range(nblk)]
+                us = _nibble_units(bd, qs, shift=code == Q5_0.code)
+                if code == Q5_0.code:  # the 5th bits: + 16 where set (qh bit j: element j)
+                    for u in range(len(us)):
+                        bits = [bd.zext(load(bd, row, at(j, L.qh), I32), I64) for j in range(2 * u, min(2 * u + 2, nblk))]
+                        mask = bits[0] if len(bits) == 1 else bd.or_(bits[0], bd.shl(bits[1], c64(32)))
+                        set_ = bd.bitcast(mask, vec(ir.IntType(1), 64))
+                        us[u] = bd.select(set_, bd.or_(us[u], splat_c(I8, 16, 64)), us[u])
+                    scale = sv
+                else:  # the high nibbles' lanes: 1 / 16
+                    scale = _concat(bd, [sv, bd.fmul(sv, splat_c(F32T, 1 / 16, nblk))])
+            hi16 = code not in (Q8_0.code, Q5_0.code)
+            ls = []
+            for u in range(len(us)):
+                idx = []
+                for i in range(_LANES):
+                    j = min(2 * u + i // 8, nblk - 1)  # lanes past the last block: weights 0
+                    idx.append(j + nblk * (hi16 and (i // 4) % 2 == 1))
+                ls.append(bd.shuffle_vector(scale, scale, const(I32, idx)))
+            units.append(us)
+            lane_scales.append(ls)
+        zero_scale = None
+        if code in PLANES_ZERO:
+            per16 = [bd.shuffle_vector(sv, sv, const(I32, [s // 2 for s in range(2 * nblk)])) for sv in svs]
+            zero_scale = _concat(bd, per16)
+        return PlanesBlocks(units, lane_scales, _concat(bd, mins) if mins else None, zero_scale)
+
+    return emit
+
+
+def _q4_k_planes(bd, rows, fb, nblk, xs8):
     """Chunk u of qs as both of its sub-blocks: the low nibbles (sub-block 2u) and the high nibbles
     masked in place, 16 * q (sub-block 2u + 1, whose scale carries the 1 / 16): one AND, no shift.
     Lane i of unit u lies in sub-block 2u + i // 8."""
@@ -225,10 +300,10 @@ def _q4_k_planes(bd, rows, fb, xs8):
             qs = load(bd, row, bd.add(p, c64(L.qs + u * L.sub_elems)), vec(I8, half))
             units[r].append(bd.and_(bd.shuffle_vector(qs, qs, const(I32, [*range(half), *range(half)])), mask))
             lane_scales[r].append(bd.shuffle_vector(sv, sv, const(I32, [n * r + 2 * u + i // 8 for i in range(_LANES)])))
-    return PlanesBlocks(units, lane_scales, mins, None, 0)
+    return PlanesBlocks(units, lane_scales, mins, None)
 
 
-def _q6_k_planes(bd, rows, fb, xs8):
+def _q6_k_planes(bd, rows, fb, nblk, xs8):
     """Unit u = 2h + kk (half h, k in {2kk, 2kk+1}): the low 4 bits are 64 consecutive bytes of ql
     (low nibbles for kk = 0, high for kk = 1), the top 2 bits those of qh[32h .. 32h+31] at bits
     2k, moved to bits 4-5 by one 16-bit shift per half (a shift across the byte boundary only moves
@@ -260,16 +335,21 @@ def _q6_k_planes(bd, rows, fb, xs8):
                 words = bd.lshr(words, const(I16, [0] * w + [2] * w))
             hi = bd.and_(bd.bitcast(words, vec(I8, PLANES_UNIT)), splat_c(I8, 0x30, PLANES_UNIT))
             units[-1].append(bd.or_(lo, hi))
-    return PlanesBlocks(units, lane_scales, None, _concat(bd, svs), L.zero)
+    return PlanesBlocks(units, lane_scales, None, _concat(bd, svs))
 
 
-PLANES = {Q4_K.code: _q4_k_planes, Q6_K.code: _q6_k_planes}
+# z of w = q - z as the planes kernels dot q (q8_0: q + 128, an unsigned byte)
+PLANES_ZERO = {Q8_0.code: 128, Q4_0.code: Q4_0.layout.zero, Q5_0.code: Q5_0.layout.zero, Q6_K.code: Q6_K.layout.zero}
+PLANES = {Q4_K.code: _q4_k_planes, Q6_K.code: _q6_k_planes,
+          **{f.code: _legacy_planes(f) for f in (Q8_0, Q4_0, Q4_1, Q5_0)}}
+PLANES_CHUNK = 256  # elements of a planes kernel's main-loop chunk
 
 
-def planes_blocks(code: int, bd, rows, fb, xs8) -> PlanesBlocks:
-    """Format block `fb` (i64) of 1 or 2 rows (i8* each) for the planes decode kernels; xs8: the
-    activations' scales of the block's 32-element groups (<8 x float>)."""
-    return PLANES[code](bd, rows, fb, xs8)
+def planes_blocks(code: int, bd, rows, b0, nblk, xs) -> PlanesBlocks:
+    """`nblk` format blocks from block b0 (i64) of 1 or 2 rows (i8* each) for the planes decode
+    kernels; xs: the activations' scales of their 32-element groups (<nblk * block_elems / 32 x
+    float>)."""
+    return PLANES[code](bd, rows, b0, nblk, xs)
 
 
 def block(code: int, bd, row, blk) -> Block:
