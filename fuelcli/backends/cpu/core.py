@@ -22,7 +22,7 @@ from functools import lru_cache
 from llvmlite import ir
 
 from .irgen import (F32T, G, I8, I16, I32, I64, Loop, Var, c64, call_intrinsic, const, fmuladd, func, hmax,
-                    hsum, hsum_int, ptr_to, splat, splat_c, vec, vexp)
+                    hsum, ptr_to, splat, splat_c, vec, vexp)
 from .attention import KEY_BLOCK, attention
 from .llvm import Isa, compile_module
 
@@ -76,7 +76,7 @@ def _quantize(isa, mod, name):
                 bd.store(bd.trunc(plane, vec(I8, G)), bd.bitcast(bd.gep(xp, [off]), vec(I8, G).as_pointer()), align=1)
             for half in range(2):
                 part = bd.shuffle_vector(q, q, const(I32, range(16 * half, 16 * half + 16)))
-                bd.store(bd.sitofp(hsum_int(bd, part), F32T), bd.gep(xz, [bd.add(bd.mul(b, c64(2)), c64(half))]))
+                bd.store(bd.sitofp(hsum(bd, part), F32T), bd.gep(xz, [bd.add(bd.mul(b, c64(2)), c64(half))]))
     bd.ret_void()
 
 

@@ -152,19 +152,12 @@ def fmuladd(bd, a, b, c):
 
 
 def hsum(bd, v):
+    """The sum of a vector's lanes (float or integer), a tree of shuffles and adds."""
+    add = bd.add if isinstance(v.type.element, ir.IntType) else bd.fadd
     n = v.type.count
     while n > 1:
         n //= 2
-        v = bd.fadd(bd.shuffle_vector(v, v, const(I32, range(n))), bd.shuffle_vector(v, v, const(I32, range(n, 2 * n))))
-    return bd.extract_element(v, ir.Constant(I32, 0))
-
-
-def hsum_int(bd, v):
-    """The sum of an integer vector's lanes (a tree of shuffles and adds, as hsum)."""
-    n = v.type.count
-    while n > 1:
-        n //= 2
-        v = bd.add(bd.shuffle_vector(v, v, const(I32, range(n))), bd.shuffle_vector(v, v, const(I32, range(n, 2 * n))))
+        v = add(bd.shuffle_vector(v, v, const(I32, range(n))), bd.shuffle_vector(v, v, const(I32, range(n, 2 * n))))
     return bd.extract_element(v, ir.Constant(I32, 0))
 
 

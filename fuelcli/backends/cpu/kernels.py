@@ -121,13 +121,18 @@ def _decode_quant(isa, mod, code, name):
         for i in range(R):
             bd.store(bd.fadd(hsum(bd, acc[i].get()), hsum(bd, mins[i].get())), bd.gep(out, [bd.add(r0, c64(i))]))
 
-    n_main = bd.mul(bd.udiv(n_rows, c64(DECODE_UNROLL)), c64(DECODE_UNROLL))
-    with Loop(bd, 0, n_main, DECODE_UNROLL) as r:
-        rows(r, DECODE_UNROLL)
-    with Loop(bd, n_main, n_rows) as r:
-        rows(r, 1)
+    _in_groups(bd, n_rows, DECODE_UNROLL, rows)
     bd.ret_void()
     return fn
+
+
+def _in_groups(bd, n_rows, R, rows):
+    """rows(r0, R) over the rows in groups of R, then rows(r, 1) over the last n_rows % R."""
+    n_main = bd.mul(bd.udiv(n_rows, c64(R)), c64(R))
+    with Loop(bd, 0, n_main, R) as r:
+        rows(r, R)
+    with Loop(bd, n_main, n_rows) as r:
+        rows(r, 1)
 
 
 PLANES_ROWS = 2  # rows a planes decode kernel dots at once
@@ -212,11 +217,7 @@ def _decode_planes(isa, mod, code, name):
                 total = bd.fadd(total, part) if key == "min" else bd.fsub(total, bd.fmul(zero, part))
             bd.store(total, bd.gep(out, [bd.add(r0, c64(i))]))
 
-    n_even = bd.mul(bd.udiv(n_rows, c64(PLANES_ROWS)), c64(PLANES_ROWS))
-    with Loop(bd, 0, n_even, PLANES_ROWS) as r:
-        rows(r, PLANES_ROWS)
-    with Loop(bd, n_even, n_rows) as r:
-        rows(r, 1)
+    _in_groups(bd, n_rows, PLANES_ROWS, rows)
     bd.ret_void()
     return fn
 
