@@ -3,6 +3,7 @@ kernels and its on-disk caches (kernel-level checks are in test_formats.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -153,6 +154,46 @@ def test_cached_forward_in_a_fresh_process(tmp_path):
     from fuelcli.backends.cpu import jit
 
     assert jit.SOURCE_DIGEST  # the cache keys cover the backend sources (jit.py, llvm.py)
+
+
+# Warms an engine up in a fresh process with numba's refresh of its CPU target spied on, then
+# saves its prefill logits; argv: model, out.npy, "fast" (as engines start) or "compile" (the
+# control: numba's own Dispatcher.compile, which refreshes the target before its cache load).
+WARM_DRIVER = r"""
+import json, sys
+import numpy as np
+import numba.core.base as base
+from fuelcli.backends.cpu import engine as E, jit
+from fuelcli.loader import open_model
+
+refreshes = []
+refresh = base.BaseContext.refresh
+base.BaseContext.refresh = lambda self: (refreshes.append(1), refresh(self))[1]
+if sys.argv[3] == "compile":
+    E.load_cached = lambda f, sig: False
+m = open_model(sys.argv[1])
+e = E.CpuEngine(m.cfg, m.weights, 8)
+e.warm_up()
+print(json.dumps({"refreshed": len(refreshes)}))
+np.save(sys.argv[2], e.prefill([1, 2, 3, 4], all_logits=True))
+"""
+
+
+def test_warm_up_loads_the_cached_forward_without_refreshing_numba(tmp_path):
+    """A warm start loads the forward from numba's cache without numba's target refresh (every
+    registry imported and installed: ~0.1 s), and it computes the same logits as one loaded by
+    numba's own path; the control shows the spy sees that path's refresh."""
+    path = tmp_path / "tiny.gguf"
+    _tiny_llama(path, np.random.default_rng(2), qtype=Q.Q4_0)
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    seen = {}
+    for mode in ("compile", "fast"):  # the first run fills the cache
+        r = subprocess.run([sys.executable, "-c", WARM_DRIVER, str(path), str(tmp_path / f"{mode}.npy"), mode],
+                           capture_output=True, text=True, env=env, timeout=600)
+        assert r.returncode == 0, r.stderr[-2000:]
+        seen[mode] = json.loads(r.stdout.strip().splitlines()[-1])["refreshed"]
+    assert seen["compile"] > 0 and seen["fast"] == 0
+    assert np.array_equal(np.load(tmp_path / "fast.npy"), np.load(tmp_path / "compile.npy"))
 
 
 def test_cpu_backend_skips_numbas_blas_probe_and_numba_still_finds_blas():

@@ -18,6 +18,7 @@ from ..kv_cache import KVCache
 from . import amx
 from .activations import allocate
 from .attention import KEY_BLOCK
+from .jit import load_cached
 from .kernels import is_quant
 from .llvm import host_isa
 from .matmul import N_KERNEL_COLS
@@ -149,7 +150,9 @@ class CpuEngine(Engine):
         f = self._forward
         stand_in = (np.zeros((1, N_KERNEL_COLS), np.int64), np.zeros(1, np.int64))
         args = self._args(np.zeros(1, np.int64), False, self._last, np.empty((0, 1, 1), np.float32), stand_in)
-        f.compile(tuple(f.typeof_pyval(a) for a in args))
+        sig = tuple(f.typeof_pyval(a) for a in args)
+        if not load_cached(f, sig):
+            f.compile(sig)
         self._tables.get()
 
     def prefill(self, tokens, all_logits: bool = False, hidden: bool = False):
