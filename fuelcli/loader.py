@@ -34,6 +34,15 @@ class Model:
 
         return Tokenizer.from_dir(self.source.path)
 
+    def prefetch(self):
+        """Maps the weights' pages into the process in the background (weights/prefetch.py): the
+        commands that run the model call it before they build the tokenizer, which keeps the main
+        thread busy for a few tenths of a second meanwhile."""
+        from .weights.prefetch import start
+
+        stored = self.gguf.tensors.values() if self.gguf is not None else self.weights.tensors()
+        start([t.data for t in stored])
+
     def eos_ids(self) -> set:
         own = self.tokenizer.eos_token_id
         return set(self.cfg.eos_token_ids) | ({own} if own is not None else set())

@@ -74,6 +74,7 @@ def chat(
     system = system_text(system, system_file)
     set_threads(threads)
     m = open_model(model, revision, hf_file)
+    m.prefetch()
     tok = m.tokenizer
     kwargs = template_options(tok, chat_template, chat_template_kwargs)
     n_ctx = context_size(ctx_size, m.cfg.max_position, DEFAULT_CTX)

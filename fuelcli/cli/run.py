@@ -67,6 +67,7 @@ def run(
     system = system_text(system, system_file)
     n_threads = set_threads(threads)
     m = open_model(model, revision, hf_file)
+    m.prefetch()
     tok = m.tokenizer
     kwargs = template_options(tok, chat_template, chat_template_kwargs)
     needs = [flag for flag, used in (("--system", system is not None), ("--chat-template-kwargs", kwargs is not None))

@@ -59,6 +59,7 @@ def serve(
         raise InputError(f"-c {ctx_size} exceeds the model's context of {limit} tokens")
     n_ctx = min(DEFAULT_CTX, limit) if ctx_size is None else (ctx_size or limit)
     sock = bind(host, port)  # before loading: a port in use fails fast
+    m.prefetch()
     tok = m.tokenizer
     engine, _ = ready_engine(m, n_ctx, device, quiet=False)  # loads or compiles the kernels before serving
     served = ServedModel(id=m.source.name, names={m.source.name, model}, tokenizer=tok, n_ctx=n_ctx,
