@@ -613,10 +613,15 @@ def first_token_runs(model: str, source, prompt: str, repetitions: int, threads:
     import tempfile
 
     # Both sides run with this process's OpenMP settings (threads.py: the default wait unless the
-    # user chose one), as the pp/tg tests do, the peer running in fuel's process.
-    base = dict(os.environ, FUEL_THREADS=str(threads), NUMBA_NUM_THREADS=str(threads))
-    fuel = [sys.executable, "-m", "fuelcli", "run", model, prompt, "-n", "1", "--temp", "0", "--quiet"]
+    # user chose one), as the pp/tg tests do, the peer running in fuel's process. Both import
+    # their Python modules from .pyc files, as after a pip install: PYTHONDONTWRITEBYTECODE in this
+    # environment would have every start compile fuel's sources anew (~0.1 s here), so the children
+    # write and read theirs under a prefix of their own, filled by the warm-ups.
     warm_dir = tempfile.mkdtemp(prefix="fuel-first-token-")
+    base = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    base.update(FUEL_THREADS=str(threads), NUMBA_NUM_THREADS=str(threads),
+                PYTHONPYCACHEPREFIX=os.path.join(warm_dir, "pycache"))
+    fuel = [sys.executable, "-m", "fuelcli", "run", model, prompt, "-n", "1", "--temp", "0", "--quiet"]
     series = {"fuel_cold": [], "fuel_warm": []}
     if llama:
         series["llama.cpp"] = []
