@@ -17,7 +17,7 @@ from llvmlite import ir
 from fuelcli.backends.cpu.core import TASK_ARGS
 from fuelcli.backends.cpu.irgen import I64, c64, func, ptr_to
 from fuelcli.backends.cpu.llvm import compile_module, host_isa, thread_count
-from fuelcli.backends.cpu.matmul import CHUNKS, args11, run_tasks
+from fuelcli.backends.cpu.matmul import CHUNKS, run_tasks
 
 N_TASKS = 64  # runs of N_TASKS // (CHUNKS * 2) = 4 tasks with two threads
 SEEN_ALL, GAVE_UP = 1, 2
@@ -54,7 +54,8 @@ def _build():
 def _run(one_by_one, patience):
     fn = compile_module("test_tasks", _build, host_isa())["fuel_test_wait_for_the_rest"]
     done, flags = np.zeros(1, np.int64), np.zeros(N_TASKS, np.int64)
-    run_tasks(fn, N_TASKS, args11(done.ctypes.data, flags.ctypes.data, N_TASKS, patience), one_by_one)
+    args = tuple(np.int64(a) for a in (done.ctypes.data, flags.ctypes.data, N_TASKS, patience)) + (np.int64(0),) * 7
+    run_tasks(fn, N_TASKS, args, one_by_one)
     return done[0], flags
 
 

@@ -22,9 +22,10 @@ from numba import njit, types
 from numba.extending import overload
 
 from .amx import AMX_MIN_TOKENS
-from .jit import FAST, helper
-from .matmul import (C_KV_STORE, C_RMSNORM, C_ROPE, C_SPLIT, args11, attention, batch, dequant_row, describe,
-                     matmul, matmul_task, ptr, quantize_rows, silu_mul, split_rows, tasks)
+from .jit import FAST, OWN_FLAGS, helper
+from .llvm import args11, ptr
+from .matmul import (C_KV_STORE, C_RMSNORM, C_ROPE, C_SPLIT, attention, batch, dequant_row, describe, matmul,
+                     matmul_task, quantize_rows, silu_mul, split_rows, tasks)
 
 M_Q, M_K, M_V, M_O, M_GATE, M_UP, M_DOWN, M_ROUTER = range(8)
 N_MATS = 8
@@ -150,7 +151,7 @@ def ffn(exp_idx, l, h, act, mats, mi, dims, kern, core, quant, gate, up, out):
     model's forward holds no MoE code (and the call from Python stays on numba's fast path)."""
 
 
-@overload(ffn, jit_options=dict(fastmath=True, error_model="numpy"))
+@overload(ffn, jit_options=OWN_FLAGS)
 def _ffn(exp_idx, l, h, act, mats, mi, dims, kern, core, quant, gate, up, out):
     if isinstance(exp_idx, types.NoneType):
         def dense(exp_idx, l, h, act, mats, mi, dims, kern, core, quant, gate, up, out):
@@ -168,6 +169,16 @@ def _ffn(exp_idx, l, h, act, mats, mi, dims, kern, core, quant, gate, up, out):
 @njit(**FAST)
 def forward(tokens, pos0, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, embed_i, out_i, final_norm_i,
             dims, eps, windows, cos, sin, k_cache, v_cache, kern, core, act, all_logits, logits, hidden_out):
+    """The entry point from Python (forward_body's docstring says what it does). Its body is a helper
+    too: numba keys a helper's compiled code by its caller's flags as well, and an entry point's
+    differ from a helper's, so helpers called from both would compile twice (0.5 s of a first run)."""
+    forward_body(tokens, pos0, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, embed_i, out_i, final_norm_i,
+                 dims, eps, windows, cos, sin, k_cache, v_cache, kern, core, act, all_logits, logits, hidden_out)
+
+
+@helper()
+def forward_body(tokens, pos0, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, embed_i, out_i, final_norm_i,
+                 dims, eps, windows, cos, sin, k_cache, v_cache, kern, core, act, all_logits, logits, hidden_out):
     """One forward over T new tokens at positions pos0..pos0+T-1, writing K/V into the cache.
 
     eps: the RMSNorm epsilon as the bits of an f32. act: the engine's activations (activations.py),

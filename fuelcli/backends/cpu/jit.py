@@ -45,6 +45,9 @@ _import_arraymath_without_blas_probe()
 EXACT = dict(cache=True, fastmath=False, error_model="numpy")  # bit-exact decodes: no reassociation, no FMA
 FAST = dict(cache=True, fastmath={"reassoc", "contract", "arcp", "nsz", "afn"}, error_model="numpy")
 PARALLEL = dict(FAST, parallel=True)
+# a helper's (and an overload's) compile flags: the forward's own, so that numba, which keys a
+# helper's compiled code by its caller's flags too, compiles each helper once (0.5 s of a first run)
+OWN_FLAGS = dict(fastmath=FAST["fastmath"], error_model="numpy")
 
 
 def load_cached(dispatcher, sig) -> bool:
@@ -80,7 +83,7 @@ def helper(fastmath=True):
     separate njit function costs a first run a few tenths of a second)."""
     from numba.extending import register_jitable
 
-    return register_jitable(fastmath=fastmath, error_model="numpy")
+    return register_jitable(**OWN_FLAGS if fastmath else dict(OWN_FLAGS, fastmath=False))
 
 
 _ROOT = Path(__file__).resolve().parents[3]  # the directory holding the fuelcli package

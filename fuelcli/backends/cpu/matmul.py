@@ -27,7 +27,7 @@ from .amx import AMX_MIN_TOKENS
 from .amx import ROWS as AMX_ROWS
 from .attention import ATT_TOKENS
 from .kernels import DECODE_ROWS, TASK_ROWS
-from .llvm import kcall, stack_counter, take, thread_count
+from .llvm import args11, kcall, ptr, stack_counter, take, thread_count
 
 # columns of the kernel table
 K_DECODE, K_PREFILL, K_UNPACK, K_DEQUANT, K_QUANT, K_AMX_PREFILL, K_AMX_UNPACK = range(7)
@@ -101,17 +101,6 @@ def tasks(fn, n, args, one_by_one=False):
         kcall(fn, (np.int64(0),) + args)
     elif n > 1:
         run_tasks(fn, n, args, bool(one_by_one))  # one compiled loop: a literal False would make a second
-
-
-@helper()
-def ptr(a):
-    return np.int64(a.ctypes.data)
-
-
-@helper()
-def args11(a0=0, a1=0, a2=0, a3=0, a4=0, a5=0, a6=0, a7=0, a8=0, a9=0, a10=0):
-    i = np.int64
-    return (i(a0), i(a1), i(a2), i(a3), i(a4), i(a5), i(a6), i(a7), i(a8), i(a9), i(a10))
 
 
 @helper()

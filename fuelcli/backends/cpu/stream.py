@@ -22,8 +22,8 @@ from llvmlite import ir
 from numba import njit
 
 from .irgen import I64, Loop, Var, c64, func, ptr_to, splat_c, vec
-from .llvm import compile_module, host_isa
-from .matmul import args11, tasks
+from .llvm import args11, compile_module, host_isa
+from .matmul import tasks
 
 CHUNK = 256  # bytes per loop step: 4 vectors of 64
 MIN_CALL_BYTES = 64 << 20  # bytes one timed call reads at least (a few ms at cache speed)
