@@ -45,9 +45,7 @@ _import_arraymath_without_blas_probe()
 EXACT = dict(cache=True, fastmath=False, error_model="numpy")  # bit-exact decodes: no reassociation, no FMA
 FAST = dict(cache=True, fastmath={"reassoc", "contract", "arcp", "nsz", "afn"}, error_model="numpy")
 PARALLEL = dict(FAST, parallel=True)
-# a helper's (and an overload's) compile flags: the forward's own, so that numba, which keys a
-# helper's compiled code by its caller's flags too, compiles each helper once (0.5 s of a first run)
-OWN_FLAGS = dict(fastmath=FAST["fastmath"], error_model="numpy")
+OWN_FLAGS = dict(fastmath=FAST["fastmath"], error_model="numpy")  # a helper's or an overload's: FAST's liberties
 
 
 def load_cached(dispatcher, sig) -> bool:
@@ -78,9 +76,10 @@ def load_cached(dispatcher, sig) -> bool:
 
 
 def helper(fastmath=True):
-    """A function only jitted code calls: typed and compiled inside its caller's library, not as a
-    dispatcher of its own (no CPython wrapper, no machine code or cache entry of its own: each
-    separate njit function costs a first run a few tenths of a second)."""
+    """A function only jitted code calls: no CPython wrapper and no cache entry of its own, its code
+    linked into its callers'. numba still compiles it (machine code too) once per argument types
+    and per caller flags, ~0.1 s each on a first run: helpers take few distinct types, and trivial
+    ones are intrinsics (llvm.py)."""
     from numba.extending import register_jitable
 
     return register_jitable(**OWN_FLAGS if fastmath else dict(OWN_FLAGS, fastmath=False))
