@@ -68,3 +68,14 @@ def test_pages_are_mapped_before_the_first_read(tmp_path, warm):
 
 def test_nothing_to_map_starts_no_thread():
     assert prefetch.start([np.zeros(0, np.uint8)]) is None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prefetches on Linux only")
+def test_weights_larger_than_the_memory_left_are_not_prefetched(monkeypatch):
+    data = np.zeros(4 * PAGE, np.uint8)
+    monkeypatch.setattr(prefetch, "available_bytes", lambda: 2 * PAGE)
+    assert prefetch.start([data]) is None
+    monkeypatch.setattr(prefetch, "available_bytes", lambda: 8 * PAGE)  # the control: it fits
+    t = prefetch.start([data])
+    assert t is not None
+    t.join(timeout=60)

@@ -6,7 +6,8 @@ file already in the page cache; every page read from disk when it is not). `star
 daemon thread ask Linux to map them all (madvise MADV_POPULATE_READ, Linux 5.14 and later; ctypes
 releases the GIL for the call) while the main thread builds the tokenizer. Elsewhere, or where the
 kernel refuses, nothing happens and the forward faults the pages in as before. llama.cpp maps its
-files with MAP_POPULATE for the same reason.
+files with MAP_POPULATE for the same reason. Weights larger than the memory available are left
+alone: their last pages would only push their first out of the page cache.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import ctypes
 import mmap
 import sys
 import threading
+
+from ..memory import available_bytes
 
 MADV_POPULATE_READ = 22  # linux/mman.h (Python's mmap module names it from 3.13 on)
 
@@ -33,11 +36,13 @@ def spans(arrays) -> list[tuple[int, int]]:
 
 
 def start(arrays) -> threading.Thread | None:
-    """Begins mapping the arrays' pages in a daemon thread (Linux); returns it, or None elsewhere."""
+    """Begins mapping the arrays' pages in a daemon thread (Linux); returns it, or None when it
+    does not (another OS, nothing to map, or more than the memory available)."""
     if not sys.platform.startswith("linux"):
         return None
     todo = spans(arrays)
-    if not todo:
+    avail = available_bytes()
+    if not todo or (avail is not None and sum(n for _, n in todo) > avail):
         return None
 
     def populate():

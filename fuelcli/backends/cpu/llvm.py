@@ -243,7 +243,8 @@ def ptr(typingctx, a):
 
 @intrinsic
 def args11(typingctx, *args):
-    """args11(a0, ..., an) with n < 11: the kernels' 11 int64 arguments, zeros after the last given."""
+    """args11(a0, a1, ...) with at most 11 integers: the kernels' 11 int64 arguments, zeros after the
+    last one given."""
     if len(args) > 11 or not all(isinstance(t, (types.Integer, types.Boolean)) for t in args):
         return None
     out = types.UniTuple(types.int64, 11)
