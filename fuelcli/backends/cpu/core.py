@@ -21,7 +21,7 @@ from functools import lru_cache
 
 from llvmlite import ir
 
-from .irgen import (F32T, G, I8, I16, I32, I64, Loop, Var, c64, call_intrinsic, const, fmuladd, func, hmax,
+from .irgen import (F32T, G, I8, I16, I32, I64, Loop, Var, c64, call_intrinsic, const, fmuladd, func, hmax, in_steps,
                     hsum, ptr_to, splat, splat_c, vec, vexp)
 from .attention import KEY_BLOCK, attention
 from .llvm import Isa, compile_module
@@ -101,15 +101,6 @@ def _silu_mul(isa, mod, name):
     bd.ret_void()
 
 
-def _row_loop(bd, n, L, step):
-    """step(i, w) for i in 0..n by vectors of w = L lanes, then one lane at a time."""
-    nv = bd.mul(bd.udiv(n, c64(L)), c64(L))
-    with Loop(bd, 0, nv, L) as i:
-        step(i, L)
-    with Loop(bd, nv, n) as i:
-        step(i, 1)
-
-
 def _vload(bd, p, i, w):
     return bd.load(bd.bitcast(bd.gep(p, [i]), vec(F32T, w).as_pointer()), align=4)
 
@@ -130,7 +121,7 @@ def _sum_squares(bd, x, n, L):
             e = bd.extract_element(v, ir.Constant(I32, 0))
             tail.set(fmuladd(bd, e, e, tail.get()))
 
-    _row_loop(bd, n, L, step)
+    in_steps(bd, n, L, step)
     return bd.fadd(hsum(bd, acc.get()), tail.get())
 
 
@@ -156,9 +147,9 @@ def _rmsnorm(isa, mod, name):
     w = ptr_to(bd, w_, F32T)
     with bd.if_then(bd.icmp_signed("!=", y_, c64(0))):
         y = bd.gep(ptr_to(bd, y_, F32T), [bd.mul(t, n)])
-        _row_loop(bd, n, L, lambda i, k: _vstore(bd, bd.fadd(_vload(bd, x, i, k), _vload(bd, y, i, k)), x, i))
+        in_steps(bd, n, L, lambda i, k: _vstore(bd, bd.fadd(_vload(bd, x, i, k), _vload(bd, y, i, k)), x, i))
     inv = _inv_rms(bd, _sum_squares(bd, x, n, L), n, _eps(bd, eps_bits))
-    _row_loop(bd, n, L, lambda i, k: _vstore(
+    in_steps(bd, n, L, lambda i, k: _vstore(
         bd, bd.fmul(_vload(bd, w, i, k), bd.fmul(_vload(bd, x, i, k), splat(bd, inv, k))), out, i))
     bd.ret_void()
 
@@ -175,13 +166,13 @@ def _rope(isa, mod, name):
     x = bd.gep(ptr_to(bd, x_, F32T), [bd.mul(t, n)])
     with bd.if_then(bd.icmp_signed("!=", b_, c64(0))):
         b = ptr_to(bd, b_, F32T)
-        _row_loop(bd, n, L, lambda i, k: _vstore(bd, bd.fadd(_vload(bd, x, i, k), _vload(bd, b, i, k)), x, i))
+        in_steps(bd, n, L, lambda i, k: _vstore(bd, bd.fadd(_vload(bd, x, i, k), _vload(bd, b, i, k)), x, i))
     with bd.if_then(bd.icmp_signed("!=", nw_, c64(0))):
         nw = ptr_to(bd, nw_, F32T)
         with Loop(bd, 0, nh) as h:
             xh = bd.gep(x, [bd.mul(h, hd)])
             inv = _inv_rms(bd, _sum_squares(bd, xh, hd, L), hd, _eps(bd, eps_bits))
-            _row_loop(bd, hd, L, lambda i, k: _vstore(
+            in_steps(bd, hd, L, lambda i, k: _vstore(
                 bd, bd.fmul(_vload(bd, nw, i, k), bd.fmul(_vload(bd, xh, i, k), splat(bd, inv, k))), xh, i))
     with bd.if_then(bd.icmp_signed("!=", hd, c64(0))):
         half = bd.udiv(hd, c64(2))
@@ -198,7 +189,7 @@ def _rope(isa, mod, name):
                 _vstore(bd, bd.fsub(bd.fmul(a, c), bd.fmul(b2, s2)), lo, i)
                 _vstore(bd, bd.fadd(bd.fmul(b2, c), bd.fmul(a, s2)), hi, i)
 
-            _row_loop(bd, half, L, step)
+            in_steps(bd, half, L, step)
     bd.ret_void()
 
 
@@ -211,7 +202,7 @@ def _kv_store(isa, mod, name):
     p = bd.add(pos0, t)
     src = bd.gep(ptr_to(bd, v_, F32T), [bd.mul(t, n)])
     cache = bd.gep(ptr_to(bd, vc_, F32T), [bd.mul(p, n)])
-    _row_loop(bd, n, L, lambda i, k: _vstore(bd, _vload(bd, src, i, k), cache, i))
+    in_steps(bd, n, L, lambda i, k: _vstore(bd, _vload(bd, src, i, k), cache, i))
     B = c64(KEY_BLOCK)
     src = bd.gep(ptr_to(bd, k_, F32T), [bd.mul(t, n)])
     cache = bd.gep(ptr_to(bd, kc_, F32T), [bd.add(bd.mul(bd.mul(bd.udiv(p, B), n), B), bd.urem(p, B))])

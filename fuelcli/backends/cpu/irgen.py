@@ -146,6 +146,16 @@ def transpose(bd, rows):
     return v
 
 
+def in_steps(bd, n, w, body):
+    """body(i, w) for i = 0, w, 2w, ... while a whole step fits in n, then body(i, 1) for each of the
+    last n % w: vectors of w lanes then single lanes, or groups of w rows then single rows."""
+    whole = bd.mul(bd.udiv(n, c64(w)), c64(w))
+    with Loop(bd, 0, whole, w) as i:
+        body(i, w)
+    with Loop(bd, whole, n) as i:
+        body(i, 1)
+
+
 def fmuladd(bd, a, b, c):
     return call_intrinsic(bd, f"llvm.fmuladd.v{a.type.count}f32" if isinstance(a.type, ir.VectorType)
                       else "llvm.fmuladd.f32", a.type, [a, b, c])

@@ -39,7 +39,8 @@ from . import unpack as U
 from .llvm import Isa, compile_module, is_cached
 from .core import TASK_ARGS
 from .irgen import (F32T, G, I8, I16, I32, I64, Loop, Var, func, call_intrinsic, ptr_to, as_i64, c64, const,
-                    dot_group, dpb, dpw, fmuladd, hsum, in_memory, load, prefetch, splat, splat_c, transpose, vec)
+                    dot_group, dpb, dpw, fmuladd, hsum, in_memory, in_steps, load, prefetch, splat, splat_c, transpose,
+                    vec)
 
 DECODE_ROWS = 16  # rows of one decode task
 TASK_ROWS = 64  # rows of one prefill task (the driver splits a matrix into tasks of this many rows)
@@ -121,18 +122,9 @@ def _decode_quant(isa, mod, code, name):
         for i in range(R):
             bd.store(bd.fadd(hsum(bd, acc[i].get()), hsum(bd, mins[i].get())), bd.gep(out, [bd.add(r0, c64(i))]))
 
-    _in_groups(bd, n_rows, DECODE_UNROLL, rows)
+    in_steps(bd, n_rows, DECODE_UNROLL, rows)
     bd.ret_void()
     return fn
-
-
-def _in_groups(bd, n_rows, R, rows):
-    """rows(r0, R) over the rows in groups of R, then rows(r, 1) over the last n_rows % R."""
-    n_main = bd.mul(bd.udiv(n_rows, c64(R)), c64(R))
-    with Loop(bd, 0, n_main, R) as r:
-        rows(r, R)
-    with Loop(bd, n_main, n_rows) as r:
-        rows(r, 1)
 
 
 PLANES_ROWS = 2  # rows a planes decode kernel dots at once
@@ -217,7 +209,7 @@ def _decode_planes(isa, mod, code, name):
                 total = bd.fadd(total, part) if key == "min" else bd.fsub(total, bd.fmul(zero, part))
             bd.store(total, bd.gep(out, [bd.add(r0, c64(i))]))
 
-    _in_groups(bd, n_rows, PLANES_ROWS, rows)
+    in_steps(bd, n_rows, PLANES_ROWS, rows)
     bd.ret_void()
     return fn
 
