@@ -171,7 +171,8 @@ def forward(tokens, pos0, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, embed_
             dims, eps, windows, cos, sin, k_cache, v_cache, kern, core, act, all_logits, logits, hidden_out):
     """The entry point from Python (forward_body's docstring says what it does). Its body is a helper
     too: numba keys a helper's compiled code by its caller's flags as well, and an entry point's
-    differ from a helper's, so helpers called from both would compile twice (0.5 s of a first run)."""
+    differ from a helper's, so helpers called from both would compile twice (prepare, linear,
+    describe_linear and batch, from the forward and from the FFN)."""
     forward_body(tokens, pos0, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, embed_i, out_i, final_norm_i,
                  dims, eps, windows, cos, sin, k_cache, v_cache, kern, core, act, all_logits, logits, hidden_out)
 
