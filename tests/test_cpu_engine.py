@@ -73,7 +73,7 @@ def test_engine_matches_reference_on_every_isa(tiny_gguf, isa, path, monkeypatch
     # f16 kernels) or get no activations (block formats: the int16 quantisation and the AMX split
     # switched off)
     from fuelcli.backends.cpu import forward as F
-    from fuelcli.backends.cpu.matmul import C_PLANES, C_SPLIT, K_DECODE, K_PREFILL, K_UNPACK, kernel_table
+    from fuelcli.backends.cpu.matmul import C_SPLIT, K_DECODE, K_PREFILL, K_UNPACK, kernel_table
     from fuelcli.formats import FORMATS
 
     code = int(e.mats[0, 3])
@@ -84,7 +84,6 @@ def test_engine_matches_reference_on_every_isa(tiny_gguf, isa, path, monkeypatch
     else:
         e.dims[F.D_QUANT] = e.core[C_SPLIT] = 0
         e.act.qx.xq[:] = 0
-        e.core[C_PLANES] = 0
         e.act.qx.xp[:] = 0
     e.reset()
     bad = e.prefill(TOKENS, all_logits=True) if path == "prefill" else np.stack([e.decode(t) for t in TOKENS])

@@ -220,19 +220,25 @@ def test_quantize_rows(isa):
 
 
 @pytest.mark.parametrize("isa", ISAS)
-def test_quantize_planes(isa):
-    """One token on an ISA whose decode kernels read planes: xq = 256 * hi + lo with both int8, and
-    the 16-element sums of xq; other ISAs write no planes. Negative control: more rows, no planes."""
+def test_quantize_one_token_layout(isa):
+    """One token also gets the layout its decode kernels read: on an ISA with the int8 planes,
+    xq = 256 * hi + lo with both int8 and the 16-element sums of xq; elsewhere xq as words, each
+    32-block's even elements then its odd ones. Negative control: more rows, no layout written."""
     _, core = _kern(isa, [])
     x = np.stack(list(_x_cases(512).values()))
     x[1, 64:96] = -x[1, 64:96].max()  # a block whose most negative value is its largest magnitude
     qx = _prepared(x[1:], core)
     xq = qx.xq.astype(np.int32)
-    hi, lo = qx.xp[:512].astype(np.int32), qx.xp[512:1024].astype(np.int32)
-    if core[M.C_PLANES]:
-        assert xq.min() == -Q_MAX and np.array_equal(256 * hi + lo, xq)
+    assert xq.min() == -Q_MAX
+    if llvm.planes_isa(llvm.ISAS[isa]):
+        hi, lo = qx.xp[:512].astype(np.int32), qx.xp[512:1024].astype(np.int32)
+        assert np.array_equal(256 * hi + lo, xq)
         assert np.array_equal(qx.xz, xq.reshape(-1, 16).sum(-1).astype(np.float32))
-    assert not (_prepared(x, core).xp.any() if core[M.C_PLANES] else qx.xp.any())
+    else:
+        words = qx.xp[:1024].view(np.int16).reshape(-1, 2, 16)
+        blocks = xq.reshape(-1, 16, 2)
+        assert np.array_equal(words[:, 0], blocks[..., 0]) and np.array_equal(words[:, 1], blocks[..., 1])
+    assert not _prepared(x, core).xp.any()
 
 
 @pytest.mark.parametrize("isa", ISAS)
@@ -262,7 +268,9 @@ def _check_q16(got, w, x, xq_xs, mins, name, fmt):
 def test_decode_int16(isa, fmt):
     """One token (the decode kernels): int16 activations against the numpy decode."""
     f = FORMATS[fmt]
-    ncols = 1024 if f.block_elems == 256 else 768
+    # K-quants: 4 blocks; 32-element formats: 29 blocks, three of the words kernels' chunks of 8
+    # (unpack.WORD_CHUNK), one of 4 and one more
+    ncols = 1024 if f.block_elems == 256 else 928
     raw = random_rows(fmt, 40, ncols, seed=60 + f.code)  # 40 rows: several tasks, a partial one
     w = dequantize(as_tensor(fmt, raw, ncols)).astype(np.float64)
     mins = None

@@ -20,8 +20,8 @@ class Quantized(NamedTuple):
     # bf16 planes (amx.py)
     xs: np.ndarray  # [rows * K / 32] its block scales
     xf: np.ndarray  # [rows * K / 32] its block sums
-    xp: np.ndarray  # int8 [2 * K + 64]: one token's int16 as two int8 planes (the planes decode
-    # kernels; read a unit past K at most)
+    xp: np.ndarray  # int8 [2 * K + 64]: one token as its decode kernels read it: two int8 planes
+    # (the planes kernels; they read a unit past K at most) or int16 words (the words kernels)
     xz: np.ndarray  # [K / 16]: that token's 16-element sums
 
 

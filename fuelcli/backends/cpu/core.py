@@ -4,8 +4,8 @@ Every kernel is a task kernel `void f(i64 task, i64 a0, ..., i64 a10)` (TASK_ARG
 runs `n` of them in one parallel loop (matmul.run_tasks) or calls one directly.
 
   quantize(t, x, ldx, K, xq, xs, xf, xp, xz)   row t of x -> int16 per 32-block (matmul.py says why);
-                                           xp != 0 (one token, for the planes decode kernels): also
-                                           its two int8 planes and 16-element sums (PLANES below)
+                                           xp != 0 (one token): also the layout its decode kernels
+                                           read (int8 planes and 16-element sums, or int16 words)
   silu_mul(t, gate, up, n)                 gate[t] <- silu(gate[t]) * up[t]
   rmsnorm(t, x, y, w, out, n, eps)         x[t] += y[t] (the residual), out[t] = RMSNorm(x[t]) * w
   rope(t, x, bias, norm, nh, hd, pos0, cos, sin, eps)   + bias, per-head RMSNorm, rotate-half RoPE
@@ -24,7 +24,7 @@ from llvmlite import ir
 from .irgen import (F32T, G, I8, I16, I32, I64, Loop, Var, c64, call_intrinsic, const, fmuladd, func, hmax, in_steps,
                     hsum, ptr_to, splat, splat_c, vec, vexp)
 from .attention import KEY_BLOCK, attention
-from .llvm import Isa, compile_module
+from .llvm import Isa, compile_module, planes_isa
 
 TASK_ARGS = 12
 
@@ -37,14 +37,16 @@ Q_MAX = 32639.0
 
 def _quantize(isa, mod, name):
     """Row t -> xq = rint(x * Q_MAX / amax) per 32-block, xs = amax / Q_MAX, xf = the block's f32
-    sum. With xp != 0 also the planes of the row (one token): xp[k] = hi, xp[K + k] = lo with
-    xq = 256 * hi + lo (hi = (xq + 128) >> 8), and xz[j] = the sum of xq over elements 16j..16j+15
-    (exact in f32: below 2^20), for the zero points of the formats whose stored q is offset."""
+    sum. With xp != 0 (one token) also the layout its decode kernels read, in xp: on an ISA with the
+    int8 planes (llvm.planes_isa), xp[k] = hi, xp[K + k] = lo with xq = 256 * hi + lo
+    (hi = (xq + 128) >> 8) and xz[j] = the sum of xq over elements 16j..16j+15 (exact in f32: below
+    2^20), for the zero points of the formats whose stored q is offset; elsewhere xp holds xq as
+    int16 words, each 32-block's even elements and then its odd ones (the words kernels)."""
     fn, bd = func(mod, name, TASK_ARGS)
     t, x_, ldx, K, xq_, xs_, xf_, xp_, xz_ = fn.args[:9]
     x, xq, xs, xf = ptr_to(bd, x_, F32T), ptr_to(bd, xq_, I16), ptr_to(bd, xs_, F32T), ptr_to(bd, xf_, F32T)
     xp, xz = ptr_to(bd, xp_, I8), ptr_to(bd, xz_, F32T)
-    planes = bd.icmp_signed("!=", xp_, c64(0))
+    one_token = bd.icmp_signed("!=", xp_, c64(0))
     nb = bd.udiv(K, c64(G))
     xrow = bd.gep(x, [bd.mul(t, ldx)])
     qrow = bd.gep(xq, [bd.mul(t, K)])
@@ -69,14 +71,19 @@ def _quantize(isa, mod, name):
         scale = bd.select(finite, bd.select(zero, ir.Constant(F32T, 0.0), scale), ir.Constant(F32T, math.nan))
         bd.store(scale, bd.gep(xs, [bd.add(srow, b)]))
         bd.store(total, bd.gep(xf, [bd.add(srow, b)]))
-        with bd.if_then(planes):
-            hi = bd.ashr(bd.add(q, splat_c(I32, 128, G)), splat_c(I32, 8, G))
-            lo = bd.sub(q, bd.shl(hi, splat_c(I32, 8, G)))
-            for plane, off in ((hi, k), (lo, bd.add(K, k))):
-                bd.store(bd.trunc(plane, vec(I8, G)), bd.bitcast(bd.gep(xp, [off]), vec(I8, G).as_pointer()), align=1)
-            for half in range(2):
-                part = bd.shuffle_vector(q, q, const(I32, range(16 * half, 16 * half + 16)))
-                bd.store(bd.sitofp(hsum(bd, part), F32T), bd.gep(xz, [bd.add(bd.mul(b, c64(2)), c64(half))]))
+        with bd.if_then(one_token):
+            if planes_isa(isa):
+                hi = bd.ashr(bd.add(q, splat_c(I32, 128, G)), splat_c(I32, 8, G))
+                lo = bd.sub(q, bd.shl(hi, splat_c(I32, 8, G)))
+                for plane, off in ((hi, k), (lo, bd.add(K, k))):
+                    bd.store(bd.trunc(plane, vec(I8, G)), bd.bitcast(bd.gep(xp, [off]), vec(I8, G).as_pointer()), align=1)
+                for half in range(2):
+                    part = bd.shuffle_vector(q, q, const(I32, range(16 * half, 16 * half + 16)))
+                    bd.store(bd.sitofp(hsum(bd, part), F32T), bd.gep(xz, [bd.add(bd.mul(b, c64(2)), c64(half))]))
+            else:
+                words = bd.shuffle_vector(q, q, const(I32, [*range(0, G, 2), *range(1, G, 2)]))
+                dst = bd.gep(bd.bitcast(xp, I16.as_pointer()), [k])
+                bd.store(bd.trunc(words, vec(I16, G)), bd.bitcast(dst, vec(I16, G).as_pointer()), align=2)
     bd.ret_void()
 
 

@@ -236,19 +236,10 @@ def dpb(bd, acc, w, x):
     return call_intrinsic(bd, f"llvm.x86.avx512.vpdpbusd.{32 * L}", acc.type, [acc, w32, x32])
 
 
-def dot_group(isa: Isa, bd, w, x):
-    """<L x i32> partial sums of the dot of two <32 x i16> groups."""
-    L = isa.lanes
-    zero = splat_c(I32, 0, L)
-    if L * 2 == G and isa.name == "avx512vnni":  # nothing to accumulate into: vpmaddwd, the same sums
-        return call_intrinsic(bd, "llvm.x86.avx512.pmaddw.d.512", zero.type, [w, x])
-    if L * 2 == G:
-        return dpw(isa, bd, zero, bd.bitcast(w, vec(I32, L)), bd.bitcast(x, vec(I32, L)))
-    acc = zero
-    for h in range(G // (2 * L)):
-        idx = const(I32, range(2 * L * h, 2 * L * (h + 1)))
-        acc = dpw(isa, bd, acc, bd.bitcast(bd.shuffle_vector(w, w, idx), vec(I32, L)),
-                  bd.bitcast(bd.shuffle_vector(x, x, idx), vec(I32, L)))
-    return acc
-
+def hadd(isa: Isa, bd, a, b):
+    """vphaddd: [a0+a1, a2+a3, b0+b1, b2+b3 | a4+a5, a6+a7, b4+b5, b6+b7] of two <8 x i32>."""
+    if isa.name in ("avx2", "avxvnni"):
+        return call_intrinsic(bd, "llvm.x86.avx2.phadd.d", a.type, [a, b])
+    even, odd = [0, 2, 8, 10, 4, 6, 12, 14], [1, 3, 9, 11, 5, 7, 13, 15]
+    return bd.add(bd.shuffle_vector(a, b, const(I32, even)), bd.shuffle_vector(a, b, const(I32, odd)))
 

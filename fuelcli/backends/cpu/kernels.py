@@ -36,10 +36,10 @@ from llvmlite import ir
 
 from . import amx
 from . import unpack as U
-from .llvm import Isa, compile_module, is_cached
+from .llvm import ISAS, Isa, compile_module, is_cached, planes_isa
 from .core import TASK_ARGS
 from .irgen import (F32T, G, I8, I16, I32, I64, Loop, Var, func, call_intrinsic, ptr_to, as_i64, c64, const,
-                    dot_group, dpb, dpw, fmuladd, hsum, in_memory, in_steps, load, prefetch, splat, splat_c, transpose,
+                    dpb, dpw, fmuladd, hadd, hsum, in_memory, in_steps, load, prefetch, splat, splat_c, transpose,
                     vec)
 
 DECODE_ROWS = 16  # rows of one decode task
@@ -57,13 +57,14 @@ def tile_shape(isa: Isa, quant: bool) -> tuple[int, int]:
     Q5_0 / Q8_0 matrices +4 / +17 / +7 / +12% (medians of 3 interleaved runs)."""
     if isa.lanes == 16:
         return (3, 4) if quant else (24, 1)
+    if isa.name == "avx2" and quant:
+        return ASM_TILE
     return (5, 1) if quant else (10, 1)
 
 
 # ------------------------------------------------------------------ block formats
 
 
-DECODE_UNROLL = 4  # rows a decode kernel dots at once: independent chains
 # A decode kernel reads each weight once, and short rows (896 elements: 616 bytes of Q5_0) end before
 # the hardware prefetcher ramps up: each step first asks for the same bytes PREFETCH_GROUPS groups of
 # rows further on (a task's rows are contiguous), so they arrive while this group computes. Measured
@@ -74,55 +75,97 @@ DECODE_UNROLL = 4  # rows a decode kernel dots at once: independent chains
 PREFETCH_GROUPS = 2
 
 
-def _decode_quant(isa, mod, code, name):
+# The words kernels go a row at a time and ask for the bytes WORD_AHEAD bytes on (a task's rows are
+# contiguous). Matrices from DRAM, 2 threads, Zen 3, best of 6 interleaved in one process: Q4_K
+# 8960 x 1536 at 1 / 2 / 3 / 4 KiB ahead 14.4 / 15.2 / 15.2 / 16.9 GB/s, none 13.2; Q5_0 11.3 /
+# 12.0 / 11.9 / 12.8, none 11.2; 4 to 12 KiB within 8% of each other
+WORD_AHEAD = 4096
+
+
+def _reduce_groups(isa, bd, P, full=True):
+    """The lane sums of the groups' dots P[j] (8 or 4 <8 x i32>) by vphaddd: full -> <n x i32>, lane
+    j the sum of P[j]; else (q6_k, 8 groups) the two vectors after the second level, the sums of
+    lanes 0-3 and 4-7 of each group in unpack.Q6_K_SUMS order. Exact: no group sum reaches 2^24.
+    (In-lane unpacks and adds instead measured the same on a Zen 3 core, where vphaddd takes two
+    cycles: the reduction is not what bounds these kernels.)"""
+    n = len(P)
+    h = [hadd(isa, bd, P[j], P[j + 1]) for j in range(0, n, 2)]
+    q = [hadd(isa, bd, h[j], h[j + 1]) for j in range(0, len(h), 2)]
+    if not full:
+        return q
+    if n == 4:  # [P0..P3 lanes 0-3 | lanes 4-7]
+        lo, hi = (bd.shuffle_vector(q[0], q[0], const(I32, range(k, k + 4))) for k in (0, 4))
+    else:
+        lo = bd.shuffle_vector(q[0], q[1], const(I32, [0, 1, 2, 3, 8, 9, 10, 11]))
+        hi = bd.shuffle_vector(q[0], q[1], const(I32, [4, 5, 6, 7, 12, 13, 14, 15]))
+    return bd.add(lo, hi)
+
+
+def _decode_words(isa, mod, code, name):
+    """decode on the token's words layout (every ISA without the int8 planes), a row at a time and
+    unpack.WORD_CHUNK groups at a time: each group's weights taken out of its stored words in place
+    (unpack.word_chunk) and dotted with its even and odd activations by two vpmaddwd (vpdpwssd with
+    VNNI); the chunk's dots summed across lanes into one vector (vphaddd), converted, times the
+    groups' scales and activation scales in one FMA (the mins in another). A 32-element format's
+    last blocks go four and then one at a time."""
     fn, bd = func(mod, name, 10)
     fn.linkage = "internal"
-    w, row_bytes, n_rows, K, xq_, xs_, xf_, out_ = fn.args[:8]
-    L, BL = isa.lanes, U.BLOCK[code]
-    per = BL.block_elems // G
-    wp, xq = ptr_to(bd, w, I8), ptr_to(bd, xq_, I16)
+    w, row_bytes, n_rows, K, _xq, xs_, xf_, out_, xw_ = fn.args[:9]
+    BL = U.BLOCK[code]
+    per = BL.block_elems // G  # groups per format block
+    chunk = U.WORD_CHUNK // per  # format blocks per chunk
+    L = G // 4  # i32 lanes of a group's dot
+    half = vec(I16, G // 2)
+    wp, xw = ptr_to(bd, w, I8), ptr_to(bd, xw_, I16)
     xs, xf, out = ptr_to(bd, xs_, F32T), ptr_to(bd, xf_, F32T), ptr_to(bd, out_, F32T)
-    nfb = bd.udiv(K, c64(BL.block_elems))
+    nb = bd.udiv(K, c64(BL.block_elems))
+    has_min = code in U.HAS_MIN
+    ahead = c64(WORD_AHEAD)
 
-    def rows(r0, R):
-        row = [bd.gep(wp, [bd.mul(bd.add(r0, c64(i)), row_bytes)]) for i in range(R)]
-        acc = [Var(bd, splat_c(F32T, 0.0, L)) for _ in range(R)]
-        ahead = bd.mul(row_bytes, c64(PREFETCH_GROUPS * DECODE_UNROLL))
-        mins = [Var(bd, splat_c(F32T, 0.0, per)) for _ in range(R)]
-        with bd.goto_entry_block():
-            slots = [bd.alloca(vec(F32T, per)) for _ in range(R)]
-        for s in slots:
-            s.align = 32
-        with Loop(bd, 0, nfb) as fb:
-            a, m = [v.get() for v in acc], [v.get() for v in mins]
-            b0 = bd.mul(fb, c64(per))
-            sv = load(bd, xs, b0, vec(F32T, per))
-            fv = load(bd, xf, b0, vec(F32T, per)) if code in U.HAS_MIN else None
-            for i in range(R):
-                for line in range(0, BL.block_bytes, 64):
-                    prefetch(bd, bd.gep(row[i], [bd.add(bd.add(bd.mul(fb, c64(BL.block_bytes)), c64(line)), ahead)]), 2)
-                blk = U.block(code, bd, row[i], fb)
-                # group j's weight scale times its activation scale, broadcast from memory: decode
-                # of the 1.5B-shape files +6-11% (Q4_K, Q6_K, Q4_K_M), SmolLM2 +9%, Qwen demo even
-                # (2 threads, means of 4-5 interleaved runs; outputs bit-identical)
-                scale = in_memory(bd, bd.fmul(blk.scale, sv), slots[i])
-                for j, w in enumerate(blk.w):
-                    # x read where it is used, per row (in_memory's barrier keeps LLVM from merging
-                    # the loads): a vpmaddwd memory operand. Kept in 8 registers across the rows, it
-                    # made LLVM spill: Q4_K file +7%, the demos and Q6_K even
-                    xj = load(bd, xq, bd.mul(bd.add(b0, c64(j)), c64(G)), vec(I16, G))
-                    isum = dot_group(isa, bd, w, xj)
-                    sj = splat(bd, bd.load(bd.gep(scale, [c64(j)]), align=4), L)
-                    a[i] = fmuladd(bd, bd.sitofp(isum, vec(F32T, L)), sj, a[i])
-                if blk.min is not None:
-                    m[i] = fmuladd(bd, blk.min, fv, m[i])
-            for i in range(R):
-                acc[i].set(a[i])
-                mins[i].set(m[i])
-        for i in range(R):
-            bd.store(bd.fadd(hsum(bd, acc[i].get()), hsum(bd, mins[i].get())), bd.gep(out, [bd.add(r0, c64(i))]))
+    def dot(even, odd, g):  # <8 x i32>: group g's weights (even, odd) times its activations
+        x0 = bd.mul(g, c64(G))
+        p = dpw(isa, bd, splat_c(I32, 0, L), bd.bitcast(even, vec(I32, L)),
+                bd.bitcast(load(bd, xw, x0, half), vec(I32, L)))
+        return dpw(isa, bd, p, bd.bitcast(odd, vec(I32, L)),
+                   bd.bitcast(load(bd, xw, bd.add(x0, c64(G // 2)), half), vec(I32, L)))
 
-    in_steps(bd, n_rows, DECODE_UNROLL, rows)
+    def step(row, b0, nblk, acc):
+        """Blocks b0 .. b0 + nblk - 1 into acc (<8 x float>; its low lanes when fewer groups)."""
+        for line in range(0, nblk * BL.block_bytes, 64):
+            prefetch(bd, bd.gep(row, [bd.add(bd.add(bd.mul(b0, c64(BL.block_bytes)), c64(line)), ahead)]), 2)
+        g0 = bd.mul(b0, c64(per))
+        ch = U.word_chunk(code, bd, row, b0, nblk)
+        P = [dot(e, o, bd.add(g0, c64(j))) for j, (e, o) in enumerate(ch.groups)]
+        n = len(P)
+        a = acc.get()
+        widen = lambda v: v if n == L else bd.shuffle_vector(v, ir.Constant(v.type, None), const(I32, [*range(n), *[n] * (L - n)]))  # noqa: E731
+        if n == 1:  # one group: its lanes times its scale
+            sc = bd.fmul(bd.extract_element(ch.scale, ir.Constant(I32, 0)), bd.load(bd.gep(xs, [g0])))
+            a = fmuladd(bd, bd.sitofp(P[0], vec(F32T, L)), splat(bd, sc, L), a)
+        elif code == U.Q6_K.code:
+            xsv = load(bd, xs, g0, vec(F32T, n))
+            sv = bd.fmul(ch.scale, bd.shuffle_vector(xsv, xsv, const(I32, [s // 2 for s in U.Q6_K_SUMS])))
+            for q, part in enumerate(_reduce_groups(isa, bd, P, False)):
+                a = fmuladd(bd, bd.sitofp(part, vec(F32T, L)), bd.shuffle_vector(sv, sv, const(I32, range(8 * q, 8 * q + 8))), a)
+        else:
+            sums = bd.sitofp(_reduce_groups(isa, bd, P), vec(F32T, n))
+            a = fmuladd(bd, widen(sums), widen(bd.fmul(ch.scale, load(bd, xs, g0, vec(F32T, n)))), a)
+        if has_min:
+            mins = ch.min if n > 1 else bd.shuffle_vector(ch.min, ch.min, const(I32, [0]))
+            a = fmuladd(bd, widen(mins), widen(load(bd, xf, g0, vec(F32T, n))), a)
+        acc.set(a)
+
+    with Loop(bd, 0, n_rows) as r:
+        row = bd.gep(wp, [bd.mul(r, row_bytes)])
+        acc = Var(bd, splat_c(F32T, 0.0, L))
+        done = 0
+        for nblk in (chunk, 4, 1) if chunk > 1 else (chunk,):  # a 32-element format's last blocks: 4, then 1
+            start = done if isinstance(done, ir.Value) else c64(done)
+            end = nb if nblk == 1 else bd.add(start, bd.mul(bd.udiv(bd.sub(nb, start), c64(nblk)), c64(nblk)))
+            with Loop(bd, start, end, nblk) as b0:
+                step(row, b0, nblk, acc)
+            done = end
+        bd.store(hsum(bd, acc.get()), bd.gep(out, [r]))
     bd.ret_void()
     return fn
 
@@ -332,6 +375,82 @@ def _micro_quant(isa, mod, code, TT, RG, name):
             _store_out(bd, outp[t][r], accs[t][r].get(), masks[r], L)
     bd.ret_void()
     return fn
+
+
+ASM_TILE = (3, 2)  # the AVX2 micro-kernel's tokens x groups of 8 rows (_micro_quant_avx2)
+
+
+def _asm_block(has_min):
+    """The AT&T text of one 32-block of the AVX2 micro-kernel: 3 tokens x 2 groups of 8 rows.
+    Operands: $0-$5 the f32 sums (token t, group r: $(2t + r); $6-$11 the same, tied), $12 the
+    block's panel (group 1 PANEL_GROUP bytes on), $13 the token-0 activations (int16 pairs), $14
+    their row stride in bytes, $15 / $16 the groups' scales / mins (group 1 SCALE_GROUP bytes on),
+    $17 / $18 token 0's activation scale / sum, $19 their row stride in bytes. The int32 sums are
+    ymm0-5, the panel vectors ymm6-7, the broadcast ymm8, a product ymm9."""
+    x = ["($13)", "($13,$14)", "($13,$14,2)"]
+    sx = lambda base, t: [f"({base})", f"({base},$19)", f"({base},$19,2)"][t]  # noqa: E731
+    lines = []
+    for p in range(PAIRS):
+        lines += [f"vmovdqa {32 * p}($12), %ymm6", f"vmovdqa {PANEL_GROUP + 32 * p}($12), %ymm7"]
+        for t in range(3):
+            lines.append(f"vpbroadcastd {4 * p}{x[t]}, %ymm8")
+            for r in range(2):
+                acc = f"%ymm{2 * t + r}"
+                if p == 0:  # the first pair starts the sums
+                    lines.append(f"vpmaddwd %ymm8, %ymm{6 + r}, {acc}")
+                else:
+                    lines += [f"vpmaddwd %ymm8, %ymm{6 + r}, %ymm9", f"vpaddd %ymm9, {acc}, {acc}"]
+    for t in range(3):  # f32 sum += int32 sum * (weight scale * activation scale) (+ min * activation sum)
+        lines.append(f"vbroadcastss {sx('$17', t)}, %ymm8")
+        for r in range(2):
+            lines += [f"vcvtdq2ps %ymm{2 * t + r}, %ymm{2 * t + r}", f"vmulps {SCALE_GROUP * r}($15), %ymm8, %ymm6",
+                      f"vfmadd231ps %ymm{2 * t + r}, %ymm6, ${2 * t + r}"]
+        if has_min:
+            lines.append(f"vbroadcastss {sx('$18', t)}, %ymm8")
+            lines += [f"vfmadd231ps {SCALE_GROUP * r}($16), %ymm8, ${2 * t + r}" for r in range(2)]
+    return "\n".join(lines)
+
+
+def _micro_quant_avx2(mod, code, name, masked):
+    """The AVX2 token-tile kernel, ASM_TILE, in inline assembly: LLVM reordered the IR version's
+    steps and spilled its sums (16 vector registers hold 6 int32 and 6 f32 sums, 2 panel vectors,
+    a broadcast and a product). Same arguments as _micro_quant; a tile with rows past the matrix
+    goes to `masked`, the IR version."""
+    isa = ISAS["avx2"]
+    L = isa.lanes
+    has_min = code in U.HAS_MIN
+    fn, bd = func(mod, name, 13)
+    fn.linkage = "internal"
+    fn.attributes.add("noinline")
+    panel_, sc_, mn_, nb, xq_, ldx, xs_, xf_, ldxs, out_, ldo, first_, nvalid = fn.args
+    full = bd.icmp_signed(">=", nvalid, c64(2 * L))
+    with bd.if_then(bd.not_(full)):
+        bd.call(masked, list(fn.args))
+        bd.ret_void()
+    out = ptr_to(bd, out_, F32T)
+    vt = vec(F32T, L)
+    first = bd.icmp_signed("!=", first_, c64(0))
+    outp = [bd.bitcast(bd.gep(out, [bd.add(bd.mul(c64(t), ldo), c64(r * L))]), vt.as_pointer())
+            for t in range(3) for r in range(2)]
+    sums = [Var(bd, bd.select(first, splat_c(F32T, 0.0, L), bd.load(p, align=4))) for p in outp]
+    ty = ir.FunctionType(ir.LiteralStructType([vt] * 6), [vt] * 6 + [I64] * 8)
+    clobbers = ",".join(f"~{{xmm{i}}}" for i in range(10))
+    asm = ir.InlineAsm(ty, _asm_block(has_min), "=x,=x,=x,=x,=x,=x,0,1,2,3,4,5," + "r," * 8 + clobbers + ",~{memory}")
+    with Loop(bd, 0, nb) as b:
+        args = [bd.add(panel_, bd.mul(b, c64(PAIRS * L * 4))), bd.add(xq_, bd.mul(b, c64(2 * G))), bd.mul(ldx, c64(2)),
+                bd.add(sc_, bd.mul(b, c64(4 * L))), bd.add(mn_, bd.mul(b, c64(4 * L))),
+                bd.add(xs_, bd.mul(b, c64(4))), bd.add(xf_, bd.mul(b, c64(4))), bd.mul(ldxs, c64(4))]
+        got = bd.call(asm, [v.get() for v in sums] + args)
+        for i, v in enumerate(sums):
+            v.set(bd.extract_value(got, i))
+    for p, v in zip(outp, sums):
+        bd.store(v.get(), p, align=4)
+    bd.ret_void()
+    return fn
+
+
+PANEL_GROUP = KC // G * PAIRS * 8 * 4  # bytes between two 8-row groups of the panel (AVX2)
+SCALE_GROUP = KC // G * 8 * 4  # bytes between their scales
 
 
 def _unpack_quant(isa, mod, code, name):
@@ -544,7 +663,7 @@ def format_module(code: int, isa: Isa) -> tuple[ir.Module, list[str]]:
         _unpack_float(isa, mod, code, names[1])
         _dequant_float(isa, mod, code, names[2])
     else:
-        decode = _decode_planes if planes_isa(isa) else _decode_quant
+        decode = _decode_planes if planes_isa(isa) else _decode_words
         _decode_task(mod, decode(isa, mod, code, names[0] + "_rows"), names[0])
         _unpack_quant(isa, mod, code, names[1])
         _dequant_quant(isa, mod, code, names[2])
@@ -581,6 +700,8 @@ def driver_module(kind: str, isa: Isa) -> tuple[ir.Module, list[str]]:
         code = next(iter(U.HAS_MIN)) if kind == "quant_min" else U.Q8_0.code  # only has_min matters
         tt, rg = tile_shape(isa, True)
         micro = {(n, g): _micro_quant(isa, mod, code, n, g, f"{name}_tile{n}x{g}") for n in {tt, 1} for g in {rg, 1}}
+        if isa.name == "avx2":
+            micro[tt, rg] = _micro_quant_avx2(mod, code, f"{name}_asm", micro[tt, rg])
         driver = _panel_driver(isa, mod, name + "_rows", KC, I32, KC // 2 * isa.lanes, micro, True)
     _prefill_task(mod, driver, name)
     return mod, [name]
@@ -630,12 +751,6 @@ def cached(codes, isa: Isa, use_amx: bool = False) -> bool:
     on_amx = {c for c in codes if use_amx and c not in U.FLOATS}
     names += [_module_name("amx", c) for c in on_amx] + [_module_name("driver", "amx")] * bool(on_amx)
     return all(is_cached(n, isa) for n in names)
-
-
-def planes_isa(isa: Isa) -> bool:
-    """Whether the ISA's block-format decode kernels read the activations' int8 planes (vpdpbusd:
-    _decode_planes); the others' read the int16 activations (_decode_quant)."""
-    return isa.name == "avx512vnni"
 
 
 def is_quant(code: int) -> bool:

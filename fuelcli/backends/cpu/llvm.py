@@ -70,6 +70,7 @@ def _llvm():
     if not _init:
         llb.initialize_native_target()
         llb.initialize_native_asmprinter()
+        llb.initialize_native_asmparser()  # the AVX2 micro-kernel is inline assembly
         # LLVM turns zeroing and copying loops into calls to these: an object file refers to them
         # by name, and the loader resolves them only from symbols it was told about (unresolved,
         # a call would jump to address 0)
@@ -103,6 +104,12 @@ def host_isa() -> Isa:
             raise InputError(f"FUEL_ISA={forced}: this CPU lacks {', '.join(_NEEDS[forced])}")
         return ISAS[forced]
     return next(ISAS[n] for n in ISAS if supported(n))
+
+
+def planes_isa(isa: Isa) -> bool:
+    """Whether the ISA's block-format decode kernels read one token's int16 activations as two int8
+    planes (vpdpbusd: kernels._decode_planes); the others read them as int16 words (_decode_words)."""
+    return isa.name == "avx512vnni"
 
 
 def _target_machine(isa: Isa):

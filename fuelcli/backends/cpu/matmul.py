@@ -32,8 +32,8 @@ from .llvm import args11, kcall, ptr, stack_counter, take, thread_count
 # columns of the kernel table
 K_DECODE, K_PREFILL, K_UNPACK, K_DEQUANT, K_QUANT, K_AMX_PREFILL, K_AMX_UNPACK = range(7)
 N_KERNEL_COLS = 7
-# the core table; C_SPLIT is 0 without AMX, C_PLANES 1 where decode kernels read int8 planes
-C_QUANTIZE, C_SILU, C_ATTENTION, C_RMSNORM, C_ROPE, C_KV_STORE, C_BATCH, C_SPLIT, C_PLANES = range(9)
+# the core table; C_SPLIT is 0 without AMX
+C_QUANTIZE, C_SILU, C_ATTENTION, C_RMSNORM, C_ROPE, C_KV_STORE, C_BATCH, C_SPLIT = range(8)
 DESC_ROWS, DESC_COLS = 3, 13  # a batch of task kernels: (address, n_tasks, 11 arguments) per row
 
 
@@ -55,9 +55,9 @@ def kernel_table(codes, isa, use_amx: bool = False) -> np.ndarray:
 
 def core_table(isa, head_dim: int, use_amx: bool = False) -> np.ndarray:
     from .core import addresses
-    from .kernels import amx_split, planes_isa
+    from .kernels import amx_split
 
-    return np.array(addresses(isa, head_dim) + (amx_split(isa) if use_amx else 0, planes_isa(isa)), np.int64)
+    return np.array(addresses(isa, head_dim) + (amx_split(isa) if use_amx else 0,), np.int64)
 
 
 # Tasks a thread takes at a time when it does not take them one by one: runs of n / (CHUNKS *
@@ -106,12 +106,11 @@ def tasks(fn, n, args, one_by_one=False):
 @helper()
 def quantize_rows(x, qx, core):
     """x [T, K] (C-contiguous) -> int16 per 32-block into the first T*K of qx.xq and T*K/32 of qx.xs
-    (block scales) and qx.xf (block sums): flat row-major buffers. One token on an ISA whose decode
-    kernels read planes (core[C_PLANES]) also gets them, in qx.xp and qx.xz."""
+    (block scales) and qx.xf (block sums): flat row-major buffers. One token also gets the layout
+    its decode kernels read, in qx.xp (and qx.xz: core.py's quantize)."""
     T, K = x.shape
-    planes = T == 1 and core[C_PLANES] != 0
     tasks(core[C_QUANTIZE], T, args11(ptr(x), K, K // AB * AB, ptr(qx.xq), ptr(qx.xs), ptr(qx.xf),
-                                      ptr(qx.xp) if planes else 0, ptr(qx.xz)))
+                                      ptr(qx.xp) if T == 1 else 0, ptr(qx.xz)))
 
 
 @helper()

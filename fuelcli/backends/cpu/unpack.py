@@ -27,7 +27,7 @@ from typing import NamedTuple
 from llvmlite import ir
 
 from ...formats import BF16, F16, F32, Q4_0, Q4_1, Q4_K, Q5_0, Q6_K, Q8_0
-from .irgen import F32T, G, I8, I16, I32, I64, c64, const, load, splat, splat_c, vec
+from .irgen import F32T, G, I8, I16, I32, I64, c64, call_intrinsic, const, load, splat, splat_c, vec
 
 def f16(bd, base, off):
     """The little-endian f16 at byte `off` of base, widened to float (exact)."""
@@ -366,6 +366,190 @@ def exact_values(bd, blk: Block, j: int):
     if blk.min is not None:
         v = bd.fadd(v, splat(bd, bd.extract_element(blk.min, jj), G))
     return v
+
+
+# ------------------------------------------------------------------ words: stored bytes for vpmaddwd
+#
+# The words decode kernels (kernels.py, every ISA without the int8 planes) read a 32-element group's
+# stored bytes as 16 words and take the weights out of each word in place, with masks and shifts:
+# word i yields the group's elements 2i (`even`) and 2i + 1 (`odd`), signed int16. Nothing widens
+# bytes to words (vpmovzxbw, one pipe of a Zen 3 core, bounded the int16 decode kernels there at
+# 4.8 GB/s per core). The activations are read in the same order (core.py: a token's words layout,
+# each 32-element block's even elements, then its odd ones), so lane k of the two vpmaddwd sums
+# elements 4k .. 4k+3 of the group. The kernels take WORD_CHUNK groups at a time: one K-quant
+# block, or eight blocks of a 32-element format, with their scales as one vector.
+
+WORD_CHUNK = 8  # groups of 32 elements per chunk
+WORD_ROTATE = (0, 0, 0, 0, 4, 4, 4, 4)  # 16 nibble bytes in both halves: the high half's shifted down
+# q6_k's sub-block sums come out of the kernels' reduction in this order (kernels._reduce_groups)
+Q6_K_SUMS = (0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15)
+
+
+class WordChunk(NamedTuple):
+    groups: list  # WORD_CHUNK x (even, odd): <16 x i16> each (fewer: a 32-element format's last blocks)
+    scale: ir.Value  # <n x float>: group j's scale in lane j, or q6_k's 16 sub-block scales in
+    # Q6_K_SUMS order
+    min: ir.Value | None  # <n x float>: group j's min (formats with a min) or None
+
+
+def _words(bd, v):
+    return bd.bitcast(v, vec(I16, G // 2))
+
+
+def _wsplat(v):
+    return splat_c(I16, v, G // 2)
+
+
+def _nibble_words(bd, row, off):
+    """The 16 bytes of a 32-element format's nibbles at byte `off` -> (even, odd) as unsigned words:
+    the bytes in both halves of a vector, the high half shifted down 4 bits (vpsrlvd), so that the
+    low nibbles of words 0-7 are elements 0, 2, .., 14 and those of words 8-15 elements 16, .., 30."""
+    qs = load(bd, row, off, vec(I8, G // 2))
+    both = bd.bitcast(bd.shuffle_vector(qs, qs, const(I32, list(range(16)) * 2)), vec(I32, 8))
+    w = _words(bd, bd.lshr(both, const(I32, WORD_ROTATE)))
+    return bd.and_(w, _wsplat(15)), bd.and_(bd.lshr(w, _wsplat(8)), _wsplat(15))
+
+
+def _fifth_bits(bd, qh):
+    """Q5_0's 32-bit qh -> (even, odd) words: its zero point, 16, where the group's element 2i
+    (2i + 1) has its 5th bit clear, else 0 (so w = nibble - this). Bit 2i is in byte i // 4 of qh:
+    one in-lane shuffle puts that byte in the high byte of word i, and its bit, masked where it is
+    clear (vpandn), is 256 or more there, so min(that, 16) is the 16 (vpminuw)."""
+    qb = bd.bitcast(splat(bd, qh, 8), vec(I8, G))
+    zero = G  # an index into the zero vector
+    idx = [b for i in range(16) for b in (zero, 16 * (i // 8) + i // 4)]
+    src = bd.bitcast(bd.shuffle_vector(qb, splat_c(I8, 0, G), const(I32, idx)), vec(I16, 16))
+    clear = bd.xor(src, _wsplat(-1))
+    out = []
+    for first in (0, 1):
+        bit = bd.and_(clear, const(I16, [1 << (8 + (2 * i + first) % 8) for i in range(16)]))
+        out.append(call_intrinsic(bd, "llvm.umin.v16i16", bit.type, [bit, _wsplat(Q5_0.layout.zero)]))
+    return out
+
+
+def _f16_lanes(bd, row, offsets):
+    """<n x float> of the f16 values at the byte offsets (i64) of row: gathered four at a time into
+    64-bit integers (integer loads, shifts and ors: none of the vector pipes' shuffles)."""
+    n = len(offsets)
+    width = 16 * min(n, 4)
+    quads = []
+    for q in range(0, n, 4):
+        v = None
+        for i, off in enumerate(offsets[q:q + 4]):
+            h = bd.zext(load(bd, row, off, I16), ir.IntType(width))
+            v = h if v is None else bd.or_(v, bd.shl(h, ir.Constant(ir.IntType(width), 16 * i)))
+        quads.append(v)
+    v = ir.Constant(vec(ir.IntType(width), len(quads)), ir.Undefined)
+    for i, x in enumerate(quads):
+        v = bd.insert_element(v, x, ir.Constant(I32, i))
+    return bd.fpext(bd.bitcast(v, vec(ir.HalfType(), n)), vec(F32T, n))
+
+
+def _legacy_groups(fmt, bd, row, p):
+    """The (even, odd) words of the 32-element block at byte p of row."""
+    L = fmt.layout
+    if fmt.code == Q8_0.code:  # signed bytes: the low one of each word moved up and back, the high one down
+        w = _words(bd, load(bd, row, bd.add(p, c64(L.qs)), vec(I8, G)))
+        return bd.ashr(bd.shl(w, _wsplat(8)), _wsplat(8)), bd.ashr(w, _wsplat(8))
+    even, odd = _nibble_words(bd, row, bd.add(p, c64(L.qs)))
+    if fmt.code == Q5_0.code:
+        ze, zo = _fifth_bits(bd, load(bd, row, bd.add(p, c64(L.qh)), I32))
+        return bd.sub(even, ze), bd.sub(odd, zo)
+    if fmt.code == Q4_0.code:
+        return bd.sub(even, _wsplat(L.zero)), bd.sub(odd, _wsplat(L.zero))
+    return even, odd
+
+
+def _legacy_words(fmt):
+    L = fmt.layout
+
+    def emit(bd, row, b0, n):
+        at = [bd.mul(bd.add(b0, c64(j)), c64(L.block_bytes)) for j in range(n)]
+        groups = [_legacy_groups(fmt, bd, row, p) for p in at]
+        d = _f16_lanes(bd, row, [bd.add(p, c64(L.d)) for p in at])
+        mn = _f16_lanes(bd, row, [bd.add(p, c64(L.m)) for p in at]) if fmt.code == Q4_1.code else None
+        return WordChunk(groups, d, mn)
+
+    return emit
+
+
+_KMASK = (0x3F3F3F3F, 0x0F0F0F0F, 0x03030303)
+
+
+def _q4_k_scale_bytes(bd, row, p):
+    """The 8 six-bit scales and then the 8 mins of the block at byte p as <16 x i8>, unpacked with
+    32-bit integer operations (llama.cpp's kmask trick: the integer pipes, not the vector ones)."""
+    L = Q4_K.layout
+    u = [load(bd, row, bd.add(p, c64(L.scales + 4 * i)), I32) for i in range(3)]
+    k1, k2, k3 = (ir.Constant(I32, k) for k in _KMASK)
+    c = lambda v: ir.Constant(I32, v)  # noqa: E731
+    top = lambda v: bd.shl(bd.and_(bd.lshr(v, c(6)), k3), c(4))  # noqa: E731  (bits 6-7 of each byte -> 4-5)
+    sc = [bd.and_(u[0], k1), bd.or_(bd.and_(u[2], k2), top(u[0]))]
+    mn = [bd.and_(u[1], k1), bd.or_(bd.and_(bd.lshr(u[2], c(4)), k2), top(u[1]))]
+    pair = lambda lo, hi: bd.or_(bd.zext(lo, I64), bd.shl(bd.zext(hi, I64), c64(32)))  # noqa: E731
+    v = ir.Constant(vec(I64, 2), ir.Undefined)
+    v = bd.insert_element(v, pair(*sc), ir.Constant(I32, 0))
+    v = bd.insert_element(v, pair(*mn), ir.Constant(I32, 1))
+    return bd.bitcast(v, vec(I8, 16))
+
+
+def _q4_k_words(bd, row, b0, n):
+    """Chunk c of qs (32 bytes, 16 words): group 2c in the low nibbles (bits 0-3 and 8-11 of each
+    word), group 2c + 1 in the high ones (bits 4-7 and 12-15)."""
+    L = Q4_K.layout
+    p = bd.mul(b0, c64(L.block_bytes))
+    raw = _q4_k_scale_bytes(bd, row, p)
+    f = lambda idx: bd.uitofp(bd.shuffle_vector(raw, raw, const(I32, idx)), vec(F32T, 8))  # noqa: E731
+    d = _f16_lanes(bd, row, [bd.add(p, c64(L.d)), bd.add(p, c64(L.dmin))])
+    dd = lambda i: bd.shuffle_vector(d, d, const(I32, [i] * 8))  # noqa: E731
+    scale = bd.fmul(dd(0), f(range(8)))
+    mins = bd.fneg(bd.fmul(dd(1), f(range(8, 16))))
+    groups = []
+    m = _wsplat(15)
+    for c in range(L.sub_blocks // 2):
+        w = _words(bd, load(bd, row, bd.add(p, c64(L.qs + c * L.sub_elems)), vec(I8, G)))
+        groups.append((bd.and_(w, m), bd.and_(bd.lshr(w, _wsplat(8)), m)))
+        groups.append((bd.and_(bd.lshr(w, _wsplat(4)), m), bd.lshr(w, _wsplat(12))))
+    return WordChunk(groups, scale, mins)
+
+
+def _q6_k_words(bd, row, b0, n):
+    """Group 4h + k (half h, quarter k): its low 4 bits from the words of ql[64h + 32(k & 1) ..]
+    (the low nibbles for k < 2, the high ones for k >= 2), its top 2 bits from the words of
+    qh[32h ..] at bits 2k (even elements) and 8 + 2k (odd), moved to bits 4-5."""
+    L = Q6_K.layout
+    p = bd.mul(b0, c64(L.block_bytes))
+    quarter = L.half // 4
+    d = f16(bd, row, bd.add(p, c64(L.d)))
+    scs = load(bd, row, bd.add(p, c64(L.scales)), vec(I8, L.sub_blocks))
+    scs = bd.sitofp(bd.shuffle_vector(scs, scs, const(I32, Q6_K_SUMS)), vec(F32T, L.sub_blocks))
+    scale = bd.fmul(splat(bd, d, L.sub_blocks), scs)
+
+    def shift(v, n):  # v >> n, or v << -n
+        return bd.lshr(v, _wsplat(n)) if n >= 0 else bd.shl(v, _wsplat(-n))
+
+    groups = []
+    m4, m2 = _wsplat(15), _wsplat(0x30)
+    for h in range(L.block_elems // L.half):
+        qh = _words(bd, load(bd, row, bd.add(p, c64(L.qh + h * quarter)), vec(I8, G)))
+        for k in range(4):
+            ql = _words(bd, load(bd, row, bd.add(p, c64(L.ql + h * L.half // 2 + quarter * (k & 1))), vec(I8, G)))
+            lo_e = bd.and_(ql, m4) if k < 2 else bd.and_(bd.lshr(ql, _wsplat(4)), m4)
+            lo_o = bd.and_(bd.lshr(ql, _wsplat(8)), m4) if k < 2 else bd.lshr(ql, _wsplat(12))
+            even = bd.or_(lo_e, bd.and_(shift(qh, 2 * k - 4), m2))
+            odd = bd.or_(lo_o, bd.and_(shift(qh, 2 * k + 4), m2))
+            groups.append((bd.sub(even, _wsplat(L.zero)), bd.sub(odd, _wsplat(L.zero))))
+    return WordChunk(groups, scale, None)
+
+
+WORDS = {Q4_K.code: _q4_k_words, Q6_K.code: _q6_k_words,
+         **{f.code: _legacy_words(f) for f in (Q8_0, Q4_0, Q4_1, Q5_0)}}
+
+
+def word_chunk(code: int, bd, row, b0, n: int = 1) -> WordChunk:
+    """Format blocks b0 .. b0 + n - 1 (b0 an i64) of the row at `row` (i8*) as groups of words: one
+    K-quant block (n = 1), or n blocks of a 32-element format."""
+    return WORDS[code](bd, row, b0, n)
 
 
 # ------------------------------------------------------------------ float formats
