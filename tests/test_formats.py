@@ -222,8 +222,8 @@ def test_quantize_rows(isa):
 @pytest.mark.parametrize("isa", ISAS)
 def test_quantize_one_token_layout(isa):
     """One token also gets the layout its decode kernels read: on an ISA with the int8 planes,
-    xq = 256 * hi + lo with both int8 and the 16-element sums of xq; elsewhere xq as words, each
-    32-block's even elements then its odd ones. Negative control: more rows, no layout written."""
+    xq = 256 * hi + lo with both int8; elsewhere xq as words, each 32-block's even elements then its
+    odd ones; both with the 16-element sums of xq. Negative control: more rows, no layout written."""
     _, core = _kern(isa, [])
     x = np.stack(list(_x_cases(512).values()))
     x[1, 64:96] = -x[1, 64:96].max()  # a block whose most negative value is its largest magnitude
@@ -233,12 +233,13 @@ def test_quantize_one_token_layout(isa):
     if llvm.planes_isa(llvm.ISAS[isa]):
         hi, lo = qx.xp[:512].astype(np.int32), qx.xp[512:1024].astype(np.int32)
         assert np.array_equal(256 * hi + lo, xq)
-        assert np.array_equal(qx.xz, xq.reshape(-1, 16).sum(-1).astype(np.float32))
     else:
         words = qx.xp[:1024].view(np.int16).reshape(-1, 2, 16)
         blocks = xq.reshape(-1, 16, 2)
         assert np.array_equal(words[:, 0], blocks[..., 0]) and np.array_equal(words[:, 1], blocks[..., 1])
-    assert not _prepared(x, core).xp.any()
+    assert np.array_equal(qx.xz, xq.reshape(-1, 16).sum(-1).astype(np.float32))
+    many = _prepared(x, core)
+    assert not many.xp.any() and not many.xz.any()
 
 
 @pytest.mark.parametrize("isa", ISAS)

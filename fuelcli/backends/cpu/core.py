@@ -41,7 +41,8 @@ def _quantize(isa, mod, name):
     int8 planes (llvm.planes_isa), xp[k] = hi, xp[K + k] = lo with xq = 256 * hi + lo
     (hi = (xq + 128) >> 8) and xz[j] = the sum of xq over elements 16j..16j+15 (exact in f32: below
     2^20), for the zero points of the formats whose stored q is offset; elsewhere xp holds xq as
-    int16 words, each 32-block's even elements and then its odd ones (the words kernels)."""
+    int16 words, each 32-block's even elements and then its odd ones (the words kernels), with the
+    same xz."""
     fn, bd = func(mod, name, TASK_ARGS)
     t, x_, ldx, K, xq_, xs_, xf_, xp_, xz_ = fn.args[:9]
     x, xq, xs, xf = ptr_to(bd, x_, F32T), ptr_to(bd, xq_, I16), ptr_to(bd, xs_, F32T), ptr_to(bd, xf_, F32T)
@@ -77,13 +78,13 @@ def _quantize(isa, mod, name):
                 lo = bd.sub(q, bd.shl(hi, splat_c(I32, 8, G)))
                 for plane, off in ((hi, k), (lo, bd.add(K, k))):
                     bd.store(bd.trunc(plane, vec(I8, G)), bd.bitcast(bd.gep(xp, [off]), vec(I8, G).as_pointer()), align=1)
-                for half in range(2):
-                    part = bd.shuffle_vector(q, q, const(I32, range(16 * half, 16 * half + 16)))
-                    bd.store(bd.sitofp(hsum(bd, part), F32T), bd.gep(xz, [bd.add(bd.mul(b, c64(2)), c64(half))]))
             else:
                 words = bd.shuffle_vector(q, q, const(I32, [*range(0, G, 2), *range(1, G, 2)]))
                 dst = bd.gep(bd.bitcast(xp, I16.as_pointer()), [k])
                 bd.store(bd.trunc(words, vec(I16, G)), bd.bitcast(dst, vec(I16, G).as_pointer()), align=2)
+            for half in range(2):
+                part = bd.shuffle_vector(q, q, const(I32, range(16 * half, 16 * half + 16)))
+                bd.store(bd.sitofp(hsum(bd, part), F32T), bd.gep(xz, [bd.add(bd.mul(b, c64(2)), c64(half))]))
     bd.ret_void()
 
 

@@ -4,10 +4,10 @@ Three kernels per weight format, all `void f(i64, ...)` called by address from n
 
   decode(w, row_bytes, n_rows, K, x, xs, xf, out, xp, xz)
       out[r] = row r . x for one token. Block formats take x quantised to int16 per 32-element
-      block (xq, block scales xs, block sums xf: matmul.quantize_rows) and dot each unpacked group
-      in integers (vpdpwssd / vpmaddwd): one int -> float conversion and one FMA per group; on
-      avx512vnni they read the int16 as two int8 planes instead (xp, with 16-element sums xz:
-      _decode_planes, vpdpbusd on the stored bytes). Float formats take x as f32 and run FMAs.
+      block (block scales xs, block sums xf, 16-element sums xz: matmul.quantize_rows), laid out
+      in xp for their kernel: on avx512vnni as two int8 planes (_decode_planes, vpdpbusd on the
+      stored bytes), elsewhere as int16 words in the order the stored bytes give the weights
+      (_decode_words, vpmaddwd / vpdpwssd). Float formats take x as f32 and run FMAs.
   prefill(w, row_bytes, n_rows, K, T, x, xs, xf, out, ldo)
       out[t, r] for T tokens (out row-major with row stride ldo). Rows sit in the lanes of a vector
       (16 on AVX-512, else 8): a task unpacks up to TASK_ROWS rows, KC elements at a time, into a
@@ -15,8 +15,8 @@ Three kernels per weight format, all `void f(i64, ...)` called by address from n
       of k, one panel vector times the token's int16 pair broadcast, accumulated in int32
       (vpdpwssd: 32 multiply-adds per instruction), converted and scaled once per 32-block. TT
       tokens x RG groups of L rows at a time (tile_shape) keep TT*RG int32 and f32 accumulators in
-      registers, so a panel load feeds TT instructions and an activation load RG. Float formats: an
-      f32 panel and FMAs.
+      registers, so a panel load feeds TT instructions and an activation load RG (on AVX2 in
+      inline assembly: _micro_quant_avx2). Float formats: an f32 panel and FMAs.
   dequant(row, K, out)
       one row decoded to f32 exactly as the numpy decode in fuelcli/formats (embedding lookups).
 
@@ -25,7 +25,9 @@ instead (amx.py: one driver, and per format a panel unpack built on the same blo
 
 Integer ranges: |w| <= 4096 (q6_k with its scale folded in) and |xq| <= 32639, so a pair sum is
 below 2^28 and a 32-element block sum below 2^31; the planes kernels' unit sums (q <= 255, 4
-elements a lane) stay below 2^25.
+elements a lane) stay below 2^25; the words kernels' group sums stay below 2^24, so converting them
+is exact (q8_0's, up to 2^27, round once there), q6_k's 16-element sums of q <= 63 below 2^25
+before its zero point comes off.
 """
 
 from __future__ import annotations
@@ -85,7 +87,7 @@ WORD_AHEAD = 4096
 def _reduce_groups(isa, bd, P, full=True):
     """The lane sums of the groups' dots P[j] (8 or 4 <8 x i32>) by vphaddd: full -> <n x i32>, lane
     j the sum of P[j]; else (q6_k, 8 groups) the two vectors after the second level, the sums of
-    lanes 0-3 and 4-7 of each group in unpack.Q6_K_SUMS order. Exact: no group sum reaches 2^24.
+    lanes 0-3 and 4-7 of each group in unpack.Q6_K_SUMS order.
     (In-lane unpacks and adds instead measured the same on a Zen 3 core, where vphaddd takes two
     cycles: the reduction is not what bounds these kernels.)"""
     n = len(P)
@@ -110,10 +112,11 @@ def _decode_words(isa, mod, code, name):
     last blocks go four and then one at a time."""
     fn, bd = func(mod, name, 10)
     fn.linkage = "internal"
-    w, row_bytes, n_rows, K, _xq, xs_, xf_, out_, xw_ = fn.args[:9]
+    w, row_bytes, n_rows, K, _xq, xs_, xf_, out_, xw_, xz_ = fn.args
     BL = U.BLOCK[code]
     per = BL.block_elems // G  # groups per format block
     chunk = U.WORD_CHUNK // per  # format blocks per chunk
+    xz = ptr_to(bd, xz_, F32T)
     L = G // 4  # i32 lanes of a group's dot
     half = vec(I16, G // 2)
     wp, xw = ptr_to(bd, w, I8), ptr_to(bd, xw_, I16)
@@ -145,7 +148,11 @@ def _decode_words(isa, mod, code, name):
         elif code == U.Q6_K.code:
             xsv = load(bd, xs, g0, vec(F32T, n))
             sv = bd.fmul(ch.scale, bd.shuffle_vector(xsv, xsv, const(I32, [s // 2 for s in U.Q6_K_SUMS])))
+            # the weights are q: the zero point times the activations' 16-element sums comes off, exactly
+            zs = bd.fptosi(load(bd, xz, bd.mul(g0, c64(2)), vec(F32T, 2 * n)), vec(I32, 2 * n))
+            zs = bd.mul(bd.shuffle_vector(zs, zs, const(I32, U.Q6_K_SUMS)), splat_c(I32, U.Q6_K.layout.zero, 2 * n))
             for q, part in enumerate(_reduce_groups(isa, bd, P, False)):
+                part = bd.sub(part, bd.shuffle_vector(zs, zs, const(I32, range(8 * q, 8 * q + 8))))
                 a = fmuladd(bd, bd.sitofp(part, vec(F32T, L)), bd.shuffle_vector(sv, sv, const(I32, range(8 * q, 8 * q + 8))), a)
         else:
             sums = bd.sitofp(_reduce_groups(isa, bd, P), vec(F32T, n))

@@ -27,7 +27,7 @@ from typing import NamedTuple
 from llvmlite import ir
 
 from ...formats import BF16, F16, F32, Q4_0, Q4_1, Q4_K, Q5_0, Q6_K, Q8_0
-from .irgen import F32T, G, I8, I16, I32, I64, c64, call_intrinsic, const, load, splat, splat_c, vec
+from .irgen import F32T, G, I8, I16, I32, I64, c64, const, load, splat, splat_c, vec
 
 def f16(bd, base, off):
     """The little-endian f16 at byte `off` of base, widened to float (exact)."""
@@ -400,31 +400,29 @@ def _wsplat(v):
     return splat_c(I16, v, G // 2)
 
 
-def _nibble_words(bd, row, off):
-    """The 16 bytes of a 32-element format's nibbles at byte `off` -> (even, odd) as unsigned words:
-    the bytes in both halves of a vector, the high half shifted down 4 bits (vpsrlvd), so that the
-    low nibbles of words 0-7 are elements 0, 2, .., 14 and those of words 8-15 elements 16, .., 30."""
+def _nibble_bytes(bd, row, off):
+    """The 16 bytes of a 32-element format's nibbles at byte `off` -> <16 x i16> words whose bytes are
+    the 32 elements in order: the bytes in both halves of a vector, the high half shifted down 4
+    bits (vpsrlvd), each byte masked to its low nibble."""
     qs = load(bd, row, off, vec(I8, G // 2))
     both = bd.bitcast(bd.shuffle_vector(qs, qs, const(I32, list(range(16)) * 2)), vec(I32, 8))
-    w = _words(bd, bd.lshr(both, const(I32, WORD_ROTATE)))
-    return bd.and_(w, _wsplat(15)), bd.and_(bd.lshr(w, _wsplat(8)), _wsplat(15))
+    return bd.and_(_words(bd, bd.lshr(both, const(I32, WORD_ROTATE))), _wsplat(0x0F0F))
+
+
+def _signed_bytes(bd, w):
+    """Words of two signed bytes -> (even, odd): the low byte moved up and back, the high one down."""
+    return bd.ashr(bd.shl(w, _wsplat(8)), _wsplat(8)), bd.ashr(w, _wsplat(8))
 
 
 def _fifth_bits(bd, qh):
-    """Q5_0's 32-bit qh -> (even, odd) words: its zero point, 16, where the group's element 2i
-    (2i + 1) has its 5th bit clear, else 0 (so w = nibble - this). Bit 2i is in byte i // 4 of qh:
-    one in-lane shuffle puts that byte in the high byte of word i, and its bit, masked where it is
-    clear (vpandn), is 256 or more there, so min(that, 16) is the 16 (vpminuw)."""
+    """Q5_0's 32-bit qh -> <32 x i8>: its zero point, 16, where element m has its 5th bit (bit m of
+    qh) clear, else 0 (so q - zero = nibble - this): byte m // 8 of qh in byte m (an in-lane
+    shuffle), bit m % 8 of it tested."""
     qb = bd.bitcast(splat(bd, qh, 8), vec(I8, G))
-    zero = G  # an index into the zero vector
-    idx = [b for i in range(16) for b in (zero, 16 * (i // 8) + i // 4)]
-    src = bd.bitcast(bd.shuffle_vector(qb, splat_c(I8, 0, G), const(I32, idx)), vec(I16, 16))
-    clear = bd.xor(src, _wsplat(-1))
-    out = []
-    for first in (0, 1):
-        bit = bd.and_(clear, const(I16, [1 << (8 + (2 * i + first) % 8) for i in range(16)]))
-        out.append(call_intrinsic(bd, "llvm.umin.v16i16", bit.type, [bit, _wsplat(Q5_0.layout.zero)]))
-    return out
+    sel = bd.shuffle_vector(qb, qb, const(I32, [16 * (m // 16) + m // 8 for m in range(G)]))
+    bit = const(I8, [1 << (m % 8) for m in range(G)])
+    clear = bd.icmp_unsigned("==", bd.and_(sel, bit), splat_c(I8, 0, G))
+    return bd.select(clear, splat_c(I8, Q5_0.layout.zero, G), splat_c(I8, 0, G))
 
 
 def _f16_lanes(bd, row, offsets):
@@ -448,13 +446,13 @@ def _f16_lanes(bd, row, offsets):
 def _legacy_groups(fmt, bd, row, p):
     """The (even, odd) words of the 32-element block at byte p of row."""
     L = fmt.layout
-    if fmt.code == Q8_0.code:  # signed bytes: the low one of each word moved up and back, the high one down
-        w = _words(bd, load(bd, row, bd.add(p, c64(L.qs)), vec(I8, G)))
-        return bd.ashr(bd.shl(w, _wsplat(8)), _wsplat(8)), bd.ashr(w, _wsplat(8))
-    even, odd = _nibble_words(bd, row, bd.add(p, c64(L.qs)))
-    if fmt.code == Q5_0.code:
-        ze, zo = _fifth_bits(bd, load(bd, row, bd.add(p, c64(L.qh)), I32))
-        return bd.sub(even, ze), bd.sub(odd, zo)
+    if fmt.code == Q8_0.code:
+        return _signed_bytes(bd, _words(bd, load(bd, row, bd.add(p, c64(L.qs)), vec(I8, G))))
+    q = _nibble_bytes(bd, row, bd.add(p, c64(L.qs)))
+    if fmt.code == Q5_0.code:  # q - 16 as signed bytes, the 5th bits in
+        z = _fifth_bits(bd, load(bd, row, bd.add(p, c64(L.qh)), I32))
+        return _signed_bytes(bd, _words(bd, bd.sub(bd.bitcast(q, vec(I8, G)), z)))
+    even, odd = bd.and_(q, _wsplat(0xFF)), bd.lshr(q, _wsplat(8))
     if fmt.code == Q4_0.code:
         return bd.sub(even, _wsplat(L.zero)), bd.sub(odd, _wsplat(L.zero))
     return even, odd
@@ -516,7 +514,8 @@ def _q4_k_words(bd, row, b0, n):
 def _q6_k_words(bd, row, b0, n):
     """Group 4h + k (half h, quarter k): its low 4 bits from the words of ql[64h + 32(k & 1) ..]
     (the low nibbles for k < 2, the high ones for k >= 2), its top 2 bits from the words of
-    qh[32h ..] at bits 2k (even elements) and 8 + 2k (odd), moved to bits 4-5."""
+    qh[32h ..] at bits 2k of each byte, moved to bits 4-5; both bytes of a word at once, then split.
+    The weights are q, not q - 32: the kernel takes 32 times the activations' 16-element sums off."""
     L = Q6_K.layout
     p = bd.mul(b0, c64(L.block_bytes))
     quarter = L.half // 4
@@ -526,19 +525,15 @@ def _q6_k_words(bd, row, b0, n):
     scale = bd.fmul(splat(bd, d, L.sub_blocks), scs)
 
     def shift(v, n):  # v >> n, or v << -n
-        return bd.lshr(v, _wsplat(n)) if n >= 0 else bd.shl(v, _wsplat(-n))
+        return v if n == 0 else bd.lshr(v, _wsplat(n)) if n > 0 else bd.shl(v, _wsplat(-n))
 
     groups = []
-    m4, m2 = _wsplat(15), _wsplat(0x30)
     for h in range(L.block_elems // L.half):
         qh = _words(bd, load(bd, row, bd.add(p, c64(L.qh + h * quarter)), vec(I8, G)))
         for k in range(4):
             ql = _words(bd, load(bd, row, bd.add(p, c64(L.ql + h * L.half // 2 + quarter * (k & 1))), vec(I8, G)))
-            lo_e = bd.and_(ql, m4) if k < 2 else bd.and_(bd.lshr(ql, _wsplat(4)), m4)
-            lo_o = bd.and_(bd.lshr(ql, _wsplat(8)), m4) if k < 2 else bd.lshr(ql, _wsplat(12))
-            even = bd.or_(lo_e, bd.and_(shift(qh, 2 * k - 4), m2))
-            odd = bd.or_(lo_o, bd.and_(shift(qh, 2 * k + 4), m2))
-            groups.append((bd.sub(even, _wsplat(L.zero)), bd.sub(odd, _wsplat(L.zero))))
+            q = bd.or_(bd.and_(shift(ql, 4 * (k // 2)), _wsplat(0x0F0F)), bd.and_(shift(qh, 2 * k - 4), _wsplat(0x3030)))
+            groups.append((bd.and_(q, _wsplat(0xFF)), bd.lshr(q, _wsplat(8))))
     return WordChunk(groups, scale, None)
 
 
