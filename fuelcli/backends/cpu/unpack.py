@@ -63,6 +63,26 @@ def _lanes(bd, *vals):
     return v
 
 
+def _f16_lanes(bd, row, offsets):
+    """<n x float> of the f16 values at the byte offsets (i64) of row (an i8*, or a list of one per
+    offset): gathered four at a time into 64-bit integers (integer loads, shifts and ors, none of
+    the vector pipes' shuffles), then one conversion."""
+    n = len(offsets)
+    rows = row if isinstance(row, list) else [row] * n
+    width = 16 * min(n, 4)
+    quads = []
+    for q in range(0, n, 4):
+        v = None
+        for i, (r, off) in enumerate(zip(rows[q:q + 4], offsets[q:q + 4])):
+            h = bd.zext(load(bd, r, off, I16), ir.IntType(width))
+            v = h if v is None else bd.or_(v, bd.shl(h, ir.Constant(ir.IntType(width), 16 * i)))
+        quads.append(v)
+    v = ir.Constant(vec(ir.IntType(width), len(quads)), ir.Undefined)
+    for i, x in enumerate(quads):
+        v = bd.insert_element(v, x, ir.Constant(I32, i))
+    return bd.fpext(bd.bitcast(v, vec(ir.HalfType(), n)), vec(F32T, n))
+
+
 # ------------------------------------------------------------------ 32-element formats
 
 
@@ -124,11 +144,15 @@ def _q4_k_scales(bd, blocks):
     sc = bd.select(low, bd.and_(a, k(63)), bd.or_(bd.and_(a, k(15)), top2(c)))
     mn = bd.select(low, bd.and_(b, k(63)), bd.or_(bd.lshr(b, k(4)), top2(e)))
 
-    def per_block(off):  # <8n x float>: block b's f16 at `off` in its 8 lanes
-        return _concat(bd, [splat(bd, f16(bd, row, bd.add(p, c64(off))), n) for row, p in blocks])
+    # d and dmin of every block converted at once: [d_0, dmin_0, d_1, dmin_1]
+    dd = _f16_lanes(bd, [row for row, _ in blocks for _ in range(2)],
+                    [bd.add(p, c64(off)) for _, p in blocks for off in (L.d, L.dmin)])
 
-    scale = bd.fmul(per_block(L.d), bd.sitofp(sc, vec(F32T, n * m)))
-    mins = bd.fneg(bd.fmul(per_block(L.dmin), bd.sitofp(mn, vec(F32T, n * m))))
+    def per_block(j):  # <8n x float>: block b's d (j = 0) or dmin (j = 1) in its 8 lanes
+        return bd.shuffle_vector(dd, dd, const(I32, [2 * b + j for b in range(m) for _ in range(n)]))
+
+    scale = bd.fmul(per_block(0), bd.sitofp(sc, vec(F32T, n * m)))
+    mins = bd.fneg(bd.fmul(per_block(1), bd.sitofp(mn, vec(F32T, n * m))))
     return scale, mins
 
 
@@ -236,12 +260,11 @@ def _legacy_planes(fmt):
         for row in rows:
             base = bd.mul(b0, c64(L.block_bytes))
             at = lambda j, off: bd.add(base, c64(j * L.block_bytes + off))  # noqa: E731
-            d = _lanes(bd, *[f16(bd, row, at(j, L.d)) for j in range(nblk)]) if nblk > 1 else \
-                _lanes(bd, f16(bd, row, at(0, L.d)))
+            d = _f16_lanes(bd, row, [at(j, L.d) for j in range(nblk)])
             sv = bd.fmul(d, xs)
             svs.append(sv)
             if code == Q4_1.code:
-                mins.append(_lanes(bd, *[f16(bd, row, at(j, L.m)) for j in range(nblk)]))
+                mins.append(_f16_lanes(bd, row, [at(j, L.m) for j in range(nblk)]))
             if code == Q8_0.code:  # q + 128 as the unsigned byte
                 parts = [bd.xor(load(bd, row, at(j, L.qs), vec(I8, G)), splat_c(I8, -128, G)) for j in range(nblk)]
                 us = []
@@ -423,24 +446,6 @@ def _fifth_bits(bd, qh):
     bit = const(I8, [1 << (m % 8) for m in range(G)])
     clear = bd.icmp_unsigned("==", bd.and_(sel, bit), splat_c(I8, 0, G))
     return bd.select(clear, splat_c(I8, Q5_0.layout.zero, G), splat_c(I8, 0, G))
-
-
-def _f16_lanes(bd, row, offsets):
-    """<n x float> of the f16 values at the byte offsets (i64) of row: gathered four at a time into
-    64-bit integers (integer loads, shifts and ors: none of the vector pipes' shuffles)."""
-    n = len(offsets)
-    width = 16 * min(n, 4)
-    quads = []
-    for q in range(0, n, 4):
-        v = None
-        for i, off in enumerate(offsets[q:q + 4]):
-            h = bd.zext(load(bd, row, off, I16), ir.IntType(width))
-            v = h if v is None else bd.or_(v, bd.shl(h, ir.Constant(ir.IntType(width), 16 * i)))
-        quads.append(v)
-    v = ir.Constant(vec(ir.IntType(width), len(quads)), ir.Undefined)
-    for i, x in enumerate(quads):
-        v = bd.insert_element(v, x, ir.Constant(I32, i))
-    return bd.fpext(bd.bitcast(v, vec(ir.HalfType(), n)), vec(F32T, n))
 
 
 def _legacy_groups(fmt, bd, row, p):
