@@ -14,8 +14,11 @@ import ctypes
 import numpy as np
 import pytest
 
+from numba import njit
+
 from fuelcli.backends.cpu import core
-from fuelcli.backends.cpu.attention import KEY_BLOCK
+from fuelcli.backends.cpu import matmul as M
+from fuelcli.backends.cpu.attention import KEY_BLOCK, part_stride
 from fuelcli.backends.cpu.llvm import ISAS, supported
 from fuelcli.backends.cpu.matmul import C_ATTENTION, C_KV_STORE
 from fuelcli.backends.kv_cache import KVCache
@@ -53,9 +56,15 @@ def reference(q, k, v, pos0, window, group, kv_map=None):
     return out
 
 
-def run(isa, q, k, v, pos0, window, nkv, stale=0):
+@njit(cache=True)
+def combine_splits(part, splits, n_heads, hd, out):
+    M.combine_splits(part, splits, n_heads, hd, out)
+
+
+def run(isa, q, k, v, pos0, window, nkv, stale=0, splits=1):
     """Store k/v (positions 0..) into a fresh cache through kv_store, `stale` more rows of NaN after
-    them (what a rewind leaves), then attention for q at pos0."""
+    them (what a rewind leaves), then attention for q at pos0, its keys cut into `splits` runs
+    (combined by matmul.combine_splits)."""
     store, attend = _kernels(isa, q.shape[2])
     T, nh, hd = q.shape
     n = k.shape[0]
@@ -69,9 +78,13 @@ def run(isa, q, k, v, pos0, window, nkv, stale=0):
     assert np.array_equal(vc[:n], v, equal_nan=True)
     assert np.array_equal(kc.transpose(0, 3, 1, 2).reshape(-1, nkv, hd)[:n], k, equal_nan=True)  # the blocked layout
     out = np.full((T, nh, hd), -7.0, np.float32)
+    part = np.full(splits * T * nh * part_stride(hd), np.nan, np.float32)
     qc = np.ascontiguousarray(q)
-    for task in range(-(-T // 16) * nkv):
-        _call(attend, task, _p(qc), _p(kc), _p(vc), _p(out), pos0, window, nh, nkv, T)
+    for task in range(-(-T // 16) * nkv * splits):
+        _call(attend, task, _p(qc), _p(kc), _p(vc), _p(out), pos0, window, nh, nkv, T, splits, _p(part))
+    if splits > 1:
+        assert (out == -7.0).all()  # the runs write their shares into part only
+        combine_splits(part, splits, nh, hd, out.reshape(T, nh * hd))
     return out
 
 
@@ -125,3 +138,60 @@ def test_nan_in_q_k_v_reaches_the_queries_that_see_it(hd):
     clean = reference(np.nan_to_num(q), np.nan_to_num(k), np.nan_to_num(v), pos0, 0, nh // nkv)
     ok = np.isfinite(got)
     assert np.abs(got[ok] - clean[ok]).max() < TOL
+
+
+SPLIT_CASES = [  # (pos0, nh, nkv, window, splits): one decode step's keys in runs; more runs than
+    # key blocks (empty runs), windows that leave early runs with no visible key
+    (200, 14, 2, 0, 2), (200, 9, 3, 0, 5), (77, 4, 4, 0, 16), (150, 4, 2, 37, 3), (300, 8, 1, 64, 7),
+    (15, 2, 2, 0, 4),
+]
+
+
+@pytest.mark.parametrize("isa", ISA_NAMES)
+@pytest.mark.parametrize("hd", [64, 16])
+@pytest.mark.parametrize("case", SPLIT_CASES, ids=lambda c: "pos{}-h{}-kv{}-w{}-s{}".format(*c))
+def test_decode_in_key_runs_matches_float64(isa, hd, case):
+    pos0, nh, nkv, window, splits = case
+    rng = np.random.default_rng(hash(case) % 2**32 + hd)
+    q, k, v = _inputs(rng, 1, pos0, nh, nkv, hd)
+    q *= 2  # peakier weights: runs whose maxima differ by more than exp can ignore
+    want = reference(q, k, v, pos0, window, nh // nkv)
+    got = run(isa, q, k, v, pos0, window, nkv, stale=3, splits=splits)
+    assert np.abs(got - want).max() < TOL
+    assert np.abs(got - run(isa, q, k, v, pos0, window, nkv, stale=3)).max() < TOL  # one run alike
+    # negative control: the runs' shares summed without their max rescaling are not the answer
+    if splits <= pos0 // KEY_BLOCK + 1 and (window == 0 or window > 2 * KEY_BLOCK):
+        assert np.abs(_unscaled_mean(isa, q, k, v, pos0, window, nkv, splits) - want).max() > 100 * TOL
+
+
+def _unscaled_mean(isa, q, k, v, pos0, window, nkv, splits):
+    """What a combine that forgot the runs' maxima would give: their outputs summed over their sums
+    (runs that saw no key left out)."""
+    store, attend = _kernels(isa, q.shape[2])
+    _, nh, hd = q.shape
+    n = k.shape[0]
+    part = np.full(splits * nh * part_stride(hd), np.nan, np.float32)
+    cache = KVCache(1, n + 3, nkv, hd, key_block=KEY_BLOCK)
+    kc, vc = cache.k[0], cache.v[0]
+    rows_k, rows_v = np.ascontiguousarray(k.reshape(n, -1)), np.ascontiguousarray(v.reshape(n, -1))
+    for t in range(n):
+        _call(store, t, _p(rows_k), _p(rows_v), _p(kc), _p(vc), 0, nkv * hd)
+    qc = np.ascontiguousarray(q)
+    for task in range(nkv * splits):
+        _call(attend, task, _p(qc), _p(kc), _p(vc), 0, pos0, window, nh, nkv, 1, splits, _p(part))
+    rows = part.reshape(splits, nh, part_stride(hd))
+    rows = rows[np.isfinite(rows[:, 0, hd])]
+    return (rows[:, :, :hd].sum(0) / rows[:, :, hd + 1].sum(0)[:, None])[None]
+
+
+@pytest.mark.parametrize("splits", [2, 5])
+def test_nan_in_one_run_reaches_the_output(splits):
+    """A NaN in a V row of one run reaches the heads that see it, whatever the other runs' maxima;
+    the other kv head's heads stay finite."""
+    isa, hd, pos0, nh, nkv = ISA_NAMES[0], 64, 180, 6, 2
+    rng = np.random.default_rng(splits)
+    q, k, v = _inputs(rng, 1, pos0, nh, nkv, hd)
+    v[3, 1, 7] = np.nan  # kv head 1 (heads 3..5), an early position: the first run
+    got = run(isa, q, k, v, pos0, 0, nkv, splits=splits)
+    assert np.isnan(got[0, 3:, 7]).all()
+    assert np.isfinite(got[0, :3]).all()

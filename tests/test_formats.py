@@ -106,6 +106,7 @@ from fuelcli.backends.cpu import llvm  # noqa: E402
 from fuelcli.backends.cpu import matmul as M  # noqa: E402
 from fuelcli.backends.cpu.activations import quantized  # noqa: E402
 from fuelcli.backends.cpu.core import Q_MAX  # noqa: E402
+from fuelcli.backends.cpu.attention import MAX_SPLITS, part_stride  # noqa: E402
 
 # the kernels' numba entry points are helpers only jitted code calls (jit.helper): jit them here
 
@@ -131,8 +132,8 @@ def silu_mul(gate, up, core):
 
 
 @njit(cache=True)
-def attention(q, k_cache, v_cache, pos0, window, n_heads, n_kv, out, core):
-    M.attention(q, k_cache, v_cache, pos0, window, n_heads, n_kv, out, core)
+def attention(q, k_cache, v_cache, pos0, window, n_heads, n_kv, out, part, core):
+    M.attention(q, k_cache, v_cache, pos0, window, n_heads, n_kv, out, part, core)
 
 ISAS = [pytest.param(n, marks=pytest.mark.skipif(not llvm.supported(n), reason=f"CPU lacks {n}")) for n in llvm.ISAS]
 QUANT = ["q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q6_k"]
@@ -390,13 +391,15 @@ def test_attention(isa, hd):
 
     core = M.core_table(llvm.ISAS[isa], hd)
     rng = np.random.default_rng(hd)
-    nh, nkv, n_ctx = 6, 2, 50
+    nh, nkv, n_ctx = 6, 2, 300
     k = rng.standard_normal((n_ctx, nkv, hd)).astype(np.float32)
     v = rng.standard_normal((n_ctx, nkv, hd)).astype(np.float32)
-    for T, pos0, window in ((1, 0, 0), (1, 49, 0), (17, 33, 0), (20, 5, 7), (3, 40, 19)):
+    part = np.full(MAX_SPLITS * nh * part_stride(hd), np.nan, np.float32)
+    # (1, 299, 0) and (1, 250, 40): a decode step deep enough to run in key runs (matmul.attention_splits)
+    for T, pos0, window in ((1, 0, 0), (1, 49, 0), (17, 33, 0), (20, 5, 7), (3, 40, 19), (1, 299, 0), (1, 250, 40)):
         q = (rng.standard_normal((T, nh * hd)) * 3).astype(np.float32)
         out = np.full((T, nh * hd), np.nan, np.float32)
-        attention(q, _key_blocks(k), v, pos0, window, nh, nkv, out, core)
+        attention(q, _key_blocks(k), v, pos0, window, nh, nkv, out, part, core)
         ref = _attention_ref(q, k, v, pos0, window, nh, nkv)
         assert np.allclose(out, ref, rtol=1e-5, atol=1e-5), (T, pos0, window, np.abs(out - ref).max())
 

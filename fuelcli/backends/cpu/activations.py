@@ -10,6 +10,7 @@ import numpy as np
 from ...config import ModelConfig
 from ...formats import ACTIVATION_BLOCK
 from .amx import TILE
+from .attention import MAX_SPLITS, part_stride
 from .matmul import DESC_COLS, DESC_ROWS
 
 
@@ -52,6 +53,7 @@ class Activations(NamedTuple):
     ey: np.ndarray  # [1, H]
     qx: Quantized  # the input of the next matrix products, prepared for the block formats
     desc: np.ndarray  # [3, 13] int64: the task kernels of one parallel loop (matmul.batch)
+    part: np.ndarray  # a decode step's attention runs: MAX_SPLITS * heads * part_stride(head_dim)
 
 
 def allocate(cfg: ModelConfig, rows: int, planes: bool = False) -> Activations:
@@ -68,5 +70,6 @@ def allocate(cfg: ModelConfig, rows: int, planes: bool = False) -> Activations:
         eup=f32(1, max(cfg.moe_intermediate_size, 1)), ey=f32(1, H),
         qx=quantized(rows, max_k, planes),
         desc=np.zeros((DESC_ROWS, DESC_COLS), np.int64),
+        part=f32(MAX_SPLITS * cfg.num_heads * part_stride(cfg.head_dim)),
     )
 

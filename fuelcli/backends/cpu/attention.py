@@ -1,11 +1,14 @@
 """The attention kernel as IR: causal softmax(q k^T / sqrt(hd)) v over one layer's KV cache.
 
-  attention(task, q, k, v, out, pos0, window, n_heads, n_kv, T)
-      task = (block of ATT_TOKENS tokens, kv head). Its queries (every token of the block times
-      every query head of the kv head's group: "slots", token-major) go through the keys once,
-      flash-attention style: for each block of KEY_BLOCK keys, every chunk of up to 8 slots
+  attention(task, q, k, v, out, pos0, window, n_heads, n_kv, T, splits, part)
+      task = (block of ATT_TOKENS tokens, kv head, split). Its queries (every token of the block
+      times every query head of the kv head's group: "slots", token-major) go through the keys
+      once, flash-attention style: for each block of KEY_BLOCK keys, every chunk of up to 8 slots
       updates its running max, sum and output (kept on the stack), so a K/V block loaded once
-      serves all the task's queries from L1.
+      serves all the task's queries from L1. With splits > 1 (decode: matmul.attention) the key
+      blocks the queries see are cut into `splits` runs, one a task, so that more tasks than kv
+      heads share the work; a task then writes its slots' unnormalised output, max and sum into
+      part (part_stride floats a slot, split-major) for matmul.combine_splits.
 
 K is cached in blocks of KEY_BLOCK positions, d-major ([block, n_kv, hd, KEY_BLOCK]: KVCache's
 key_block layout): the scores of a chunk's queries against a block are hd broadcast-FMAs per query
@@ -32,6 +35,16 @@ from .irgen import F32T, I64, Loop, Var, c64, call_intrinsic, const, fmuladd, fu
 ATT_TOKENS = 16  # tokens of one attention task: its queries share every K/V block loaded
 KEY_BLOCK = 16  # positions per K block of the cache, the lanes of a score vector
 CHUNKS = (8, 4, 2, 1)  # queries updated together per key block: 8 score vectors, 8 accumulators
+MAX_SPLITS = 16  # key runs of one decode step's attention at most (activations.part holds them)
+MIN_SPLIT_BLOCKS = 8  # key blocks a run takes at least: shorter runs cost more to combine than they save
+
+
+PART_EXTRA = 2  # a slot's row of `part`: its unnormalised output (hd floats), then its max and sum
+
+
+def part_stride(hd):
+    """Floats per slot of `part`."""
+    return hd + PART_EXTRA
 
 
 def _width(hd):
@@ -152,12 +165,12 @@ def _chunk(mod, name, hd, Q):
 
 
 def attention(mod, name, hd, task_args):
-    """attention(task, q, k, v, out, pos0, window, nh, nkv, T), as described above."""
+    """attention(task, q, k, v, out, pos0, window, nh, nkv, T, splits, part), as described above."""
     chunk = {Q: _chunk(mod, f"{name}_q{Q}", hd, Q) for Q in CHUNKS}
     B, W, SM = KEY_BLOCK, _width(hd), _slots(hd)
     fn, bd = func(mod, name, task_args)
-    task, q_, k_, v_, out_, pos0, window, nh, nkv, T = fn.args[:10]
-    q, kc, vc, out = (ptr_to(bd, a, F32T) for a in (q_, k_, v_, out_))
+    task, q_, k_, v_, out_, pos0, window, nh, nkv, T, splits, part_ = fn.args[:12]
+    q, kc, vc, out, part = (ptr_to(bd, a, F32T) for a in (q_, k_, v_, out_, part_))
     with bd.goto_entry_block():
         qoff, lo, hi = (bd.alloca(I64, size=c64(SM)) for _ in range(3))
         m = bd.alloca(F32T, size=c64(SM))
@@ -169,7 +182,8 @@ def attention(mod, name, hd, task_args):
     def imin(a, b):
         return bd.select(bd.icmp_signed("<", a, b), a, b)
 
-    tb, kvh = bd.udiv(task, nkv), bd.urem(task, nkv)
+    split, head_task = bd.urem(task, splits), bd.udiv(task, splits)
+    tb, kvh = bd.udiv(head_task, nkv), bd.urem(head_task, nkv)
     group = bd.udiv(nh, nkv)
     t0 = bd.mul(tb, c64(ATT_TOKENS))
     nslots = bd.mul(bd.sub(imin(bd.add(t0, c64(ATT_TOKENS)), T), t0), group)
@@ -198,7 +212,10 @@ def attention(mod, name, hd, task_args):
                                                             wt.as_pointer()), align=4)
         kfirst = bd.load(lo)  # slots are token-major: the first sees the earliest key, the last the latest
         plast = bd.load(bd.gep(hi, [bd.sub(n, c64(1))]))
-        with Loop(bd, bd.udiv(kfirst, c64(B)), bd.add(bd.udiv(plast, c64(B)), c64(1))) as b:
+        b_first, b_end = bd.udiv(kfirst, c64(B)), bd.add(bd.udiv(plast, c64(B)), c64(1))
+        per = bd.udiv(bd.add(bd.sub(b_end, b_first), bd.sub(splits, c64(1))), splits)  # blocks a run
+        b_lo = imin(bd.add(b_first, bd.mul(split, per)), b_end)
+        with Loop(bd, b_lo, imin(bd.add(b_lo, per), b_end)) as b:
             j0 = bd.mul(b, c64(B))
             kb = bd.gep(kbase, [bd.mul(b, kstride)])
 
@@ -221,13 +238,21 @@ def attention(mod, name, hd, task_args):
                 with bd.if_then(has):
                     run(Q, cur)
                 cur = bd.add(cur, bd.select(has, c64(Q), c64(0)))
+        whole = bd.icmp_signed("==", splits, c64(1))
         with Loop(bd, 0, n) as i:
             ls = bd.load(bd.bitcast(bd.gep(lsum, [bd.mul(i, c64(B))]), vec(F32T, B).as_pointer()), align=4)
-            inv = splat(bd, bd.fdiv(ir.Constant(F32T, 1.0), hsum(bd, ls)), W)
-            orow = bd.gep(out, [bd.load(bd.gep(qoff, [i]))])
+            total = hsum(bd, ls)
+            # one run: the normalised output; several: this run's share, normalised by combine_splits
+            inv = splat(bd, bd.select(whole, bd.fdiv(ir.Constant(F32T, 1.0), total), ir.Constant(F32T, 1.0)), W)
+            row = bd.udiv(bd.load(bd.gep(qoff, [i])), c64(hd))  # the slot's (token, head) row
+            prow = bd.gep(part, [bd.mul(bd.add(bd.mul(split, bd.mul(T, nh)), row), c64(part_stride(hd)))])
+            orow = bd.select(whole, bd.gep(out, [bd.mul(row, c64(hd))]), prow)
             with Loop(bd, 0, hd, W) as c:
                 a = bd.load(bd.bitcast(bd.gep(acc, [bd.add(bd.mul(i, c64(hd)), c)]), wt.as_pointer()), align=4)
                 bd.store(bd.fmul(a, inv), bd.bitcast(bd.gep(orow, [c]), wt.as_pointer()), align=4)
+            with bd.if_then(bd.not_(whole)):
+                bd.store(bd.load(bd.gep(m, [i])), bd.gep(prow, [c64(hd)]))
+                bd.store(total, bd.gep(prow, [c64(hd + 1)]))
     bd.ret_void()
 
 

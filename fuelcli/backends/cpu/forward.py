@@ -214,7 +214,7 @@ def forward_body(tokens, pos0, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, e
         if vi[V_VB] >= 0:
             rope(v, vaddr(vecs, vec_tab, vi[V_VB]), 0, nkv * hd, 0, pos0, cos, sin, eps, core)
         tasks(core[C_KV_STORE], T, args11(ptr(k), ptr(v), ptr(k_cache[l]), ptr(v_cache[l]), pos0, nkv * hd))
-        attention(q, k_cache[l], v_cache[l], pos0, windows[l], nh, nkv, att, core)
+        attention(q, k_cache[l], v_cache[l], pos0, windows[l], nh, nkv, att, act.part, core)
         prepare(att, act, quant, core)
         linear(att, act, mats, mi[M_O], kern, o)
         if vi[V_OB] >= 0:

@@ -25,7 +25,7 @@ from ...formats import ACTIVATION_BLOCK as AB
 from .jit import PARALLEL, helper
 from .amx import AMX_MIN_TOKENS
 from .amx import ROWS as AMX_ROWS
-from .attention import ATT_TOKENS
+from .attention import ATT_TOKENS, KEY_BLOCK, MIN_SPLIT_BLOCKS, PART_EXTRA
 from .kernels import DECODE_ROWS, TASK_ROWS
 from .llvm import args11, kcall, ptr, stack_counter, take, thread_count
 
@@ -127,12 +127,58 @@ def silu_mul(gate, up, core):
 
 
 @helper()
-def attention(q, k_cache, v_cache, pos0, window, n_heads, n_kv, out, core):
+def attention_splits(T, pos0, window, n_kv, max_splits):
+    """Key runs of one step's attention: for one token, enough that every thread gets about two
+    tasks (a decode step has only n_kv tasks otherwise: 3 on SmolLM2, 2 on Qwen2, so threads beyond
+    them would wait), each of MIN_SPLIT_BLOCKS key blocks at least; prefill has tasks enough."""
+    if T != 1:
+        return np.int64(1)
+    want = (2 * thread_count() + n_kv - 1) // n_kv
+    blocks = (pos0 + 1 if window <= 0 else min(pos0 + 1, window)) // KEY_BLOCK + 1
+    return max(np.int64(1), min(want, blocks // MIN_SPLIT_BLOCKS, max_splits))
+
+
+@helper()
+def combine_splits(part, splits, n_heads, hd, out):
+    """out [T, n_heads * hd]: per (token, head) row r, the softmax-weighted mean of its runs'
+    partial outputs in part (split-major rows of part_stride(hd): output, max, sum), each run's
+    share scaled by exp(its max - the largest). A run that saw no key (max -inf, sum 0) adds 0; a
+    NaN in any run reaches out (0 * NaN)."""
+    st = hd + PART_EXTRA
+    rows = out.shape[0] * n_heads
+    for r in range(rows):
+        t, c0 = r // n_heads, r % n_heads * hd
+        mx = np.float32(-np.inf)
+        for s in range(splits):
+            mx = max(mx, part[(s * rows + r) * st + hd])
+        den = np.float32(0.0)
+        for c in range(hd):
+            out[t, c0 + c] = 0.0
+        for s in range(splits):
+            base = (s * rows + r) * st
+            ms = part[base + hd]
+            w = np.float32(0.0) if ms == -np.inf else np.exp(ms - mx)
+            den += w * part[base + hd + 1]
+            for c in range(hd):
+                out[t, c0 + c] += w * part[base + c]
+        inv = np.float32(1.0) / den
+        for c in range(hd):
+            out[t, c0 + c] *= inv
+
+
+@helper()
+def attention(q, k_cache, v_cache, pos0, window, n_heads, n_kv, out, part, core):
     """Causal attention of T queries at pos0.. over one layer's cache ([n_ctx, n_kv, head_dim]);
-    window w > 0 keeps keys j with p - w < j <= p (transformers' sliding-window direction)."""
+    window w > 0 keeps keys j with p - w < j <= p (transformers' sliding-window direction). part:
+    scratch for a decode step's key runs (attention_splits): MAX_SPLITS * n_heads * part_stride floats."""
     T = q.shape[0]
-    tasks(core[C_ATTENTION], (T + ATT_TOKENS - 1) // ATT_TOKENS * n_kv,
-          args11(ptr(q), ptr(k_cache), ptr(v_cache), ptr(out), pos0, window, n_heads, n_kv, T), T > 1)
+    hd = q.shape[1] // n_heads
+    splits = attention_splits(T, pos0, window, n_kv, part.shape[0] // (n_heads * (hd + PART_EXTRA)))
+    tasks(core[C_ATTENTION], (T + ATT_TOKENS - 1) // ATT_TOKENS * n_kv * splits,
+          args11(ptr(q), ptr(k_cache), ptr(v_cache), ptr(out), pos0, window, n_heads, n_kv, T, splits, ptr(part)),
+          T > 1)
+    if splits > 1:
+        combine_splits(part, splits, n_heads, hd, out)
 
 
 @helper()
