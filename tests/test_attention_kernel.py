@@ -14,13 +14,10 @@ import ctypes
 import numpy as np
 import pytest
 
-from numba import njit
-
 from fuelcli.backends.cpu import core
-from fuelcli.backends.cpu import matmul as M
 from fuelcli.backends.cpu.attention import KEY_BLOCK, part_stride
 from fuelcli.backends.cpu.llvm import ISAS, supported
-from fuelcli.backends.cpu.matmul import C_ATTENTION, C_KV_STORE
+from fuelcli.backends.cpu.matmul import C_ATTENTION, C_COMBINE, C_KV_STORE
 from fuelcli.backends.kv_cache import KVCache
 
 TOL = 2e-5
@@ -31,6 +28,10 @@ ISA_NAMES = [n for n in ISAS if supported(n)]
 def _kernels(isa, hd):
     addr = core.addresses(ISAS[isa], hd)
     return FN(addr[C_KV_STORE]), FN(addr[C_ATTENTION])
+
+
+def _combine(isa, hd):
+    return FN(core.addresses(ISAS[isa], hd)[C_COMBINE])
 
 
 def _p(a):
@@ -56,15 +57,10 @@ def reference(q, k, v, pos0, window, group, kv_map=None):
     return out
 
 
-@njit(cache=True)
-def combine_splits(part, splits, n_heads, hd, out):
-    M.combine_splits(part, splits, n_heads, hd, out)
-
-
 def run(isa, q, k, v, pos0, window, nkv, stale=0, splits=1):
     """Store k/v (positions 0..) into a fresh cache through kv_store, `stale` more rows of NaN after
     them (what a rewind leaves), then attention for q at pos0, its keys cut into `splits` runs
-    (combined by matmul.combine_splits)."""
+    (combined by the combine kernel)."""
     store, attend = _kernels(isa, q.shape[2])
     T, nh, hd = q.shape
     n = k.shape[0]
@@ -84,7 +80,9 @@ def run(isa, q, k, v, pos0, window, nkv, stale=0, splits=1):
         _call(attend, task, _p(qc), _p(kc), _p(vc), _p(out), pos0, window, nh, nkv, T, splits, _p(part))
     if splits > 1:
         assert (out == -7.0).all()  # the runs write their shares into part only
-        combine_splits(part, splits, nh, hd, out.reshape(T, nh * hd))
+        comb = _combine(isa, hd)
+        for r in range(T * nh):
+            _call(comb, r, _p(part), _p(out), splits, T * nh)
     return out
 
 

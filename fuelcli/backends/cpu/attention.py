@@ -8,7 +8,7 @@
       serves all the task's queries from L1. With splits > 1 (decode: matmul.attention) the key
       blocks the queries see are cut into `splits` runs, one a task, so that more tasks than kv
       heads share the work; a task then writes its slots' unnormalised output, max and sum into
-      part (part_stride floats a slot, split-major) for matmul.combine_splits.
+      part (part_stride floats a slot, split-major) for the combine kernel.
 
 K is cached in blocks of KEY_BLOCK positions, d-major ([block, n_kv, hd, KEY_BLOCK]: KVCache's
 key_block layout): the scores of a chunk's queries against a block are hd broadcast-FMAs per query
@@ -242,7 +242,7 @@ def attention(mod, name, hd, task_args):
         with Loop(bd, 0, n) as i:
             ls = bd.load(bd.bitcast(bd.gep(lsum, [bd.mul(i, c64(B))]), vec(F32T, B).as_pointer()), align=4)
             total = hsum(bd, ls)
-            # one run: the normalised output; several: this run's share, normalised by combine_splits
+            # one run: the normalised output; several: this run's share, normalised by the combine kernel
             inv = splat(bd, bd.select(whole, bd.fdiv(ir.Constant(F32T, 1.0), total), ir.Constant(F32T, 1.0)), W)
             row = bd.udiv(bd.load(bd.gep(qoff, [i])), c64(hd))  # the slot's (token, head) row
             prow = bd.gep(part, [bd.mul(bd.add(bd.mul(split, bd.mul(T, nh)), row), c64(part_stride(hd)))])
@@ -253,6 +253,41 @@ def attention(mod, name, hd, task_args):
             with bd.if_then(bd.not_(whole)):
                 bd.store(bd.load(bd.gep(m, [i])), bd.gep(prow, [c64(hd)]))
                 bd.store(total, bd.gep(prow, [c64(hd + 1)]))
+    bd.ret_void()
+
+
+def combine(mod, name, hd, task_args):
+    """combine(task, part, out, splits, rows): row `task` of out (rows = T * n_heads rows of hd, the
+    attention's output) from its runs' rows in part: each run's share scaled by exp(its max - the
+    largest), over their scaled sums. A run that saw no key (max -inf, sum 0) adds 0; a NaN in any
+    run reaches out (0 * NaN)."""
+    W = _width(hd)
+    fn, bd = func(mod, name, task_args)
+    r, part_, out_, splits, rows = fn.args[:5]
+    part, out = ptr_to(bd, part_, F32T), ptr_to(bd, out_, F32T)
+    wt = vec(F32T, W)
+    orow = bd.gep(out, [bd.mul(r, c64(hd))])
+
+    def prow(s):
+        return bd.gep(part, [bd.mul(bd.add(bd.mul(s, rows), r), c64(part_stride(hd)))])
+
+    mx = Var(bd, ir.Constant(F32T, -math.inf))
+    with Loop(bd, 0, splits) as s:
+        mx.set(call_intrinsic(bd, "llvm.maxnum.f32", F32T, [mx.get(), bd.load(bd.gep(prow(s), [c64(hd)]))]))
+    den = Var(bd, ir.Constant(F32T, 0.0))
+    accs = [Var(bd, splat_c(F32T, 0.0, W)) for _ in range(hd // W)]
+    with Loop(bd, 0, splits) as s:
+        p = prow(s)
+        ms = bd.load(bd.gep(p, [c64(hd)]))
+        e = bd.extract_element(vexp(bd, splat(bd, bd.fsub(ms, mx.get()), W)), ir.Constant(ir.IntType(32), 0))
+        w = bd.select(bd.fcmp_ordered("==", ms, ir.Constant(F32T, -math.inf)), ir.Constant(F32T, 0.0), e)
+        den.set(fmuladd(bd, w, bd.load(bd.gep(p, [c64(hd + 1)])), den.get()))
+        for j, a in enumerate(accs):
+            v = bd.load(bd.bitcast(bd.gep(p, [c64(j * W)]), wt.as_pointer()), align=4)
+            a.set(fmuladd(bd, splat(bd, w, W), v, a.get()))
+    inv = splat(bd, bd.fdiv(ir.Constant(F32T, 1.0), den.get()), W)
+    for j, a in enumerate(accs):
+        bd.store(bd.fmul(a.get(), inv), bd.bitcast(bd.gep(orow, [c64(j * W)]), wt.as_pointer()), align=4)
     bd.ret_void()
 
 

@@ -11,7 +11,8 @@ runs `n` of them in one parallel loop (matmul.run_tasks) or calls one directly.
   rope(t, x, bias, norm, nh, hd, pos0, cos, sin, eps)   + bias, per-head RMSNorm, rotate-half RoPE
   kv_store(t, k, v, kc, vc, pos0, n)       K and V rows into the cache (K in KEY_BLOCK blocks)
   batch(task, desc, n)                     several task kernels in one parallel loop
-  attention(task, q, k, v, out, pos0, window, n_heads, n_kv, T)   attention.py
+  attention(task, q, k, v, out, pos0, window, n_heads, n_kv, T, splits, part)   attention.py
+  combine(task, part, out, splits, rows)   attention.py: a decode step's key runs into its output
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from llvmlite import ir
 
 from .irgen import (F32T, G, I8, I16, I32, I64, Loop, Var, c64, call_intrinsic, const, fmuladd, func, hmax, in_steps,
                     hsum, ptr_to, splat, splat_c, vec, vexp)
-from .attention import KEY_BLOCK, attention
+from .attention import KEY_BLOCK, attention, combine
 from .llvm import Isa, compile_module, planes_isa
 
 TASK_ARGS = 12
@@ -245,7 +246,7 @@ def _batch(isa, mod, name):
     bd.ret_void()
 
 
-CORE = ("quantize", "silu_mul", "attention", "rmsnorm", "rope", "kv_store", "batch")
+CORE = ("quantize", "silu_mul", "attention", "rmsnorm", "rope", "kv_store", "batch", "combine")
 
 
 def module(isa: Isa, head_dim: int) -> tuple[ir.Module, list[str]]:
@@ -258,6 +259,7 @@ def module(isa: Isa, head_dim: int) -> tuple[ir.Module, list[str]]:
     _rope(isa, mod, names[4])
     _kv_store(isa, mod, names[5])
     _batch(isa, mod, names[6])
+    combine(mod, names[7], head_dim, TASK_ARGS)
     return mod, names
 
 

@@ -33,7 +33,7 @@ from .llvm import args11, kcall, ptr, stack_counter, take, thread_count
 K_DECODE, K_PREFILL, K_UNPACK, K_DEQUANT, K_QUANT, K_AMX_PREFILL, K_AMX_UNPACK = range(7)
 N_KERNEL_COLS = 7
 # the core table; C_SPLIT is 0 without AMX
-C_QUANTIZE, C_SILU, C_ATTENTION, C_RMSNORM, C_ROPE, C_KV_STORE, C_BATCH, C_SPLIT = range(8)
+C_QUANTIZE, C_SILU, C_ATTENTION, C_RMSNORM, C_ROPE, C_KV_STORE, C_BATCH, C_COMBINE, C_SPLIT = range(9)
 DESC_ROWS, DESC_COLS = 3, 13  # a batch of task kernels: (address, n_tasks, 11 arguments) per row
 
 
@@ -139,34 +139,6 @@ def attention_splits(T, pos0, window, n_kv, max_splits):
 
 
 @helper()
-def combine_splits(part, splits, n_heads, hd, out):
-    """out [T, n_heads * hd]: per (token, head) row r, the softmax-weighted mean of its runs'
-    partial outputs in part (split-major rows of part_stride(hd): output, max, sum), each run's
-    share scaled by exp(its max - the largest). A run that saw no key (max -inf, sum 0) adds 0; a
-    NaN in any run reaches out (0 * NaN)."""
-    st = hd + PART_EXTRA
-    rows = out.shape[0] * n_heads
-    for r in range(rows):
-        t, c0 = r // n_heads, r % n_heads * hd
-        mx = np.float32(-np.inf)
-        for s in range(splits):
-            mx = max(mx, part[(s * rows + r) * st + hd])
-        den = np.float32(0.0)
-        for c in range(hd):
-            out[t, c0 + c] = 0.0
-        for s in range(splits):
-            base = (s * rows + r) * st
-            ms = part[base + hd]
-            w = np.float32(0.0) if ms == -np.inf else np.exp(ms - mx)
-            den += w * part[base + hd + 1]
-            for c in range(hd):
-                out[t, c0 + c] += w * part[base + c]
-        inv = np.float32(1.0) / den
-        for c in range(hd):
-            out[t, c0 + c] *= inv
-
-
-@helper()
 def attention(q, k_cache, v_cache, pos0, window, n_heads, n_kv, out, part, core):
     """Causal attention of T queries at pos0.. over one layer's cache ([n_ctx, n_kv, head_dim]);
     window w > 0 keeps keys j with p - w < j <= p (transformers' sliding-window direction). part:
@@ -178,7 +150,7 @@ def attention(q, k_cache, v_cache, pos0, window, n_heads, n_kv, out, part, core)
           args11(ptr(q), ptr(k_cache), ptr(v_cache), ptr(out), pos0, window, n_heads, n_kv, T, splits, ptr(part)),
           T > 1)
     if splits > 1:
-        combine_splits(part, splits, n_heads, hd, out)
+        tasks(core[C_COMBINE], T * n_heads, args11(ptr(part), ptr(out), splits, T * n_heads))
 
 
 @helper()
