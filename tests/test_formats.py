@@ -337,12 +337,36 @@ def test_float_formats(isa, fmt):
     f = FORMATS[fmt]
     kern, core = _kern(isa, [fmt])
     rng = np.random.default_rng(f.code)
-    for ncols, nrows, T in ((300, 70, 1), (300, 70, 29), (64, 5, 3), (1000, 17, 1)):
+    # (301, 77, 29): k chunks ending in an element past a multiple of 4, a last task of 13 rows (two
+    # groups of 8, partly valid), token tiles of 6 and a remainder of 5
+    for ncols, nrows, T in ((300, 70, 1), (300, 70, 29), (301, 77, 29), (64, 5, 3), (1000, 17, 1)):
         raw = random_rows(fmt, nrows, ncols, seed=f.code)
         w = dequantize(as_tensor(fmt, raw, ncols)).astype(np.float64)
         x = rng.standard_normal((T, ncols)).astype(np.float32)
         got = _matmul(x, raw, fmt, kern, core)
         assert np.all(np.abs(got - x @ w.T) <= F32_REL_TOL * (np.abs(x) @ np.abs(w).T)), (fmt, ncols, T)
+
+
+@pytest.mark.parametrize("fmt", ["f32", "f16", "bf16"])
+def test_float_prefill_assembly(fmt):
+    """The AVX2 f32 tile (inline assembly, 16 rows at a time) gives the IR tile's sums bit for bit:
+    15 rows take the IR tile (rows past the matrix), 16 the assembly; its second group of 8 rows
+    gives what its first gives for the same weights. Negative control: the same float32 products
+    summed in another order (numpy's) differ in the last bits, so equality is not trivial."""
+    if not llvm.supported("avx2"):
+        pytest.skip("CPU lacks avx2")
+    kern, core = _kern("avx2", [fmt])
+    rng = np.random.default_rng(11)
+    raw = random_rows(fmt, 16, 301, seed=3)
+    x = rng.standard_normal((12, 301)).astype(np.float32)
+    asm = _matmul(x, raw, fmt, kern, core)
+    assert np.array_equal(asm[:, :15], _matmul(x, np.ascontiguousarray(raw[:15]), fmt, kern, core))
+    swapped = _matmul(x, np.ascontiguousarray(np.concatenate([raw[8:], raw[:8]])), fmt, kern, core)
+    assert np.array_equal(swapped[:, 8:], asm[:, :8])
+    w = dequantize(as_tensor(fmt, raw, 301)).astype(np.float32)
+    other_order = x @ w.T  # float32 too, summed in BLAS's order
+    assert not np.array_equal(other_order, asm)
+    assert np.all(np.abs(other_order - asm) <= F32_REL_TOL * (np.abs(x) @ np.abs(w).T))
 
 
 @pytest.mark.parametrize("isa", ISAS)

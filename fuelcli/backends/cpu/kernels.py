@@ -57,10 +57,10 @@ def tile_shape(isa: Isa, quant: bool) -> tuple[int, int]:
     against 12 x 1: a panel load feeds 3 products and an activation broadcast 4, 7 loads per 12
     vpdpwssd instead of 13; single-thread prefill of 512 tokens on a Zen 4 EPYC, Q4_K / Q6_K /
     Q5_0 / Q8_0 matrices +4 / +17 / +7 / +12% (medians of 3 interleaved runs)."""
-    if isa.lanes == 16:
+    if isa.lanes == 16:  # f32: one group of rows (more measured no faster there: 80% of the FMA peak)
         return (3, 4) if quant else (24, 1)
-    if isa.name == "avx2" and quant:
-        return ASM_TILE
+    if isa.name == "avx2":
+        return ASM_TILE if quant else ASM_FLOAT_TILE
     return (5, 1) if quant else (10, 1)
 
 
@@ -606,7 +606,9 @@ def _decode_float(isa, mod, code, name):
     return fn
 
 
-def _micro_float(isa, mod, TT, name):
+def _micro_float(isa, mod, TT, RG, name):
+    """The f32 token-tile kernel: TT tokens x RG groups of L rows (consecutive panel groups) over
+    kc elements; a panel load feeds TT FMAs, a broadcast RG."""
     L = isa.lanes
     fn, bd = func(mod, name, 8)
     fn.linkage = "internal"
@@ -614,15 +616,85 @@ def _micro_float(isa, mod, TT, name):
     panel_, kc, x_, ldx, out_, ldo, first_, nvalid = fn.args
     panel, x, out = ptr_to(bd, panel_, vec(F32T, L)), ptr_to(bd, x_, F32T), ptr_to(bd, out_, F32T)
     first = bd.icmp_signed("!=", first_, c64(0))
-    mask = _lane_mask(bd, nvalid, L)
-    accs = [Var(bd, _load_out(bd, bd.gep(out, [bd.mul(c64(t), ldo)]), mask, L, first)) for t in range(TT)]
+    masks = [_lane_mask(bd, bd.sub(nvalid, c64(r * L)), L) for r in range(RG)]
+    outp = [[bd.gep(out, [bd.add(bd.mul(c64(t), ldo), c64(r * L))]) for r in range(RG)] for t in range(TT)]
+    accs = [[Var(bd, _load_out(bd, outp[t][r], masks[r], L, first)) for r in range(RG)] for t in range(TT)]
     xrow = [bd.gep(x, [bd.mul(c64(t), ldx)]) for t in range(TT)]
     with Loop(bd, 0, kc) as k:
-        wv = bd.load(bd.gep(panel, [k]), align=4)
+        wv = [bd.load(bd.gep(panel, [bd.add(k, c64(r * KC_FLOAT))]), align=4) for r in range(RG)]
         for t in range(TT):
-            accs[t].set(fmuladd(bd, wv, splat(bd, bd.load(bd.gep(xrow[t], [k])), L), accs[t].get()))
+            xv = splat(bd, bd.load(bd.gep(xrow[t], [k])), L)
+            for r in range(RG):
+                accs[t][r].set(fmuladd(bd, wv[r], xv, accs[t][r].get()))
     for t in range(TT):
-        _store_out(bd, bd.gep(out, [bd.mul(c64(t), ldo)]), accs[t].get(), mask, L)
+        for r in range(RG):
+            _store_out(bd, outp[t][r], accs[t][r].get(), masks[r], L)
+    bd.ret_void()
+    return fn
+
+
+ASM_FLOAT_TILE = (6, 2)  # the AVX2 f32 micro-kernel's tokens x groups of 8 rows (_micro_float_avx2)
+ASM_FLOAT_STEPS = 4  # elements of k per pass of its assembly text
+FLOAT_PANEL_GROUP = KC_FLOAT * 8 * 4  # bytes between two 8-row groups of the f32 panel (AVX2)
+
+
+def _asm_float(steps):
+    """The AT&T text of `steps` elements of k of the AVX2 f32 micro-kernel, 6 tokens x 2 groups of 8
+    rows. Operands: $0-$11 the sums (token t, group r: $(2t + r); $12-$23 the same, tied), $24 the
+    panel at k (group 1 FLOAT_PANEL_GROUP bytes on), $25 / $26 tokens 0 / 3 at k, $27 the tokens'
+    row stride in bytes. The panel vectors are ymm13-14, the broadcast ymm15."""
+    x = ["($25)", "($25,$27)", "($25,$27,2)", "($26)", "($26,$27)", "($26,$27,2)"]
+    lines = []
+    for u in range(steps):
+        lines += [f"vmovaps {32 * u}($24), %ymm13", f"vmovaps {FLOAT_PANEL_GROUP + 32 * u}($24), %ymm14"]
+        for t in range(6):
+            lines.append(f"vbroadcastss {4 * u}{x[t]}, %ymm15")
+            lines += [f"vfmadd231ps %ymm{13 + r}, %ymm15, ${2 * t + r}" for r in range(2)]
+    return "\n".join(lines)
+
+
+def _micro_float_avx2(mod, name, masked):
+    """The AVX2 f32 token-tile kernel, ASM_FLOAT_TILE, in inline assembly: per element of k 2 panel
+    loads, 6 broadcasts and 12 FMAs, the sums in registers. LLVM's code for the IR version (10 tokens
+    x 1 group) ran a broadcast per FMA, register copies and an address computation per token: 26
+    GMAC/s a thread of a Zen 3 core's 48. Same arguments as _micro_float, the same FMAs in the same
+    order (so the same sums, bit for bit); a tile with rows past the matrix goes to `masked`, the IR
+    version."""
+    L = ISAS["avx2"].lanes
+    TT, RG = ASM_FLOAT_TILE
+    fn, bd = func(mod, name, 8)
+    fn.linkage = "internal"
+    fn.attributes.add("noinline")
+    panel_, kc, x_, ldx, out_, ldo, first_, nvalid = fn.args
+    with bd.if_then(bd.icmp_signed("<", nvalid, c64(RG * L))):
+        bd.call(masked, list(fn.args))
+        bd.ret_void()
+    out = ptr_to(bd, out_, F32T)
+    vt = vec(F32T, L)
+    first = bd.icmp_signed("!=", first_, c64(0))
+    outp = [bd.bitcast(bd.gep(out, [bd.add(bd.mul(c64(t), ldo), c64(r * L))]), vt.as_pointer())
+            for t in range(TT) for r in range(RG)]
+    sums = [Var(bd, bd.select(first, splat_c(F32T, 0.0, L), bd.load(p, align=4))) for p in outp]
+    n = len(sums)
+    ty = ir.FunctionType(ir.LiteralStructType([vt] * n), [vt] * n + [I64] * 4)
+    cons = ",".join(["=x"] * n + [str(i) for i in range(n)] + ["r"] * 4 + ["~{xmm13}", "~{xmm14}", "~{xmm15}", "~{memory}"])
+    ldxb = bd.mul(ldx, c64(4))
+    x3 = bd.add(x_, bd.mul(ldxb, c64(3)))
+
+    def run(k, asm):
+        kb = bd.mul(k, c64(4))
+        got = bd.call(asm, [v.get() for v in sums] + [bd.add(panel_, bd.mul(kb, c64(L))), bd.add(x_, kb), bd.add(x3, kb), ldxb])
+        for i, v in enumerate(sums):
+            v.set(bd.extract_value(got, i))
+
+    S = ASM_FLOAT_STEPS
+    k_main = bd.mul(bd.udiv(kc, c64(S)), c64(S))
+    with Loop(bd, 0, k_main, S) as k:
+        run(k, ir.InlineAsm(ty, _asm_float(S), cons))
+    with Loop(bd, k_main, kc) as k:
+        run(k, ir.InlineAsm(ty, _asm_float(1), cons))
+    for p, v in zip(outp, sums):
+        bd.store(v.get(), p, align=4)
     bd.ret_void()
     return fn
 
@@ -700,8 +772,10 @@ def driver_module(kind: str, isa: Isa) -> tuple[ir.Module, list[str]]:
         amx.split_task(mod, name + "_split")
         return mod, [name, name + "_split"]
     if kind == "float":
-        tt = tile_shape(isa, False)[0]  # one group of rows (more measured no faster: 80% of the FMA peak)
-        micro = {(n, 1): _micro_float(isa, mod, n, f"{name}_tile{n}") for n in {tt, 1}}
+        tt, rg = tile_shape(isa, False)
+        micro = {(n, g): _micro_float(isa, mod, n, g, f"{name}_tile{n}x{g}") for n in {tt, 1} for g in {rg, 1}}
+        if isa.name == "avx2":
+            micro[tt, rg] = _micro_float_avx2(mod, f"{name}_asm", micro[tt, rg])
         driver = _panel_driver(isa, mod, name + "_rows", KC_FLOAT, F32T, KC_FLOAT * isa.lanes, micro, False)
     else:
         code = next(iter(U.HAS_MIN)) if kind == "quant_min" else U.Q8_0.code  # only has_min matters
