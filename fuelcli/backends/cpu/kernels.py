@@ -700,18 +700,31 @@ def _micro_float_avx2(mod, name, masked):
 
 
 def _unpack_float(isa, mod, code, name):
-    """unpack(w, row_bytes, n_rows, k0, kc, panel, -, -): panel[g][k][lane] = W[g*L + lane, k0 + k]."""
+    """unpack(w, row_bytes, n_rows, k0, kc, panel, -, -): panel[g][k][lane] = W[g*L + lane, k0 + k],
+    L elements of each of a group's L rows decoded at once and transposed with shuffles (the last
+    kc % L one at a time); lanes past n_rows get zeros."""
     L = isa.lanes
     fn, bd = func(mod, name, 8)
     w, row_bytes, n_rows, k0, kc, panel_, _s, _m = fn.args
     wp, panel = ptr_to(bd, w, I8), ptr_to(bd, panel_, F32T)
-    with Loop(bd, 0, TASK_ROWS) as rr:
-        pg = bd.gep(panel, [bd.add(bd.mul(bd.udiv(rr, c64(L)), c64(KC_FLOAT * L)), bd.urem(rr, c64(L)))])
-        valid = bd.icmp_signed("<", rr, n_rows)
-        row = bd.gep(wp, [bd.mul(bd.select(valid, rr, c64(0)), row_bytes)])
-        with Loop(bd, 0, kc) as k:
-            v = bd.extract_element(U.floats(code, bd, row, bd.add(k0, k), 1), ir.Constant(I32, 0))
-            bd.store(bd.select(valid, v, ir.Constant(F32T, 0.0)), bd.gep(pg, [bd.mul(k, c64(L))]))
+    vt = vec(F32T, L)
+    kv = bd.mul(bd.udiv(kc, c64(L)), c64(L))
+    with Loop(bd, 0, TASK_ROWS // L) as g:
+        pg = bd.gep(panel, [bd.mul(g, c64(KC_FLOAT * L))])
+        lanes = []
+        for lane in range(L):
+            rr = bd.add(bd.mul(g, c64(L)), c64(lane))
+            valid = bd.icmp_signed("<", rr, n_rows)
+            lanes.append((bd.gep(wp, [bd.mul(bd.select(valid, rr, c64(0)), row_bytes)]), valid))
+        with Loop(bd, 0, kv, L) as k:
+            rows = [bd.select(valid, U.floats(code, bd, row, bd.add(k0, k), L), splat_c(F32T, 0.0, L))
+                    for row, valid in lanes]
+            for j, v in enumerate(transpose(bd, rows)):
+                bd.store(v, bd.bitcast(bd.gep(pg, [bd.mul(bd.add(k, c64(j)), c64(L))]), vt.as_pointer()), align=4 * L)
+        with Loop(bd, kv, kc) as k:
+            for lane, (row, valid) in enumerate(lanes):
+                v = bd.extract_element(U.floats(code, bd, row, bd.add(k0, k), 1), ir.Constant(I32, 0))
+                bd.store(bd.select(valid, v, ir.Constant(F32T, 0.0)), bd.gep(pg, [bd.add(bd.mul(k, c64(L)), c64(lane))]))
     bd.ret_void()
 
 
