@@ -16,7 +16,8 @@ Three kernels per weight format, all `void f(i64, ...)` called by address from n
       (vpdpwssd: 32 multiply-adds per instruction), converted and scaled once per 32-block. TT
       tokens x RG groups of L rows at a time (tile_shape) keep TT*RG int32 and f32 accumulators in
       registers, so a panel load feeds TT instructions and an activation load RG (on AVX2 in
-      inline assembly: _micro_quant_avx2). Float formats: an f32 panel and FMAs.
+      inline assembly: _micro_quant_avx2). Float formats: an f32 panel and FMAs, the same tiles
+      (on AVX2 in inline assembly too: _micro_float_avx2).
   dequant(row, K, out)
       one row decoded to f32 exactly as the numpy decode in fuelcli/formats (embedding lookups).
 
@@ -387,6 +388,22 @@ def _micro_quant(isa, mod, code, TT, RG, name):
 ASM_TILE = (3, 2)  # the AVX2 micro-kernel's tokens x groups of 8 rows (_micro_quant_avx2)
 
 
+def _asm_tile_sums(bd, fn, masked, out_, ldo, first_, nvalid, TT, RG):
+    """The start of an AVX2 assembly tile of TT tokens x RG groups of 8 rows: a tile with rows past
+    the matrix goes to `masked`, the IR version (the same arguments), and returns; else -> (where the
+    TT * RG f32 sums go, token-major; the sums: zero on the first chunk of k, else read back)."""
+    L = ISAS["avx2"].lanes
+    with bd.if_then(bd.icmp_signed("<", nvalid, c64(RG * L))):
+        bd.call(masked, list(fn.args))
+        bd.ret_void()
+    out = ptr_to(bd, out_, F32T)
+    vt = vec(F32T, L)
+    first = bd.icmp_signed("!=", first_, c64(0))
+    outp = [bd.bitcast(bd.gep(out, [bd.add(bd.mul(c64(t), ldo), c64(r * L))]), vt.as_pointer())
+            for t in range(TT) for r in range(RG)]
+    return outp, [Var(bd, bd.select(first, splat_c(F32T, 0.0, L), bd.load(p, align=4))) for p in outp]
+
+
 def _asm_block(has_min):
     """The AT&T text of one 32-block of the AVX2 micro-kernel: 3 tokens x 2 groups of 8 rows.
     Operands: $0-$5 the f32 sums (token t, group r: $(2t + r); $6-$11 the same, tied), $12 the
@@ -430,16 +447,8 @@ def _micro_quant_avx2(mod, code, name, masked):
     fn.linkage = "internal"
     fn.attributes.add("noinline")
     panel_, sc_, mn_, nb, xq_, ldx, xs_, xf_, ldxs, out_, ldo, first_, nvalid = fn.args
-    full = bd.icmp_signed(">=", nvalid, c64(2 * L))
-    with bd.if_then(bd.not_(full)):
-        bd.call(masked, list(fn.args))
-        bd.ret_void()
-    out = ptr_to(bd, out_, F32T)
+    outp, sums = _asm_tile_sums(bd, fn, masked, out_, ldo, first_, nvalid, *ASM_TILE)
     vt = vec(F32T, L)
-    first = bd.icmp_signed("!=", first_, c64(0))
-    outp = [bd.bitcast(bd.gep(out, [bd.add(bd.mul(c64(t), ldo), c64(r * L))]), vt.as_pointer())
-            for t in range(3) for r in range(2)]
-    sums = [Var(bd, bd.select(first, splat_c(F32T, 0.0, L), bd.load(p, align=4))) for p in outp]
     ty = ir.FunctionType(ir.LiteralStructType([vt] * 6), [vt] * 6 + [I64] * 8)
     clobbers = ",".join(f"~{{xmm{i}}}" for i in range(10))
     asm = ir.InlineAsm(ty, _asm_block(has_min), "=x,=x,=x,=x,=x,=x,0,1,2,3,4,5," + "r," * 8 + clobbers + ",~{memory}")
@@ -661,20 +670,12 @@ def _micro_float_avx2(mod, name, masked):
     order (so the same sums, bit for bit); a tile with rows past the matrix goes to `masked`, the IR
     version."""
     L = ISAS["avx2"].lanes
-    TT, RG = ASM_FLOAT_TILE
     fn, bd = func(mod, name, 8)
     fn.linkage = "internal"
     fn.attributes.add("noinline")
     panel_, kc, x_, ldx, out_, ldo, first_, nvalid = fn.args
-    with bd.if_then(bd.icmp_signed("<", nvalid, c64(RG * L))):
-        bd.call(masked, list(fn.args))
-        bd.ret_void()
-    out = ptr_to(bd, out_, F32T)
+    outp, sums = _asm_tile_sums(bd, fn, masked, out_, ldo, first_, nvalid, *ASM_FLOAT_TILE)
     vt = vec(F32T, L)
-    first = bd.icmp_signed("!=", first_, c64(0))
-    outp = [bd.bitcast(bd.gep(out, [bd.add(bd.mul(c64(t), ldo), c64(r * L))]), vt.as_pointer())
-            for t in range(TT) for r in range(RG)]
-    sums = [Var(bd, bd.select(first, splat_c(F32T, 0.0, L), bd.load(p, align=4))) for p in outp]
     n = len(sums)
     ty = ir.FunctionType(ir.LiteralStructType([vt] * n), [vt] * n + [I64] * 4)
     cons = ",".join(["=x"] * n + [str(i) for i in range(n)] + ["r"] * 4 + ["~{xmm13}", "~{xmm14}", "~{xmm15}", "~{memory}"])
