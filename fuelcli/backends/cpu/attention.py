@@ -4,8 +4,8 @@
       task = (block of ATT_TOKENS tokens, kv head, split). Its queries (every token of the block
       times every query head of the kv head's group: "slots", token-major) go through the keys
       once, flash-attention style: for each block of KEY_BLOCK keys, every chunk of up to 8 slots
-      updates its running max, sum and output (kept on the stack), so a K/V block loaded once
-      serves all the task's queries from L1. With splits > 1 (decode: matmul.attention) the key
+      (4 on AVX2) updates its running max, sum and output (kept on the stack), so a K/V block loaded
+      once serves all the task's queries from L1. With splits > 1 (decode: matmul.attention) the key
       blocks the queries see are cut into `splits` runs, one a task, so that more tasks than kv
       heads share the work; a task then writes its slots' unnormalised output, max and sum into
       part (part_stride floats a slot, split-major) for the combine kernel.
@@ -21,7 +21,7 @@ window w > 0: p - w < j). Masked scores are -inf and their weights exactly 0; a 
 block that none of its queries sees. V rows are read only at positions the task's queries can see
 (between the first query's start and the last query's p), so a stale row past the prefix (a rewind)
 never enters; a NaN in a seen row reaches every query of the chunk (0 * NaN), as in transformers'
-masked matmul. A NaN score gives a NaN weight (vexp alone would clamp it to a finite value).
+masked matmul. A NaN score gives a NaN weight (vexp keeps a NaN).
 """
 
 from __future__ import annotations
@@ -30,11 +30,12 @@ import math
 
 from llvmlite import ir
 
-from .irgen import F32T, I64, Loop, Var, c64, call_intrinsic, const, fmuladd, func, hmax, hsum, ptr_to, splat, splat_c, vec, vexp
+from .irgen import (F32T, I32, I64, Loop, Var, c64, call_intrinsic, const, fmax, fmuladd, func, hmax_any, hsum,
+                    ptr_to, splat, splat_c, vec, vexp)
 
 ATT_TOKENS = 16  # tokens of one attention task: its queries share every K/V block loaded
 KEY_BLOCK = 16  # positions per K block of the cache, the lanes of a score vector
-CHUNKS = (8, 4, 2, 1)  # queries updated together per key block: 8 score vectors, 8 accumulators
+CHUNKS = {16: (8, 4, 2, 1), 8: (4, 2, 1)}  # by vector lanes: queries updated together per key block
 MAX_SPLITS = 16  # key runs of one decode step's attention at most (activations.part holds them)
 MIN_SPLIT_BLOCKS = 8  # key blocks a run takes at least: shorter runs cost more to combine than they save
 
@@ -60,13 +61,22 @@ def _slots(hd):
     return max(8, min(128, 8192 // hd // 8 * 8))
 
 
+def _chains(Q, L):
+    """Score sums per query (independent FMA chains, shorter sums): 8 or more chains in flight, in
+    the registers. On AVX2 (16 registers) a score row of KEY_BLOCK keys is 2 vectors: 8 sums at most;
+    with more (the 8-query chunk, 2 chains each) half the chunk's steps were spills. With the softmax a
+    query at a time: prefill of 512 tokens after 2048, SmolLM2's heads, 1 thread on a Zen 3, 82 -> 48
+    ms a layer."""
+    return max(2, 8 // Q) if L == 16 else max(1, 4 // Q)
+
+
 def _tree_sum(bd, vs):
     while len(vs) > 1:
         vs = [bd.fadd(a, b) for a, b in zip(vs[0::2], vs[1::2])] + vs[len(vs) // 2 * 2:]
     return vs[0]
 
 
-def _chunk(mod, name, hd, Q):
+def _chunk(mod, name, hd, Q, L):
     """Q queries against one key block: scores, online-softmax update, p·V into the accumulators.
 
     (kb, vb, vstride, j0, vlo, vhi, q, qoff, lo, hi, m, l, acc, pb): kb the K block of the kv head
@@ -82,6 +92,7 @@ def _chunk(mod, name, hd, Q):
     fn = ir.Function(mod, fnty, name)
     fn.linkage = "internal"
     fn.attributes.add("nounwind")
+    fn.attributes.add("noinline")  # inlined into the key loop, its values spilled more
     kb, vb, vstride, j0, vlo, vhi, q, qoff, lo, hi, m, l, acc, pb = fn.args
     for a in fn.args:
         if isinstance(a.type, ir.PointerType):
@@ -101,7 +112,7 @@ def _chunk(mod, name, hd, Q):
     # scores: S[i] lane j = q_i . k_{j0+j}
     qrows = [at(q, bd.load(at(qoff, i))) for i in range(Q)]
     U = next(u for u in (8, 4, 2, 1) if hd % u == 0)
-    A = min(U, max(2, 8 // Q))  # chains per query: 8+ independent FMA chains in flight, shorter sums
+    A = min(U, _chains(Q, L))
     S = [[Var(bd, splat_c(F32T, 0.0, B)) for _ in range(A)] for _ in range(Q)]
     with Loop(bd, 0, hd, U) as d0:
         s = [[S[i][a].get() for a in range(A)] for i in range(Q)]
@@ -113,31 +124,32 @@ def _chunk(mod, name, hd, Q):
         for i in range(Q):
             for a in range(A):
                 S[i][a].set(s[i][a])
-    S = [_tree_sum(bd, [S[i][a].get() for a in range(A)]) for i in range(Q)]
-
-    # online softmax: weights e = exp(s - m_new) for visible keys, corrections exp(m_old - m_new)
-    jv = bd.add(splat(bd, j0, B), const(I64, range(B)))
     scale = splat_c(F32T, _f32(1.0 / math.sqrt(hd)), B)
+    for i in range(Q):
+        vstore(bd.fmul(_tree_sum(bd, [S[i][a].get() for a in range(A)]), scale), pb, i * B)
+
+    # online softmax, a query at a time through pb (the barriers keep LLVM from interleaving all Q,
+    # which spilled): weights e = exp(s - m_new) for visible keys, corrections exp(m_old - m_new)
+    barrier = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [pb.type]), "", "r,~{memory}", side_effect=True)
+    jv = bd.add(splat(bd, bd.trunc(j0, I32), B), const(I32, range(B)))
     ninf = ir.Constant(F32T, -math.inf)
     dm = ir.Constant(vt, [0.0] * B)
-    es = []
     for i in range(Q):
-        mask = bd.and_(bd.icmp_signed(">=", jv, splat(bd, bd.load(at(lo, i)), B)),
-                       bd.icmp_signed("<=", jv, splat(bd, bd.load(at(hi, i)), B)))
-        sc = bd.select(mask, bd.fmul(S[i], scale), splat_c(F32T, -math.inf, B))
+        bd.call(barrier, [pb])
+        mask = bd.and_(bd.icmp_signed(">=", jv, splat(bd, bd.trunc(bd.load(at(lo, i)), I32), B)),
+                       bd.icmp_signed("<=", jv, splat(bd, bd.trunc(bd.load(at(hi, i)), I32), B)))
+        sc = bd.select(mask, vload(pb, i * B, vt), splat_c(F32T, -math.inf, B))
         m_old = bd.load(at(m, i))
-        m_new = call_intrinsic(bd, "llvm.maxnum.f32", F32T, [m_old, hmax(bd, sc)])
+        m_new = fmax(bd, m_old, hmax_any(bd, sc))  # a NaN score never becomes the max: it reaches e
         bd.store(m_new, at(m, i))
         m_use = bd.select(bd.fcmp_ordered("==", m_new, ninf), ir.Constant(F32T, 0.0), m_new)  # nothing seen yet
         dm = bd.insert_element(dm, bd.fsub(m_old, m_use), ir.Constant(ir.IntType(32), i))
-        x = bd.fsub(sc, splat(bd, m_use, B))
-        e = bd.select(mask, bd.fadd(vexp(bd, x), bd.fsub(x, x)), splat_c(F32T, 0.0, B))  # x - x: NaN stays NaN
-        vstore(e, pb, i * B)
-        es.append(e)
+        vstore(bd.select(mask, vexp(bd, bd.fsub(sc, splat(bd, m_use, B))), splat_c(F32T, 0.0, B)), pb, i * B)
+    bd.call(barrier, [pb])
     corr = vexp(bd, dm)
     cs = [bd.extract_element(corr, ir.Constant(ir.IntType(32), i)) for i in range(Q)]
     for i in range(Q):
-        vstore(fmuladd(bd, vload(l, i * B, vt), splat(bd, cs[i], B), es[i]), l, i * B)
+        vstore(fmuladd(bd, vload(l, i * B, vt), splat(bd, cs[i], B), vload(pb, i * B, vt)), l, i * B)
 
     # acc_i = acc_i * corr_i + sum_j e_i[j] v_{j0+j}
     rows = []
@@ -149,7 +161,6 @@ def _chunk(mod, name, hd, Q):
     # The weights are broadcast from pb by each FMA's memory operand. Without the barriers (pb might
     # change there), LLVM forwards them from the registers they were stored from, broadcasts all
     # Q * B of them up front and spills the broadcasts to the stack (a full-vector store and load).
-    barrier = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [pb.type]), "", "r,~{memory}", side_effect=True)
     bd.call(barrier, [pb])
     for c in range(0, hd, W):
         a = [bd.fmul(vload(acc, c + i * hd, wt), splat(bd, cs[i], W)) for i in range(Q)]
@@ -164,9 +175,11 @@ def _chunk(mod, name, hd, Q):
     return fn
 
 
-def attention(mod, name, hd, task_args):
-    """attention(task, q, k, v, out, pos0, window, nh, nkv, T, splits, part), as described above."""
-    chunk = {Q: _chunk(mod, f"{name}_q{Q}", hd, Q) for Q in CHUNKS}
+def attention(mod, name, hd, task_args, L):
+    """attention(task, q, k, v, out, pos0, window, nh, nkv, T, splits, part), as described above, for
+    vectors of L lanes."""
+    chunks = CHUNKS[L]
+    chunk = {Q: _chunk(mod, f"{name}_q{Q}", hd, Q, L) for Q in chunks}
     B, W, SM = KEY_BLOCK, _width(hd), _slots(hd)
     fn, bd = func(mod, name, task_args)
     task, q_, k_, v_, out_, pos0, window, nh, nkv, T, splits, part_ = fn.args[:12]
@@ -176,7 +189,7 @@ def attention(mod, name, hd, task_args):
         m = bd.alloca(F32T, size=c64(SM))
         lsum = bd.alloca(F32T, size=c64(SM * B))
         acc = bd.alloca(F32T, size=c64(SM * hd))
-        pb = bd.alloca(F32T, size=c64(max(CHUNKS) * B))
+        pb = bd.alloca(F32T, size=c64(max(chunks) * B))
     wt = vec(F32T, W)
 
     def imin(a, b):
@@ -228,12 +241,12 @@ def attention(mod, name, hd, task_args):
                                        bd.gep(hi, [cur]), bd.gep(m, [cur]), bd.gep(lsum, [bd.mul(cur, c64(B))]),
                                        bd.gep(acc, [bd.mul(cur, c64(hd))]), pb])
 
-            top = max(CHUNKS)
+            top = max(chunks)
             n_full = bd.mul(bd.udiv(n, c64(top)), c64(top))
             with Loop(bd, 0, n_full, top) as cur:
                 run(top, cur)
             cur = n_full
-            for Q in CHUNKS[1:]:  # the rest (< top) in chunks of its binary digits
+            for Q in chunks[1:]:  # the rest (< top) in chunks of its binary digits
                 has = bd.icmp_signed("!=", bd.and_(bd.sub(n, n_full), c64(Q)), c64(0))
                 with bd.if_then(has):
                     run(Q, cur)

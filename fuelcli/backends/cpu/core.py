@@ -254,7 +254,7 @@ def module(isa: Isa, head_dim: int) -> tuple[ir.Module, list[str]]:
     names = [f"fuel_{k}_{isa.name}_hd{head_dim}" for k in CORE]
     _quantize(isa, mod, names[0])
     _silu_mul(isa, mod, names[1])
-    attention(mod, names[2], head_dim, TASK_ARGS)
+    attention(mod, names[2], head_dim, TASK_ARGS, isa.lanes)
     _rmsnorm(isa, mod, names[3])
     _rope(isa, mod, names[4])
     _kv_store(isa, mod, names[5])
