@@ -35,7 +35,10 @@ from .irgen import (F32T, I32, I64, Loop, Var, c64, call_intrinsic, const, fmax,
 
 ATT_TOKENS = 16  # tokens of one attention task: its queries share every K/V block loaded
 KEY_BLOCK = 16  # positions per K block of the cache, the lanes of a score vector
-CHUNKS = {16: (8, 4, 2, 1), 8: (4, 2, 1)}  # by vector lanes: queries updated together per key block
+# by vector lanes: queries updated together per key block (the widest first; the rest of a task's
+# slots take each smaller size at most once). 3 on AVX2: a decode step of a 3-query group (SmolLM2)
+# in one pass, not 2 + 1: 0.18 -> 0.15 ms a layer at depth 2048 (1 thread, Zen 3, from L3).
+CHUNKS = {16: (8, 4, 2, 1), 8: (4, 3, 2, 1)}
 MAX_SPLITS = 16  # key runs of one decode step's attention at most (activations.part holds them)
 MIN_SPLIT_BLOCKS = 8  # key blocks a run takes at least: shorter runs cost more to combine than they save
 
@@ -246,8 +249,8 @@ def attention(mod, name, hd, task_args, L):
             with Loop(bd, 0, n_full, top) as cur:
                 run(top, cur)
             cur = n_full
-            for Q in chunks[1:]:  # the rest (< top) in chunks of its binary digits
-                has = bd.icmp_signed("!=", bd.and_(bd.sub(n, n_full), c64(Q)), c64(0))
+            for Q in chunks[1:]:  # the rest (< top), greedily
+                has = bd.icmp_signed(">=", bd.sub(n, cur), c64(Q))
                 with bd.if_then(has):
                     run(Q, cur)
                 cur = bd.add(cur, bd.select(has, c64(Q), c64(0)))
