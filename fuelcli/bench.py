@@ -135,7 +135,7 @@ class LlamaCppRunner:
         llama_cpp = import_peer("llama.cpp")
         self.version = getattr(llama_cpp, "__version__", "?")
         self.threads = threads
-        self.detail = f"llama-cpp-python {self.version}, n_batch {n_batch}"
+        self.detail = f"llama-cpp-python {self.version}, n_batch {n_batch}, KV cache f16 (its default)"
         self.llm = llama_cpp.Llama(model_path=str(path), n_threads=threads, n_threads_batch=threads, n_ctx=n_ctx,
                                    n_batch=n_batch, n_ubatch=n_batch, verbose=False)
 
@@ -383,10 +383,10 @@ def model_info(source, cfg, weights) -> ModelInfo:
 # memory roofline
 
 
-def bytes_per_token(cfg, weights, ctx: float) -> int:
+def bytes_per_token(cfg, weights, ctx: float, kv_value_bytes: int = 4) -> int:
     """Bytes one decode step reads: every matrix it multiplies by (the embedding contributes one row
     unless it is also the output; MoE experts at k of n), norms and biases, and the K and V of ctx
-    cached positions in f32."""
+    cached positions (kv_value_bytes each: 4 for f32, 2 for f16)."""
     embed_row = 0 if weights.output is weights.embed else weights.embed.nbytes // weights.embed.shape[0]
     total = embed_row + int(weights.final_norm.nbytes)
     total += sum(t.nbytes for t in weights.tensors() if t is not weights.embed or t is weights.output)
@@ -396,7 +396,7 @@ def bytes_per_token(cfg, weights, ctx: float) -> int:
             total -= sum(t.nbytes for t in experts) * (1 - cfg.experts_per_tok / cfg.num_experts)
         total += sum(int(v.nbytes) for v in (layer.attn_norm, layer.ffn_norm, layer.q_bias, layer.k_bias,
                                              layer.v_bias, layer.o_bias, layer.q_norm, layer.k_norm) if v is not None)
-    return int(total + 2 * cfg.num_layers * ctx * cfg.kv_dim * 4)
+    return int(total + 2 * cfg.num_layers * ctx * cfg.kv_dim * kv_value_bytes)
 
 
 def measure_bandwidth(nbytes: int, threads: int) -> float:

@@ -18,7 +18,8 @@ def validate_ids(model, ids: list[int]):
         raise InputError(f"token id {bad[0]} is outside the vocabulary 0..{model.cfg.vocab_size - 1}")
 
 
-def logits_by_path(model, ids: list[int], path: str, hidden: bool = False, device: str | None = None):
+def logits_by_path(model, ids: list[int], path: str, hidden: bool = False, device: str | None = None,
+                   cache_type: str = "f32"):
     """float32 [seq, vocab]; with hidden=True also the residual stream [L+1, seq, H].
     Non-finite logits raise NonFinite naming the layer where they start (finite.py)."""
     from .finite import check_engine_logits, check_reference_logits
@@ -32,7 +33,7 @@ def logits_by_path(model, ids: list[int], path: str, hidden: bool = False, devic
         return out
     from .backends import make_engine
 
-    engine = make_engine(model.cfg, model.weights, n_ctx=len(ids), device=device)
+    engine = make_engine(model.cfg, model.weights, n_ctx=len(ids), device=device, cache_type=cache_type)
     if path == "prefill":
         out = engine.prefill(ids, all_logits=True, hidden=hidden)
         check_engine_logits(engine, out[0] if hidden else out, ids, path)

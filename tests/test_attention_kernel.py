@@ -18,15 +18,15 @@ from fuelcli.backends.cpu import core
 from fuelcli.backends.cpu.attention import KEY_BLOCK, part_stride
 from fuelcli.backends.cpu.llvm import ISAS, supported
 from fuelcli.backends.cpu.matmul import C_ATTENTION, C_COMBINE, C_KV_STORE
-from fuelcli.backends.kv_cache import KVCache
+from fuelcli.backends.kv_cache import CACHE_TYPES, KVCache
 
 TOL = 2e-5
 FN = ctypes.CFUNCTYPE(None, *[ctypes.c_int64] * core.TASK_ARGS)
 ISA_NAMES = [n for n in ISAS if supported(n)]
 
 
-def _kernels(isa, hd):
-    addr = core.addresses(ISAS[isa], hd)
+def _kernels(isa, hd, cache_type="f32"):
+    addr = core.addresses(ISAS[isa], hd, cache_type)
     return FN(addr[C_KV_STORE]), FN(addr[C_ATTENTION])
 
 
@@ -57,22 +57,24 @@ def reference(q, k, v, pos0, window, group, kv_map=None):
     return out
 
 
-def run(isa, q, k, v, pos0, window, nkv, stale=0, splits=1):
-    """Store k/v (positions 0..) into a fresh cache through kv_store, `stale` more rows of NaN after
-    them (what a rewind leaves), then attention for q at pos0, its keys cut into `splits` runs
-    (combined by the combine kernel)."""
-    store, attend = _kernels(isa, q.shape[2])
+def run(isa, q, k, v, pos0, window, nkv, stale=0, splits=1, cache_type="f32"):
+    """Store k/v (positions 0..) into a fresh cache of cache_type values through kv_store, `stale`
+    more rows of NaN after them (what a rewind leaves), then attention for q at pos0, its keys cut
+    into `splits` runs (combined by the combine kernel)."""
+    store, attend = _kernels(isa, q.shape[2], cache_type)
     T, nh, hd = q.shape
     n = k.shape[0]
-    cache = KVCache(1, n + stale + 3, nkv, hd, key_block=KEY_BLOCK)
+    cache = KVCache(1, n + stale + 3, nkv, hd, key_block=KEY_BLOCK, cache_type=cache_type)
     kc, vc = cache.k[0], cache.v[0]
     rows_k = np.concatenate([k, np.full((stale, nkv, hd), np.nan, np.float32)]).reshape(n + stale, -1)
     rows_v = np.concatenate([v, np.full((stale, nkv, hd), np.nan, np.float32)]).reshape(n + stale, -1)
     rows_k, rows_v = np.ascontiguousarray(rows_k), np.ascontiguousarray(rows_v)
     for t in range(n + stale):
         _call(store, t, _p(rows_k), _p(rows_v), _p(kc), _p(vc), 0, nkv * hd)
-    assert np.array_equal(vc[:n], v, equal_nan=True)
-    assert np.array_equal(kc.transpose(0, 3, 1, 2).reshape(-1, nkv, hd)[:n], k, equal_nan=True)  # the blocked layout
+    stored = CACHE_TYPES[cache_type]  # numpy rounds to f16 as the kernel does: to nearest, ties to even
+    assert np.array_equal(cache.values(vc[:n]), v.astype(stored), equal_nan=True)
+    assert np.array_equal(cache.values(kc).transpose(0, 3, 1, 2).reshape(-1, nkv, hd)[:n], k.astype(stored),
+                          equal_nan=True)  # the blocked layout
     out = np.full((T, nh, hd), -7.0, np.float32)
     part = np.full(splits * T * nh * part_stride(hd), np.nan, np.float32)
     qc = np.ascontiguousarray(q)
@@ -114,6 +116,25 @@ def test_attention_matches_float64(isa, hd, case):
         assert np.abs(got - reference(q, k, v, pos0, window + 1, nh // nkv)).max() > 100 * TOL
     if nkv > 1 and nh > nkv:
         assert np.abs(got - reference(q, k, v, pos0, window, nh // nkv, kv_map=lambda h: h % nkv)).max() > 100 * TOL
+
+
+@pytest.mark.parametrize("isa", ISA_NAMES)
+@pytest.mark.parametrize("hd", [64, 128])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "T{}-pos{}-h{}-kv{}-w{}".format(*c))
+def test_f16_cache_matches_float64_over_its_rounded_values(isa, hd, case):
+    """An f16 cache (--cache-type f16): the kernel attends over K and V rounded once to f16, within
+    TOL of float64 over those rounded values; the float64 of the unrounded ones differs by ~1e-3
+    (the negative control: 10 TOL apart at least, so the comparison sees that the cache rounds)."""
+    T, pos0, nh, nkv, window = case
+    rng = np.random.default_rng(hash(case) % 2**32 + hd)
+    q, k, v = _inputs(rng, T, pos0, nh, nkv, hd)
+    got = run(isa, q, k, v, pos0, window, nkv, stale=5, cache_type="f16")
+    r16 = lambda a: a.astype(np.float16).astype(np.float32)  # noqa: E731
+    want = reference(q, r16(k), r16(v), pos0, window, nh // nkv)
+    assert np.abs(got - want).max() < TOL
+    assert np.abs(got - reference(q, k, v, pos0, window, nh // nkv)).max() > 10 * TOL
+    if T == 1:  # a decode step in key runs
+        assert np.abs(run(isa, q, k, v, pos0, window, nkv, splits=3, cache_type="f16") - want).max() < TOL
 
 
 @pytest.mark.parametrize("hd", [64, 128])

@@ -78,3 +78,20 @@ def test_cold_kernel_cache_is_detected(tmp_path):
     r = subprocess.run([sys.executable, "-c", "from fuelcli.backends.cpu.engine import kernels_cached; print(kernels_cached())"],
                        capture_output=True, text=True, env={**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)})
     assert r.stdout.strip() == "False", r.stderr
+
+
+def test_cache_type(tiny, tmp_path):
+    """--cache-type: f32 or f16 on the CPU; anything else, or f16 on cuda, is one line and exit 2,
+    and no output file. An f16 cache gives logits close to the f32 cache's, not the same ones."""
+    d, out = str(tiny("llama2")), tmp_path / "o.npy"
+    args = ["logits", d, "--tokens", "1,2,3,4", "--path", "decode", "--out", str(out)]
+    one_line_error(fuel(*args, "--cache-type", "q8"), 2, "'q8'", "--cache-type", "f32, f16")
+    one_line_error(fuel(*args, "--cache-type", "f16", "--device", "cuda"), 2, "--cache-type f16", "cuda")
+    assert not out.exists()
+    import numpy as np
+
+    assert fuel(*args, "--cache-type", "f16").returncode == 0
+    f16 = np.load(out)
+    assert fuel(*args).returncode == 0
+    f32 = np.load(out)
+    assert not np.array_equal(f16, f32) and np.abs(f16 - f32).max() < 0.05  # measured 0.012, logits ~4

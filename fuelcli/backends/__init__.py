@@ -3,7 +3,8 @@
     cpu   numba njit kernels over the weights as stored (backends/cpu)
     cuda  numba.cuda kernels over the weights uploaded as stored (backends/cuda; pip install 'fuel[cuda]')
 
-The device comes from the argument, else FUEL_DEVICE, else "cpu".
+The device comes from the argument, else FUEL_DEVICE, else "cpu"; the KV cache holds float32
+values, or float16 with cache_type "f16" (CPU only; kv_cache.CACHE_TYPES).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import os
 from .. import threads  # noqa: F401  (numba's threading environment, before numba is imported)
 from ..errors import InputError
 from .base import Engine
+from .kv_cache import CACHE_TYPES
 
 DEVICES = ("cpu", "cuda")
 
@@ -24,13 +26,23 @@ def resolve_device(device: str | None) -> str:
     return device
 
 
-def make_engine(cfg, weights, n_ctx: int | None = None, device: str | None = None) -> Engine:
-    """An engine for the model on the device, with a KV cache of n_ctx positions (default: the model's)."""
+def check_cache_type(cache_type: str, device: str) -> str:
+    if cache_type not in CACHE_TYPES:
+        raise InputError(f"unknown KV cache type {cache_type!r} (--cache-type); supported: {', '.join(CACHE_TYPES)}")
+    if device == "cuda" and cache_type != "f32":
+        raise InputError(f"--cache-type {cache_type}: the cuda backend keeps its KV cache in f32 only")
+    return cache_type
+
+
+def make_engine(cfg, weights, n_ctx: int | None = None, device: str | None = None, cache_type: str = "f32") -> Engine:
+    """An engine for the model on the device, with a KV cache of n_ctx positions (default: the model's)
+    of cache_type values."""
     device = resolve_device(device)
+    check_cache_type(cache_type, device)
     if device == "cuda":
         from .cuda.engine import CudaEngine
 
         return CudaEngine(cfg, weights, n_ctx)
     from .cpu.engine import CpuEngine
 
-    return CpuEngine(cfg, weights, n_ctx)
+    return CpuEngine(cfg, weights, n_ctx, cache_type=cache_type)

@@ -20,13 +20,14 @@ class Engine(ABC):
     device = "?"  # what --device names
     backend = "?"  # how bench reports it
 
-    def __init__(self, cfg: ModelConfig, n_ctx: int | None):
+    def __init__(self, cfg: ModelConfig, n_ctx: int | None, kv_value_bytes: int = 4):
         if n_ctx is not None and n_ctx < 1:
             raise InputError(f"context size must be at least 1, got {n_ctx}")
         self.cfg = cfg
         self.n_ctx = min(n_ctx or cfg.max_position, cfg.max_position)
         self.pos = 0  # tokens in the KV cache
-        check_engine_fits(cfg, self.n_ctx)  # before a backend allocates its cache and activations
+        self.kv_value_bytes = kv_value_bytes  # 4: an f32 KV cache, 2: f16
+        check_engine_fits(cfg, self.n_ctx, kv_value_bytes)  # before a backend allocates its cache and activations
 
     @property
     @abstractmethod

@@ -7,7 +7,7 @@ import typer
 
 from ..errors import InputError
 from .app import app
-from .options import Device, HfFile, ModelArg, Revision, Threads
+from .options import CacheType, Device, HfFile, ModelArg, Revision, Threads
 
 B_FIRST_PROMPT = "Write a Python function that reverses a string."
 
@@ -32,6 +32,7 @@ def bench(
     prompt: str = typer.Option(B_FIRST_PROMPT, "--prompt", help="--first-token: the prompt"),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bar on stderr"),
     device: Optional[str] = Device,
+    cache_type: str = CacheType,
     revision: Optional[str] = Revision,
     hf_file: Optional[str] = HfFile,
 ):
@@ -66,7 +67,7 @@ def bench(
     n_ctx = B.context_needed(tests)
     if n_ctx > m.cfg.max_position:
         raise InputError(f"the tests need a context of {n_ctx} (depth + tokens + 1); the model's is {m.cfg.max_position}")
-    engine = make_engine(m.cfg, m.weights, n_ctx=n_ctx, device=device)
+    engine = make_engine(m.cfg, m.weights, n_ctx=n_ctx, device=device, cache_type=cache_type)
     info = B.model_info(m.source, m.cfg, m.weights)
 
     peer_factory = None
@@ -100,7 +101,8 @@ def bench(
                       engine.kv_bytes, backend=engine.backend)
     tg = [r for r in results if r.spec.kind == "tg"]
     for r in tg:  # the KV cache read grows along the run: count its mean length
-        r.bytes_per_token = B.bytes_per_token(m.cfg, m.weights, r.spec.depth + (r.spec.n_tokens + 1) / 2)
+        r.bytes_per_token = B.bytes_per_token(m.cfg, m.weights, r.spec.depth + (r.spec.n_tokens + 1) / 2,
+                                              engine.kv_value_bytes)
     if roofline and tg and engine.device == "cpu":
         ws = max(r.bytes_per_token for r in tg)
         report.bandwidth = {"bytes": ws, "threads": n_threads, "bytes_per_s": B.measure_bandwidth(ws, n_threads)}

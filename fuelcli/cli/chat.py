@@ -8,7 +8,7 @@ import typer
 
 from ..errors import InputError
 from .app import app
-from .options import (ChatTemplate, ChatTemplateKwargs, Device, HfFile, MinKeep, MinP, ModelArg, RepeatLastN,
+from .options import (CacheType, ChatTemplate, ChatTemplateKwargs, Device, HfFile, MinKeep, MinP, ModelArg, RepeatLastN,
                       RepeatPenalty, Revision, Seed, Stop, System, SystemFile, Temp, Threads, TopK, TopP,
                       VerbosePrompt, ctx_size_option, err, unescape)
 
@@ -45,6 +45,7 @@ def chat(
     verbose_prompt: bool = VerbosePrompt,
     stats: bool = typer.Option(False, "--stats", help="a stats line on stderr after each reply"),
     device: Optional[str] = Device,
+    cache_type: str = CacheType,
     revision: Optional[str] = Revision,
     hf_file: Optional[str] = HfFile,
 ):
@@ -81,7 +82,7 @@ def chat(
     interactive = sys.stdin.isatty()
     if not tok.chat_template:
         raise InputError("fuel chat needs a chat template; this model has none (give --chat-template FILE)")
-    engine, _ = ready_engine(m, n_ctx, device, quiet=False)
+    engine, _ = ready_engine(m, n_ctx, device, quiet=False, cache_type=cache_type)
     session = ChatSession(engine, tok, sampler, m.eos_ids(), system, kwargs, [unescape(s) for s in stop],
                           max_tokens if max_tokens > 0 else None)
     if interactive:

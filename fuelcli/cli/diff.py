@@ -14,7 +14,7 @@ import typer
 from ..errors import InputError, Mismatch
 from ..oracle import DEFAULT_CTX, DEFAULT_DECODE_STEPS, DEFAULT_LAYER_RTOL, DEFAULT_MIN_TOP1, DEFAULT_TOL
 from .app import app
-from .options import Device, HfFile, Json, ModelArg, Revision, Threads, check_tolerances, err, parse_tokens
+from .options import CacheType, Device, HfFile, Json, ModelArg, Revision, Threads, check_tolerances, err, parse_tokens
 
 
 @app.command("diff", short_help="Compare fuel's logits with an oracle; exit 3 on mismatch.")
@@ -48,6 +48,7 @@ def diff_cmd(
     as_json: bool = Json,
     threads: Optional[int] = Threads,
     device: Optional[str] = Device,
+    cache_type: str = CacheType,
     revision: Optional[str] = Revision,
     hf_file: Optional[str] = HfFile,
 ):
@@ -69,12 +70,12 @@ def diff_cmd(
         from ..oracle import diff_text
 
         r = diff_text(m, text, oracle, ctx, chunks, path, tol, min_top1, layers, layer_tol, decode_steps, atol,
-                      device, progress=diff_view.progress)
+                      device, progress=diff_view.progress, cache_type=cache_type)
     else:
         from ..oracle import diff
 
         ids = parse_tokens(tokens) if tokens is not None else m.tokenizer.encode(prompt)
-        r = diff(m, ids, oracle, path, tol, min_top1, layers, layer_tol, decode_steps, atol, device)
+        r = diff(m, ids, oracle, path, tol, min_top1, layers, layer_tol, decode_steps, atol, device, cache_type)
     if plot is not None:
         diff_view.plot(plot, m.source.name, r)
     if as_json:

@@ -29,6 +29,9 @@ HfFile = typer.Option(None, "--hf-file", metavar="NAME", help="with a hub repo i
 Device = typer.Option(None, "--device", help="cpu (default) or cuda (pip install 'fuel[cuda]'); FUEL_DEVICE sets the default")
 Json = typer.Option(False, "--json", help="print JSON instead of tables")
 Threads = typer.Option(None, "-t", "--threads", metavar="N", help="compute threads (default: all cores, or FUEL_THREADS)")
+CacheType = typer.Option("f32", "--cache-type", metavar="TYPE", help="KV cache values: f32, or f16 (half the memory "
+                         "and of the bytes a decode step reads at depth, as llama.cpp's default cache; rounds each "
+                         "K and V value once; cpu only)")
 
 
 # --- generation (run, chat) --------------------------------------------------------------------

@@ -9,7 +9,7 @@ import typer
 
 from ..errors import InputError
 from .app import app
-from .options import (ChatTemplate, ChatTemplateKwargs, Device, HfFile, MinKeep, MinP, ModelArg, RepeatLastN,
+from .options import (CacheType, ChatTemplate, ChatTemplateKwargs, Device, HfFile, MinKeep, MinP, ModelArg, RepeatLastN,
                       RepeatPenalty, Revision, Seed, Stop, System, SystemFile, Temp, Threads, TopK, TopP,
                       VerbosePrompt, ctx_size_option, err, unescape)
 
@@ -42,6 +42,7 @@ def run(
                                  "stats) when done"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no stats line on stderr"),
     device: Optional[str] = Device,
+    cache_type: str = CacheType,
     revision: Optional[str] = Revision,
     hf_file: Optional[str] = HfFile,
 ):
@@ -82,7 +83,7 @@ def run(
                          + ("" if n_ctx < m.cfg.max_position else " (the model's)"))
     if verbose_prompt:
         show_prompt(tok, ids)
-    engine, compile_s = ready_engine(m, n_ctx, device, quiet)
+    engine, compile_s = ready_engine(m, n_ctx, device, quiet, cache_type)
     stats = Stats(compile_s=compile_s)
     pieces, interrupted = [], False
     try:

@@ -10,7 +10,7 @@ import typer
 
 from ..errors import InputError, MissingDependency
 from .app import app
-from .options import Device, HfFile, ModelArg, Revision, Threads, ctx_size_option, err
+from .options import CacheType, Device, HfFile, ModelArg, Revision, Threads, ctx_size_option, err
 
 DEFAULT_CTX = 4096  # as llama-server: the KV cache of a model's full context can be far larger
 
@@ -27,6 +27,7 @@ def serve(
     queue: int = typer.Option(32, "--queue", help="requests that may wait for the engine; more get 503"),
     log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error"),
     device: Optional[str] = Device,
+    cache_type: str = CacheType,
     revision: Optional[str] = Revision,
     hf_file: Optional[str] = HfFile,
 ):
@@ -61,7 +62,7 @@ def serve(
     sock = bind(host, port)  # before loading: a port in use fails fast
     m.prefetch()
     tok = m.tokenizer
-    engine, _ = ready_engine(m, n_ctx, device, quiet=False)  # loads or compiles the kernels before serving
+    engine, _ = ready_engine(m, n_ctx, device, quiet=False, cache_type=cache_type)  # loads or compiles the kernels before serving
     served = ServedModel(id=m.source.name, names={m.source.name, model}, tokenizer=tok, n_ctx=n_ctx,
                          vocab_size=m.cfg.vocab_size, eos_ids=m.eos_ids(), created=int(time.time()))
     worker = EngineWorker(engine, tok, served.eos_ids, queue_size=queue, threads=threads)

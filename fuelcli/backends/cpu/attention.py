@@ -79,7 +79,7 @@ def _tree_sum(bd, vs):
     return vs[0]
 
 
-def _chunk(mod, name, hd, Q, L):
+def _chunk(mod, name, hd, Q, L, E):
     """Q queries against one key block: scores, online-softmax update, p·V into the accumulators.
 
     (kb, vb, vstride, j0, vlo, vhi, q, qoff, lo, hi, m, l, acc, pb): kb the K block of the kv head
@@ -89,8 +89,8 @@ def _chunk(mod, name, hd, Q, L):
     pb scratch for the weights [Q, B]."""
     B = KEY_BLOCK
     W = _width(hd)
-    F32P, I64P = F32T.as_pointer(), I64.as_pointer()
-    fnty = ir.FunctionType(ir.VoidType(), [F32P, F32P, I64, I64, I64, I64, F32P, I64P, I64P, I64P, F32P, F32P,
+    F32P, I64P, EP = F32T.as_pointer(), I64.as_pointer(), E.as_pointer()
+    fnty = ir.FunctionType(ir.VoidType(), [EP, EP, I64, I64, I64, I64, F32P, I64P, I64P, I64P, F32P, F32P,
                                            F32P, F32P])
     fn = ir.Function(mod, fnty, name)
     fn.linkage = "internal"
@@ -109,6 +109,10 @@ def _chunk(mod, name, hd, Q, L):
     def vload(p, i, t):
         return bd.load(bd.bitcast(at(p, i), t.as_pointer()), align=4)
 
+    def kvload(p, i, n):  # n cached values, as floats
+        v = bd.load(bd.bitcast(at(p, i), vec(E, n).as_pointer()), align=4 if E == F32T else 2)
+        return v if E == F32T else bd.fpext(v, vec(F32T, n))
+
     def vstore(v, p, i):
         bd.store(v, bd.bitcast(at(p, i), v.type.as_pointer()), align=4)
 
@@ -121,7 +125,7 @@ def _chunk(mod, name, hd, Q, L):
         s = [[S[i][a].get() for a in range(A)] for i in range(Q)]
         for u in range(U):
             d = bd.add(d0, c64(u))
-            kv = vload(kb, bd.mul(d, c64(B)), vt)
+            kv = kvload(kb, bd.mul(d, c64(B)), B)
             for i in range(Q):
                 s[i][u % A] = fmuladd(bd, splat(bd, bd.load(at(qrows[i], d)), B), kv, s[i][u % A])
         for i in range(Q):
@@ -168,7 +172,7 @@ def _chunk(mod, name, hd, Q, L):
     for c in range(0, hd, W):
         a = [bd.fmul(vload(acc, c + i * hd, wt), splat(bd, cs[i], W)) for i in range(Q)]
         for j in range(B):
-            v = vload(rows[j], c, wt)
+            v = kvload(rows[j], c, W)
             for i in range(Q):
                 a[i] = fmuladd(bd, splat(bd, bd.load(at(pb, i * B + j)), W), v, a[i])
         for i in range(Q):
@@ -178,15 +182,16 @@ def _chunk(mod, name, hd, Q, L):
     return fn
 
 
-def attention(mod, name, hd, task_args, L):
+def attention(mod, name, hd, task_args, L, E=F32T):
     """attention(task, q, k, v, out, pos0, window, nh, nkv, T, splits, part), as described above, for
-    vectors of L lanes."""
+    vectors of L lanes over a cache of E (float or half) values."""
     chunks = CHUNKS[L]
-    chunk = {Q: _chunk(mod, f"{name}_q{Q}", hd, Q, L) for Q in chunks}
+    chunk = {Q: _chunk(mod, f"{name}_q{Q}", hd, Q, L, E) for Q in chunks}
     B, W, SM = KEY_BLOCK, _width(hd), _slots(hd)
     fn, bd = func(mod, name, task_args)
     task, q_, k_, v_, out_, pos0, window, nh, nkv, T, splits, part_ = fn.args[:12]
-    q, kc, vc, out, part = (ptr_to(bd, a, F32T) for a in (q_, k_, v_, out_, part_))
+    q, out, part = (ptr_to(bd, a, F32T) for a in (q_, out_, part_))
+    kc, vc = ptr_to(bd, k_, E), ptr_to(bd, v_, E)
     with bd.goto_entry_block():
         qoff, lo, hi = (bd.alloca(I64, size=c64(SM)) for _ in range(3))
         m = bd.alloca(F32T, size=c64(SM))

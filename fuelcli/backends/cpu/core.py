@@ -202,21 +202,28 @@ def _rope(isa, mod, name):
     bd.ret_void()
 
 
-def _kv_store(isa, mod, name):
+def _kv_store(isa, mod, name, E):
     """kv_store(t, k, v, kc, vc, pos0, n): rows t of k and v (n = n_kv * hd floats) to cache position
-    p = pos0 + t: V row-major, K into lane p % KEY_BLOCK of block p // KEY_BLOCK ([n, KEY_BLOCK])."""
+    p = pos0 + t as E values (float, or half rounded to nearest even): V row-major, K into lane
+    p % KEY_BLOCK of block p // KEY_BLOCK ([n, KEY_BLOCK])."""
     fn, bd = func(mod, name, TASK_ARGS)
     t, k_, v_, kc_, vc_, pos0, n = fn.args[:7]
     L = isa.lanes
+
+    def cast(v):
+        return v if E == F32T else bd.fptrunc(v, vec(E, v.type.count) if isinstance(v.type, ir.VectorType) else E)
+
     p = bd.add(pos0, t)
     src = bd.gep(ptr_to(bd, v_, F32T), [bd.mul(t, n)])
-    cache = bd.gep(ptr_to(bd, vc_, F32T), [bd.mul(p, n)])
-    in_steps(bd, n, L, lambda i, k: _vstore(bd, _vload(bd, src, i, k), cache, i))
+    cache = bd.gep(ptr_to(bd, vc_, E), [bd.mul(p, n)])
+    in_steps(bd, n, L, lambda i, k: bd.store(cast(_vload(bd, src, i, k)),
+                                             bd.bitcast(bd.gep(cache, [i]), vec(E, k).as_pointer()),
+                                             align=4 if E == F32T else 2))
     B = c64(KEY_BLOCK)
     src = bd.gep(ptr_to(bd, k_, F32T), [bd.mul(t, n)])
-    cache = bd.gep(ptr_to(bd, kc_, F32T), [bd.add(bd.mul(bd.mul(bd.udiv(p, B), n), B), bd.urem(p, B))])
+    cache = bd.gep(ptr_to(bd, kc_, E), [bd.add(bd.mul(bd.mul(bd.udiv(p, B), n), B), bd.urem(p, B))])
     with Loop(bd, 0, n) as i:
-        bd.store(bd.load(bd.gep(src, [i])), bd.gep(cache, [bd.mul(i, B)]))
+        bd.store(cast(bd.load(bd.gep(src, [i]))), bd.gep(cache, [bd.mul(i, B)]))
     bd.ret_void()
 
 
@@ -249,22 +256,32 @@ def _batch(isa, mod, name):
 CORE = ("quantize", "silu_mul", "attention", "rmsnorm", "rope", "kv_store", "batch", "combine")
 
 
-def module(isa: Isa, head_dim: int) -> tuple[ir.Module, list[str]]:
-    mod = ir.Module(name=f"fuel_core_{isa.name}_hd{head_dim}")
-    names = [f"fuel_{k}_{isa.name}_hd{head_dim}" for k in CORE]
+CACHE_ELEMENTS = {"f32": F32T, "f16": ir.HalfType()}  # the KV cache's element type (kv_cache.CACHE_TYPES)
+
+
+def module(isa: Isa, head_dim: int, cache: str = "f32") -> tuple[ir.Module, list[str]]:
+    """The CORE kernels; kv_store and attention for a KV cache of `cache` values."""
+    tag = f"{isa.name}_hd{head_dim}" + ("" if cache == "f32" else f"_{cache}")
+    mod = ir.Module(name=f"fuel_core_{tag}")
+    names = [f"fuel_{k}_{tag}" for k in CORE]
+    E = CACHE_ELEMENTS[cache]
     _quantize(isa, mod, names[0])
     _silu_mul(isa, mod, names[1])
-    attention(mod, names[2], head_dim, TASK_ARGS, isa.lanes)
+    attention(mod, names[2], head_dim, TASK_ARGS, isa.lanes, E)
     _rmsnorm(isa, mod, names[3])
     _rope(isa, mod, names[4])
-    _kv_store(isa, mod, names[5])
+    _kv_store(isa, mod, names[5], E)
     _batch(isa, mod, names[6])
     combine(mod, names[7], head_dim, TASK_ARGS)
     return mod, names
 
 
+def module_name(head_dim: int, cache: str = "f32") -> str:
+    return f"core-hd{head_dim}" + ("" if cache == "f32" else f"-{cache}")
+
+
 @lru_cache(maxsize=None)
-def addresses(isa: Isa, head_dim: int) -> tuple:
-    """The CORE kernels' addresses for one ISA and head size, compiled or loaded once."""
-    got = compile_module(f"core-hd{head_dim}", lambda: module(isa, head_dim), isa)
+def addresses(isa: Isa, head_dim: int, cache: str = "f32") -> tuple:
+    """The CORE kernels' addresses for one ISA, head size and KV cache type, compiled or loaded once."""
+    got = compile_module(module_name(head_dim, cache), lambda: module(isa, head_dim, cache), isa)
     return tuple(got.values())

@@ -14,7 +14,7 @@ from ...config import ModelConfig
 from ...rope import cos_sin
 from ...weights.build import ModelWeights
 from ..base import Engine
-from ..kv_cache import KVCache
+from ..kv_cache import CACHE_TYPES, KVCache
 from . import amx
 from .activations import allocate
 from .attention import KEY_BLOCK
@@ -56,10 +56,10 @@ class CpuEngine(Engine):
     backend = "cpu numba"
 
     def __init__(self, cfg: ModelConfig, weights: ModelWeights, n_ctx: int | None = None,
-                 n_batch: int = N_BATCH):
+                 n_batch: int = N_BATCH, cache_type: str = "f32"):
         from . import forward as F
 
-        super().__init__(cfg, n_ctx)
+        super().__init__(cfg, n_ctx, np.dtype(CACHE_TYPES[cache_type]).itemsize)
         self.weights, self._forward = weights, F.forward
         mats, vecs, vec_tab = [], [], []
         self._keep = []  # the arrays whose addresses the kernel reads must outlive it
@@ -104,7 +104,10 @@ class CpuEngine(Engine):
         use_amx = amx.available(isa) and any(is_quant(c) for c in self.codes)
         if use_amx:  # bench tables and diff provenance say which kernels ran
             self.backend = "cpu numba amx"
-        self._tables = KernelTables(self.codes, isa, cfg.head_dim, use_amx, background=not _forward_cached())
+        if cache_type != "f32":  # bench tables and diff provenance say which cache ran
+            self.backend += f" kv {cache_type}"
+        self._tables = KernelTables(self.codes, isa, cfg.head_dim, use_amx, cache_type,
+                                    background=not _forward_cached())
         self.vecs = np.concatenate(vecs).astype(np.float32)
         self.vec_tab = np.array(vec_tab, np.int64).reshape(-1, 2)
         dims = np.zeros(F.N_DIMS, np.int64)
@@ -115,7 +118,7 @@ class CpuEngine(Engine):
         self.moe_idx = self.exp_idx if cfg.num_experts else None  # None: numba compiles no MoE code
         self.windows = np.array(cfg.windows, np.int64)
         self.cos, self.sin = cos_sin(cfg.rope, cfg.head_dim, self.n_ctx)
-        self.kv = KVCache(L, self.n_ctx, cfg.num_kv_heads, cfg.head_dim, key_block=KEY_BLOCK)
+        self.kv = KVCache(L, self.n_ctx, cfg.num_kv_heads, cfg.head_dim, key_block=KEY_BLOCK, cache_type=cache_type)
         self.n_batch = max(1, min(n_batch, self.n_ctx))
         self.act = allocate(cfg, self.n_batch, planes=use_amx)
         self._last = np.empty((1, cfg.vocab_size), np.float32)

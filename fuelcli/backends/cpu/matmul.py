@@ -53,11 +53,11 @@ def kernel_table(codes, isa, use_amx: bool = False) -> np.ndarray:
     return table
 
 
-def core_table(isa, head_dim: int, use_amx: bool = False) -> np.ndarray:
+def core_table(isa, head_dim: int, use_amx: bool = False, cache_type: str = "f32") -> np.ndarray:
     from .core import addresses
     from .kernels import amx_split
 
-    return np.array(addresses(isa, head_dim) + (amx_split(isa) if use_amx else 0,), np.int64)
+    return np.array(addresses(isa, head_dim, cache_type) + (amx_split(isa) if use_amx else 0,), np.int64)
 
 
 # Tasks a thread takes at a time when it does not take them one by one: runs of n / (CHUNKS *

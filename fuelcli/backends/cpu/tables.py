@@ -22,28 +22,29 @@ from .llvm import ISAS, Isa, is_cached
 _ROOT = str(Path(__file__).resolve().parents[3])  # the directory holding the fuelcli package
 
 
-def _build(codes, isa: Isa, head_dim: int, use_amx: bool) -> tuple[np.ndarray, np.ndarray]:
+def _build(codes, isa: Isa, head_dim: int, use_amx: bool, cache_type: str) -> tuple[np.ndarray, np.ndarray]:
     from .matmul import core_table, kernel_table
 
-    return kernel_table(codes, isa, use_amx), core_table(isa, head_dim, use_amx)
+    return kernel_table(codes, isa, use_amx), core_table(isa, head_dim, use_amx, cache_type)
 
 
-def _all_cached(codes, isa: Isa, head_dim: int, use_amx: bool) -> bool:
+def _all_cached(codes, isa: Isa, head_dim: int, use_amx: bool, cache_type: str) -> bool:
+    from .core import module_name
     from .kernels import cached
 
-    return cached(codes, isa, use_amx) and is_cached(f"core-hd{head_dim}", isa)
+    return cached(codes, isa, use_amx) and is_cached(module_name(head_dim, cache_type), isa)
 
 
 class KernelTables:
     """(kernel table, core table) of an engine; `background`: compile missing modules in a child
     process from now on (the caller has other compiling to do meanwhile)."""
 
-    def __init__(self, codes, isa: Isa, head_dim: int, use_amx: bool, background: bool):
-        self._spec = (sorted(int(c) for c in codes), isa, head_dim, use_amx)
+    def __init__(self, codes, isa: Isa, head_dim: int, use_amx: bool, cache_type: str, background: bool):
+        self._spec = (sorted(int(c) for c in codes), isa, head_dim, use_amx, cache_type)
         self._value = None
         self._child = None
         if background and not _all_cached(*self._spec):
-            job = json.dumps([self._spec[0], isa.name, head_dim, use_amx])
+            job = json.dumps([self._spec[0], isa.name, head_dim, use_amx, cache_type])
             # this process's fuelcli, whatever the child's working directory holds
             code = f"import sys; sys.path.insert(0, {_ROOT!r}); from {__name__} import main; main(sys.argv[1])"
             try:
@@ -62,6 +63,6 @@ class KernelTables:
 
 
 def main(job: str) -> None:
-    """The child: compile (json [codes, isa name, head_dim, use_amx]) into the on-disk cache."""
-    codes, isa_name, head_dim, use_amx = json.loads(job)
-    _build(codes, ISAS[isa_name], head_dim, use_amx)
+    """The child: compile (json [codes, isa name, head_dim, use_amx, cache type]) into the on-disk cache."""
+    codes, isa_name, head_dim, use_amx, cache_type = json.loads(job)
+    _build(codes, ISAS[isa_name], head_dim, use_amx, cache_type)
