@@ -14,7 +14,8 @@ K is cached in blocks of KEY_BLOCK positions, d-major ([block, n_kv, hd, KEY_BLO
 key_block layout): the scores of a chunk's queries against a block are hd broadcast-FMAs per query
 with the 16 keys in the lanes, each K vector feeding the whole chunk, and no horizontal sums.
 V stays row-major ([n_ctx, n_kv, hd]); p·V is per key a broadcast of p times the V row, each V
-vector again feeding the whole chunk.
+vector again feeding the whole chunk. The cache holds f32 or f16 values (--cache-type), widened to
+f32 as they load; everything after the loads is f32.
 
 Masking: a key j counts for the query at position p when start <= j <= p (start from the sliding
 window w > 0: p - w < j). Masked scores are -inf and their weights exactly 0; a chunk skips a key

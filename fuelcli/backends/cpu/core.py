@@ -9,7 +9,8 @@ runs `n` of them in one parallel loop (matmul.run_tasks) or calls one directly.
   silu_mul(t, gate, up, n)                 gate[t] <- silu(gate[t]) * up[t]
   rmsnorm(t, x, y, w, out, n, eps)         x[t] += y[t] (the residual), out[t] = RMSNorm(x[t]) * w
   rope(t, x, bias, norm, nh, hd, pos0, cos, sin, eps)   + bias, per-head RMSNorm, rotate-half RoPE
-  kv_store(t, k, v, kc, vc, pos0, n)       K and V rows into the cache (K in KEY_BLOCK blocks)
+  kv_store(t, k, v, kc, vc, pos0, n)       K and V rows into the cache (K in KEY_BLOCK blocks), f32 or
+                                           rounded to f16 (module(cache=...): --cache-type)
   batch(task, desc, n)                     several task kernels in one parallel loop
   attention(task, q, k, v, out, pos0, window, n_heads, n_kv, T, splits, part)   attention.py
   combine(task, part, out, splits, rows)   attention.py: a decode step's key runs into its output
