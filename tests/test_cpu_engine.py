@@ -242,6 +242,8 @@ def test_kernels_compile_in_a_child_beside_the_forward(tmp_path, monkeypatch):
     from fuelcli.backends.cpu.kernels import is_quant
     from fuelcli.backends.cpu.tables import KernelTables
 
+    from fuelcli.backends.cpu import core as core_kernels
+
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
     isa, codes = llvm.host_isa(), [8, 2]  # q8_0, q4_0
     use_amx = amx.available(isa) and any(is_quant(c) for c in codes)
@@ -250,6 +252,11 @@ def test_kernels_compile_in_a_child_beside_the_forward(tmp_path, monkeypatch):
     child = tables._child
     assert child is not None and child.wait(timeout=600) == 0
     assert kernels.cached(codes, isa, use_amx)  # the child's work: this process compiled nothing
-    kern, core = tables.get()
-    assert (kern[codes, :4] != 0).all() and (core != 0).sum() >= 7
-    assert KernelTables(codes, isa, 64, use_amx, "f32", background=True)._child is None
+    try:
+        kern, core = tables.get()
+        assert (kern[codes, :4] != 0).all() and (core != 0).sum() >= 7
+        assert KernelTables(codes, isa, 64, use_amx, "f32", background=True)._child is None
+    finally:  # this process now holds modules loaded from tmp_path: later tests in it must load their own
+        # from the worker's cache, where kernels_cached() looks (else `fuel run` there says "compiling")
+        kernels._compiled.cache_clear()
+        core_kernels.addresses.cache_clear()
