@@ -123,26 +123,29 @@ def _q5_0(bd, row, blk):
 
 def _q4_k_scales(bd, blocks):
     """<8n x float> d * sc_i and -(dmin * m_i) of n blocks [(row, byte offset)], block after
-    block. The 8 six-bit scales and mins come out of the 12 scale bytes as vectors
-    (get_scale_min_k4: sub-block i < 4 takes the low 6 bits of bytes i and i+4; i >= 4 the nibbles
-    of byte i+4 and the top 2 bits of bytes i-4 and i), so each group costs a lane broadcast, not
-    scalar bit work; two blocks share each vector operation."""
+    block. The 8 six-bit scales and mins come out of the 12 scale bytes in the byte domain, as
+    ggml's get_scale_min_k4 (sub-block i < 4: the low 6 bits of bytes i and i+4; i >= 4: the
+    nibbles of byte i+4 and the top 2 bits of bytes i-4 and i): two byte shuffles put each value's
+    low and high bits in its place, masks and shifts of 16-bit lanes finish it, every block's bytes
+    in one vector; then one widening and one conversion for all the scales, one for the mins."""
     L = Q4_K.layout
     n, m = L.sub_blocks, len(blocks)
-    nsc = L.qs - L.scales  # 12 bytes; the 16-byte load takes 4 bytes of qs along, unused
-    raws = [bd.zext(load(bd, row, bd.add(p, c64(L.scales)), vec(I8, 16)), vec(I32, 16)) for row, p in blocks]
-    raw = raws[0] if m == 1 else bd.shuffle_vector(raws[0], raws[1], const(I32, range(32)))
     half = n // 2
-    pick = lambda idx: bd.shuffle_vector(raw, raw, const(I32, [16 * b + i for b in range(m) for i in idx]))  # noqa: E731
-    a = pick([*range(half), *range(2 * half, nsc)])  # i < 4: byte i; i >= 4: byte i + 4
-    b = pick([*range(half, nsc)])  # byte i + 4
-    c = pick([*range(half), *range(half)])  # i >= 4: byte i - 4
-    e = pick([*range(half, 2 * half), *range(half, 2 * half)])  # i >= 4: byte i
-    k = lambda v: splat_c(I32, v, n * m)  # noqa: E731
-    low = bd.icmp_unsigned("<", const(I32, [i % n for i in range(n * m)]), k(half))
-    top2 = lambda v: bd.shl(bd.lshr(v, k(6)), k(4))  # noqa: E731
-    sc = bd.select(low, bd.and_(a, k(63)), bd.or_(bd.and_(a, k(15)), top2(c)))
-    mn = bd.select(low, bd.and_(b, k(63)), bd.or_(bd.lshr(b, k(4)), top2(e)))
+    raws = [load(bd, row, bd.add(p, c64(L.scales)), vec(I8, 16)) for row, p in blocks]
+    raw = raws[0] if m == 1 else bd.shuffle_vector(raws[0], raws[1], const(I32, range(32)))
+    zero = 16 * m  # an index past raw: a zero byte
+    # per block: [scales 0-7 | mins 0-7]; lows: sc_i<4 byte i, sc_i>=4 byte i+4, m_i<4 byte i+4,
+    # m_i>=4 byte i+4 again (its high nibble); highs: the bytes whose top 2 bits go to bits 4-5
+    low_idx = [*range(half), *range(2 * half, 3 * half), *range(half, 2 * half), *range(2 * half, 3 * half)]
+    high_idx = [zero] * half + [*range(half)] + [zero] * half + [*range(half, 2 * half)]
+    pick = lambda idx: bd.shuffle_vector(raw, splat_c(I8, 0, 16 * m), const(I32, [16 * b + i if i != zero else zero for b in range(m) for i in idx]))  # noqa: E731
+    lows, highs = pick(low_idx), pick(high_idx)
+    k8 = lambda vals: const(I8, list(vals) * m)  # noqa: E731
+    low = bd.or_(bd.and_(lows, k8([63] * half + [15] * half + [63] * half + [0] * half)),
+                 bd.and_(bd.lshr(lows, splat_c(I8, 4, 16 * m)), k8([0] * (3 * half) + [15] * half)))
+    sm = bd.or_(low, bd.and_(bd.lshr(highs, splat_c(I8, 2, 16 * m)), splat_c(I8, 0x30, 16 * m)))
+    sc = bd.shuffle_vector(sm, sm, const(I32, [16 * b + i for b in range(m) for i in range(n)]))
+    mn = bd.shuffle_vector(sm, sm, const(I32, [16 * b + n + i for b in range(m) for i in range(n)]))
 
     # d and dmin of every block converted at once: [d_0, dmin_0, d_1, dmin_1]
     dd = _f16_lanes(bd, [row for row, _ in blocks for _ in range(2)],
@@ -151,8 +154,8 @@ def _q4_k_scales(bd, blocks):
     def per_block(j):  # <8n x float>: block b's d (j = 0) or dmin (j = 1) in its 8 lanes
         return bd.shuffle_vector(dd, dd, const(I32, [2 * b + j for b in range(m) for _ in range(n)]))
 
-    scale = bd.fmul(per_block(0), bd.sitofp(sc, vec(F32T, n * m)))
-    mins = bd.fneg(bd.fmul(per_block(1), bd.sitofp(mn, vec(F32T, n * m))))
+    scale = bd.fmul(per_block(0), bd.uitofp(sc, vec(F32T, n * m)))
+    mins = bd.fneg(bd.fmul(per_block(1), bd.uitofp(mn, vec(F32T, n * m))))
     return scale, mins
 
 
