@@ -223,8 +223,11 @@ def test_quantize_rows(isa):
 @pytest.mark.parametrize("isa", ISAS)
 def test_quantize_one_token_layout(isa):
     """One token also gets the layout its decode kernels read: on an ISA with the int8 planes,
-    xq = 256 * hi + lo with both int8; elsewhere xq as words, each 32-block's even elements then its
-    odd ones; both with the 16-element sums of xq. Negative control: more rows, no layout written."""
+    xq = 256 * hi + lo with both int8, then both planes again in the K-quants' layout (each
+    256-element block's 4-element pieces transposed: unit u, lane i holds elements 16i + 4u ..
+    16i + 4u + 3) when K is a multiple of 256; elsewhere xq as words, each 32-block's even elements
+    then its odd ones; both with the 16-element sums of xq. Negative controls: more rows, no layout
+    written; K = 288, no K-quant layout."""
     _, core = _kern(isa, [])
     x = np.stack(list(_x_cases(512).values()))
     x[1, 64:96] = -x[1, 64:96].max()  # a block whose most negative value is its largest magnitude
@@ -234,6 +237,12 @@ def test_quantize_one_token_layout(isa):
     if llvm.planes_isa(llvm.ISAS[isa]):
         hi, lo = qx.xp[:512].astype(np.int32), qx.xp[512:1024].astype(np.int32)
         assert np.array_equal(256 * hi + lo, xq)
+        k_layout = lambda plane: plane.reshape(-1, 16, 4, 4).transpose(0, 2, 1, 3).ravel()  # noqa: E731
+        assert np.array_equal(qx.xp[1024:1536], k_layout(qx.xp[:512]))
+        assert np.array_equal(qx.xp[1536:2048], k_layout(qx.xp[512:1024]))
+        assert not np.array_equal(qx.xp[1024:1536], qx.xp[:512])
+        short = _prepared(x[1:, :288], core)
+        assert short.xp[:576].any() and not short.xp[576:].any()
     else:
         words = qx.xp[:1024].view(np.int16).reshape(-1, 2, 16)
         blocks = xq.reshape(-1, 16, 2)

@@ -21,8 +21,9 @@ class Quantized(NamedTuple):
     # bf16 planes (amx.py)
     xs: np.ndarray  # [rows * K / 32] its block scales
     xf: np.ndarray  # [rows * K / 32] its block sums
-    xp: np.ndarray  # int8 [2 * K + 64]: one token as its decode kernels read it: two int8 planes
-    # (the planes kernels; they read a unit past K at most) or int16 words (the words kernels)
+    xp: np.ndarray  # int8 [4 * K + 64]: one token as its decode kernels read it: two int8 planes
+    # (the planes kernels; they read a unit past K at most), then both again in the K-quants' layout
+    # (core.py's quantize), or int16 words (the words kernels)
     xz: np.ndarray  # [K / 16]: that token's 16-element sums
 
 
@@ -31,7 +32,7 @@ def quantized(rows: int, max_k: int, amx_planes: bool = False) -> Quantized:
     k = nb * ACTIVATION_BLOCK
     xq_rows = 2 * -(-rows // TILE) * TILE if amx_planes else rows
     return Quantized(xq=np.zeros(xq_rows * k, np.int16), xs=np.zeros(rows * nb, np.float32),
-                     xf=np.zeros(rows * nb, np.float32), xp=np.zeros(2 * k + 64, np.int8),
+                     xf=np.zeros(rows * nb, np.float32), xp=np.zeros(4 * k + 64, np.int8),
                      xz=np.zeros(k // 16, np.float32))
 
 

@@ -27,6 +27,7 @@ from .irgen import (F32T, G, I8, I16, I32, I64, Loop, Var, c64, call_intrinsic, 
                     hsum, ptr_to, splat, splat_c, vec, vexp)
 from .attention import KEY_BLOCK, attention, combine
 from .llvm import Isa, compile_module, planes_isa
+from .unpack import PLANES_KBLOCK as KB
 
 TASK_ARGS = 12
 
@@ -41,10 +42,11 @@ def _quantize(isa, mod, name):
     """Row t -> xq = rint(x * Q_MAX / amax) per 32-block, xs = amax / Q_MAX, xf = the block's f32
     sum. With xp != 0 (one token) also the layout its decode kernels read, in xp: on an ISA with the
     int8 planes (llvm.planes_isa), xp[k] = hi, xp[K + k] = lo with xq = 256 * hi + lo
-    (hi = (xq + 128) >> 8) and xz[j] = the sum of xq over elements 16j..16j+15 (exact in f32: below
-    2^20), for the zero points of the formats whose stored q is offset; elsewhere xp holds xq as
-    int16 words, each 32-block's even elements and then its odd ones (the words kernels), with the
-    same xz."""
+    (hi = (xq + 128) >> 8), both planes again from xp[2K] in the K-quants' layout when K is a
+    multiple of their block (unpack.PLANES_KBLOCK), and xz[j] = the sum of xq over elements
+    16j..16j+15 (exact in f32: below 2^20), for the zero points of the formats whose stored q is
+    offset; elsewhere xp holds xq as int16 words, each 32-block's even elements and then its odd
+    ones (the words kernels), with the same xz."""
     fn, bd = func(mod, name, TASK_ARGS)
     t, x_, ldx, K, xq_, xs_, xf_, xp_, xz_ = fn.args[:9]
     x, xq, xs, xf = ptr_to(bd, x_, F32T), ptr_to(bd, xq_, I16), ptr_to(bd, xs_, F32T), ptr_to(bd, xf_, F32T)
@@ -80,6 +82,18 @@ def _quantize(isa, mod, name):
                 lo = bd.sub(q, bd.shl(hi, splat_c(I32, 8, G)))
                 for plane, off in ((hi, k), (lo, bd.add(K, k))):
                     bd.store(bd.trunc(plane, vec(I8, G)), bd.bitcast(bd.gep(xp, [off]), vec(I8, G).as_pointer()), align=1)
+                # then both planes again in the K-quants' layout (unpack.PLANES_KBLOCK elements a
+                # block): unit u, lane i of a block holds its elements 16i + 4u .. 16i + 4u + 3
+                with bd.if_then(bd.icmp_unsigned("==", bd.urem(K, c64(KB)), c64(0))):
+                    blk0 = bd.sub(k, bd.urem(k, c64(KB)))
+                    row0 = bd.udiv(bd.urem(k, c64(KB)), c64(16))  # this 32-block's first row of 16
+                    for p, plane in enumerate((hi, lo)):
+                        pieces = bd.bitcast(bd.trunc(plane, vec(I8, G)), vec(I32, G // 4))
+                        base = bd.add(bd.mul(K, c64(2 + p)), blk0)
+                        for j in range(G // 4):  # piece j: row row0 + j // 4, unit j % 4
+                            at = bd.add(base, bd.add(c64(64 * (j % 4)), bd.mul(bd.add(row0, c64(j // 4)), c64(4))))
+                            bd.store(bd.extract_element(pieces, ir.Constant(I32, j)),
+                                     bd.bitcast(bd.gep(xp, [at]), I32.as_pointer()), align=1)
             else:
                 words = bd.shuffle_vector(q, q, const(I32, [*range(0, G, 2), *range(1, G, 2)]))
                 dst = bd.gep(bd.bitcast(xp, I16.as_pointer()), [k])

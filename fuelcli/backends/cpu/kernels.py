@@ -28,7 +28,8 @@ Integer ranges: |w| <= 4096 (q6_k with its scale folded in) and |xq| <= 32639, s
 below 2^28 and a 32-element block sum below 2^31; the planes kernels' unit sums (q <= 255, 4
 elements a lane) stay below 2^25; the words kernels' group sums stay below 2^24, so converting them
 is exact (q8_0's, up to 2^27, round once there), q6_k's 16-element sums of q <= 63 below 2^25
-before its zero point comes off.
+before its zero point comes off; q4_k's block sums on the K-quant layout (16 elements a lane, 16 * q
+<= 240) stay below 2^28 and round once when converted.
 """
 
 from __future__ import annotations
@@ -187,10 +188,11 @@ def _decode_planes(isa, mod, code, name):
 
     Each unit of 64 weights is dotted with both planes, 64 multiply-adds per vpdpbusd: the high
     plane's sums shifted left by 8 are the accumulator of the low plane's, the same int32 as the
-    int16 dot. One conversion and one FMA per unit, with the lane's scale (unpack.planes_blocks);
-    two rows at a time share the activation loads and the vector work of their scales. The zero
-    point of q comes off at the end: z * sum over 16-element pieces of scale * (the activations'
-    sums there). The bytes PLANES_AHEAD rows on are fetched into L2 (prefetcht1): on an AMD EPYC
+    int16 dot. One conversion and one FMA per unit, with the lane's scale (unpack.planes_blocks), or
+    per block where its units share one lane map (unpack.PLANES_KLAYOUT: Q4_K, on the activations'
+    K-quant layout); two rows at a time share the activation loads and the vector work of their
+    scales. The zero point of q comes off at the end: z * sum over 16-element pieces of scale *
+    (the activations' sums there). The bytes PLANES_AHEAD rows on are fetched into L2 (prefetcht1): on an AMD EPYC
     (Zen 4) a Q4_K kernel read 17.6 -> 33 GB/s from DRAM with 2 threads where prefetcht0 two
     groups ahead filled L1's miss buffers (a C prototype, 16 matrices of 8960 x 1536 cycled)."""
     fn, bd = func(mod, name, 10)
@@ -202,6 +204,9 @@ def _decode_planes(isa, mod, code, name):
     wp = ptr_to(bd, w, I8)
     xs, xf, out = ptr_to(bd, xs_, F32T), ptr_to(bd, xf_, F32T), ptr_to(bd, out_, F32T)
     xh, xz = ptr_to(bd, xp_, I8), ptr_to(bd, xz_, F32T)
+    shared = code in U.PLANES_KLAYOUT  # a block's units share one lane map: the planes' K-quant layout
+    if shared:
+        xh = bd.gep(xh, [bd.mul(K, c64(2))])
     xl = bd.gep(xh, [K])
     per = BL.block_elems // G  # 32-element groups per format block
     chunk = U.PLANES_CHUNK // BL.block_elems  # format blocks per main-loop chunk
@@ -234,10 +239,18 @@ def _decode_planes(isa, mod, code, name):
                       for u in range(len(blk.units[0]))]
             for i in range(R):
                 a = acc[i].get()
-                for (ph, pl), wu, ls in zip(planes, blk.units[i], blk.lane_scales[i]):
-                    hi = dpb(bd, splat_c(I32, 0, L), wu, ph)
-                    isum = dpb(bd, bd.shl(hi, splat_c(I32, 8, L)), wu, pl)
-                    a = fmuladd(bd, bd.sitofp(isum, vec(F32T, L)), ls, a)
+                if shared:  # the block's units in one sum, converted and scaled once (two
+                    # chains, high and low plane: one chain of eight vpdpbusd is ~40 cycles long)
+                    hi, lo = splat_c(I32, 0, L), splat_c(I32, 0, L)
+                    for (ph, pl), wu in zip(planes, blk.units[i]):
+                        hi, lo = dpb(bd, hi, wu, ph), dpb(bd, lo, wu, pl)
+                    isum = bd.add(bd.shl(hi, splat_c(I32, 8, L)), lo)
+                    a = fmuladd(bd, bd.sitofp(isum, vec(F32T, L)), blk.lane_scales[i][0], a)
+                else:
+                    for (ph, pl), wu, ls in zip(planes, blk.units[i], blk.lane_scales[i]):
+                        hi = dpb(bd, splat_c(I32, 0, L), wu, ph)
+                        isum = dpb(bd, bd.shl(hi, splat_c(I32, 8, L)), wu, pl)
+                        a = fmuladd(bd, bd.sitofp(isum, vec(F32T, L)), ls, a)
                 acc[i].set(a)
             for key, v, x, n in (("min", blk.min, xf, g), ("zero", blk.zero_scale, xz, 2 * g)):
                 if v is not None:
