@@ -192,9 +192,10 @@ def _decode_planes(isa, mod, code, name):
     per block where its units share one lane map (unpack.PLANES_KLAYOUT: Q4_K, on the activations'
     K-quant layout); two rows at a time share the activation loads and the vector work of their
     scales. The zero point of q comes off at the end: z * sum over 16-element pieces of scale *
-    (the activations' sums there). The bytes PLANES_AHEAD rows on are fetched into L2 (prefetcht1): on an AMD EPYC
-    (Zen 4) a Q4_K kernel read 17.6 -> 33 GB/s from DRAM with 2 threads where prefetcht0 two
-    groups ahead filled L1's miss buffers (a C prototype, 16 matrices of 8960 x 1536 cycled)."""
+    (the activations' sums there). The bytes PLANES_AHEAD rows on are fetched into L2 (prefetcht1):
+    on an AMD EPYC (Zen 4) a Q4_K kernel read 17.6 -> 33 GB/s from DRAM with 2 threads where
+    prefetcht0 two groups ahead filled L1's miss buffers (a C prototype, 16 matrices of 8960 x 1536
+    cycled)."""
     fn, bd = func(mod, name, 10)
     fn.linkage = "internal"
     w, row_bytes, n_rows, K, _xq, xs_, xf_, out_, xp_, xz_ = fn.args

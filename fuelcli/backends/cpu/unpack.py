@@ -227,6 +227,7 @@ class PlanesBlocks(NamedTuple):
     """A chunk of n rows for the planes decode kernel."""
 
     units: list  # [row][u] <64 x i8>: unsigned weight bytes of the chunk's elements 64u .. 64u + 63
+    # (PLANES_KLAYOUT: of unit u of the K-quant layout)
     lane_scales: list  # [row][u] <16 x float> (PLANES_KLAYOUT: [row][0], shared by the block's units)
     min: ir.Value | None  # <g*n x float>: each row's min per 32-element group (times the group's sum of x)
     zero_scale: ir.Value | None  # <2g*n x float>: each row's scale x activation scale per 16 elements
@@ -318,11 +319,6 @@ KDW_Q4_K = [8 * (i // 4) + 4 * (i % 2) for i in range(_LANES)]  # qs dword of la
 # i // 4, its 16-byte half i % 2; unit u reads the dword u on
 
 
-def _dwords(bd, row, p, off, n):
-    """<16 x i32>: the n * 64 bytes of row at byte p + off, as n vectors."""
-    return [load(bd, row, bd.add(p, c64(off + 64 * i)), vec(I32, _LANES)) for i in range(n)]
-
-
 def _q4_k_planes(bd, rows, fb, nblk, xs8):
     """Unit u, lane i (the K-quant layout): qs dword KDW_Q4_K[i] + u, masked to its low nibbles
     (sub-block i // 2 even) or to its high nibbles in place (odd: 16 * q, whose scale carries the
@@ -336,7 +332,7 @@ def _q4_k_planes(bd, rows, fb, nblk, xs8):
     mask = const(I32, [0x0F0F0F0F if (i // 2) % 2 == 0 else 0xF0F0F0F0 - (1 << 32) for i in range(_LANES)])
     units, lane_scales = [], []
     for r, row in enumerate(rows):
-        q0, q1 = _dwords(bd, row, p, L.qs, 2)
+        q0, q1 = (load(bd, row, bd.add(p, c64(L.qs + 64 * h)), vec(I32, _LANES)) for h in range(2))
         units.append([bd.bitcast(bd.and_(bd.shuffle_vector(q0, q1, const(I32, [d + u for d in KDW_Q4_K])), mask),
                                  vec(I8, PLANES_UNIT)) for u in range(4)])
         lane_scales.append([bd.shuffle_vector(sv, sv, const(I32, [n * r + i // 2 for i in range(_LANES)]))])
