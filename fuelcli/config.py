@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .block import ACTIVATIONS, Attention, Block, Ffn
 from .errors import ConfigError, located
 from .families import BY_ARCHITECTURE, FAMILIES, Family
 from .jsondoc import read_object
@@ -29,19 +30,18 @@ class ModelConfig:
     num_kv_heads: int
     head_dim: int
     rms_norm_eps: float
-    rope: RopeConfig
     max_position: int
     tie_embeddings: bool
-    qkv_bias: bool
-    o_bias: bool
-    qk_norm: bool
-    windows: tuple  # per layer: 0 = full causal attention, w = query i sees keys i-w < j <= i
+    blocks: tuple  # one block.Block per layer: what the layer computes
     window_rule: str
-    moe_layers: tuple  # per layer: True = sparse MoE FFN
+    rope_rule: str  # how the layers' RoPEs were chosen, in words
     num_experts: int = 0
     experts_per_tok: int = 0
     moe_intermediate_size: int = 0
     norm_topk_prob: bool = False
+    norm_offset: float = 0.0  # every RMSNorm weight w is applied as norm_offset + w (folded in at load)
+    embed_scale: float = 1.0  # the embedding rows are multiplied by it
+    final_softcap: float = 0.0  # logits -> c * tanh(logits / c); 0 = none
     bos_token_id: int | None = None
     eos_token_ids: tuple = ()
     origin: dict = field(default_factory=dict, compare=False)  # field -> "config.json" | "default" | "derived" | ...
@@ -53,6 +53,24 @@ class ModelConfig:
     @property
     def kv_dim(self) -> int:
         return self.num_kv_heads * self.head_dim
+
+    @property
+    def windows(self) -> tuple:
+        """Per layer: 0 = full causal attention, w = query i sees keys i-w < j <= i."""
+        return tuple(b.attention.window for b in self.blocks)
+
+    @property
+    def moe_layers(self) -> tuple:
+        """Per layer: True = sparse MoE FFN."""
+        return tuple(b.ffn.moe for b in self.blocks)
+
+    @property
+    def rope(self) -> RopeConfig | None:
+        """The RoPE of the full-attention layers (of the first layer that has one when no full
+        layer does): the model's one RoPE unless its layers differ (block.rope_variants)."""
+        ropes = [b.attention.rope for b in self.blocks if b.attention.rope is not None]
+        full = [b.attention.rope for b in self.blocks if b.attention.rope is not None and not b.attention.window]
+        return (full or ropes or [None])[0]
 
 
 class _Reader:
@@ -151,35 +169,48 @@ def _scaling_number(scaling: dict, key: str, default, rtype: str) -> float:
     return value
 
 
-def _rope(r: _Reader) -> RopeConfig:
-    """Both shapes: `rope_parameters` (transformers 5) or `rope_theta` + `rope_scaling` (hub files)."""
-    params = r.mapping("rope_parameters")
-    if params is not None and any(isinstance(v, dict) for v in params.values()):
-        raise ConfigError("per-layer-type rope_parameters are not supported")
-    scaling = params if params is not None else r.mapping("rope_scaling")
-    theta = (params or {}).get("rope_theta")
-    if theta is not None:
-        r.origin["rope_theta"] = r.source
-        if not _is_number(theta):
-            raise ConfigError(f"rope_parameters.rope_theta must be a number, got {theta!r}")
-        theta = float(theta)
-    else:
-        theta = r.number("rope_theta")
-    if theta <= 0:
-        raise ConfigError(f"rope_theta must be > 0, got {theta!r}")
+def _theta(value, where: str) -> float:
+    if not _is_number(value):
+        raise ConfigError(f"{where} must be a number, got {value!r}")
+    if value <= 0:
+        raise ConfigError(f"{where} must be > 0, got {value!r}")
+    return float(value)
+
+
+def _positive_int(value, what: str) -> int:
+    if not _is_int(value) or value <= 0:
+        raise ConfigError(f"{what} must be a positive integer, got {value!r}")
+    return value
+
+
+def parse_rope(r: _Reader, scaling: dict | None, theta: float) -> RopeConfig:
+    """One RoPE: base `theta` and the scaling dict (rope_scaling, or a rope_parameters dict; None or
+    type default: none), checked key by key as transformers reads them."""
     if not scaling:
         return RopeConfig(theta=theta)
     rtype = scaling.get("rope_type", scaling.get("type", "default"))
-    if not isinstance(rtype, str) or rtype not in SUPPORTED_ROPE_TYPES:
+    # "factors" (one divisor per frequency) is what a GGUF rope_freqs tensor says: no config.json type
+    known = SUPPORTED_ROPE_TYPES + (("factors",) if r.source == "gguf" else ())
+    if not isinstance(rtype, str) or rtype not in known:
         raise ConfigError(f"unsupported rope type {rtype!r}; supported: {', '.join(SUPPORTED_ROPE_TYPES)}")
     r.origin["rope_scaling"] = r.source
     if rtype == "default":
         return RopeConfig(theta=theta)
+    if rtype == "factors":
+        return RopeConfig(theta=theta, type="factors", factors=tuple(scaling["factors"]))
+    original = scaling.get("original_max_position_embeddings")
+    if original is None:
+        original = r.raw.get("max_position_embeddings", 8192)
+    original = _positive_int(original, f"rope scaling {rtype!r}: original_max_position_embeddings")
     factor = scaling.get("factor")
+    if factor is None and rtype == "yarn" and _is_int(r.raw.get("max_position_embeddings")):
+        factor = r.raw["max_position_embeddings"] / original  # transformers' fallback (DeepSeek-V3)
     if not _is_number(factor) or factor <= 0:
         raise ConfigError(f"rope scaling {rtype!r} needs a positive factor, got {factor!r}")
     if rtype == "linear":
         return RopeConfig(theta=theta, type="linear", factor=float(factor))
+    if rtype == "yarn":
+        return _yarn(scaling, theta, float(factor), original)
     low = float(_scaling_number(scaling, "low_freq_factor", 1.0, rtype))
     high = float(_scaling_number(scaling, "high_freq_factor", 4.0, rtype))
     # the bands are original/high < wavelength < original/low: both factors divide, and equal
@@ -187,20 +218,54 @@ def _rope(r: _Reader) -> RopeConfig:
     if not 0 < low <= high:
         raise ConfigError(f"rope scaling {rtype!r}: needs 0 < low_freq_factor <= high_freq_factor, "
                           f"got low_freq_factor={low:g} and high_freq_factor={high:g}")
-    original = scaling.get("original_max_position_embeddings")
-    if original is None:
-        original = r.raw.get("max_position_embeddings", 8192)
-    if not _is_int(original) or original <= 0:
-        raise ConfigError(f"rope scaling {rtype!r}: original_max_position_embeddings must be a positive "
-                          f"integer, got {original!r}")
-    return RopeConfig(
-        theta=theta,
-        type="llama3",
-        factor=float(factor),
-        low_freq_factor=low,
-        high_freq_factor=high,
-        original_max_position=original,
-    )
+    return RopeConfig(theta=theta, type="llama3", factor=float(factor), low_freq_factor=low, high_freq_factor=high,
+                      original_max_position=original)
+
+
+def _yarn(scaling: dict, theta: float, factor: float, original: int) -> RopeConfig:
+    """transformers' _compute_yarn_parameters: the ramp's rotations (beta_fast, beta_slow: 32, 1
+    when absent or 0) and the factor cos and sin are multiplied by (attention_factor, else from
+    mscale / mscale_all_dim, else 0.1 ln(factor) + 1)."""
+    def mscale(scale, m=1.0):
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    fast = _scaling_number(scaling, "beta_fast", None, "yarn") or 32.0
+    slow = _scaling_number(scaling, "beta_slow", None, "yarn") or 1.0
+    attention = _scaling_number(scaling, "attention_factor", None, "yarn")
+    if attention is None:
+        m, m_all = (_scaling_number(scaling, k, None, "yarn") for k in ("mscale", "mscale_all_dim"))
+        attention = mscale(factor, m) / mscale(factor, m_all) if m and m_all else mscale(factor)
+    truncate = scaling.get("truncate", True)
+    if not isinstance(truncate, bool):
+        raise ConfigError(f"rope scaling 'yarn': truncate must be true or false, got {truncate!r}")
+    if not fast > slow > 0:
+        raise ConfigError(f"rope scaling 'yarn': needs beta_fast > beta_slow > 0, got {fast:g} and {slow:g}")
+    return RopeConfig(theta=theta, type="yarn", factor=factor, original_max_position=original, beta_fast=float(fast),
+                      beta_slow=float(slow), truncate=truncate, attention_factor=float(attention))
+
+
+def rope_reader(r: _Reader):
+    """rope_for(layer_type) -> the RopeConfig of "full_attention" or "sliding_attention" layers,
+    from either shape: `rope_parameters` (transformers 5; one dict, or one per layer type) or
+    `rope_theta` + `rope_scaling` (hub files), the same for every layer type."""
+    params = r.mapping("rope_parameters")
+    if params is not None and any(isinstance(v, dict) for v in params.values()):
+        def rope_for(kind: str) -> RopeConfig:
+            p = params.get(kind)
+            if not isinstance(p, dict):
+                raise ConfigError(f"rope_parameters has no object for {kind} layers, got {p!r}")
+            theta = p.get("rope_theta")
+            r.origin["rope_theta"] = r.source
+            return parse_rope(r, p, _theta(theta if theta is not None else r.number("rope_theta"),
+                                          f"rope_parameters.{kind}.rope_theta"))
+        return rope_for
+    if params is not None and params.get("rope_theta") is not None:
+        r.origin["rope_theta"] = r.source
+        theta = _theta(params["rope_theta"], "rope_parameters.rope_theta")
+    else:
+        theta = _theta(r.number("rope_theta"), "rope_theta")
+    single = parse_rope(r, params if params is not None else r.mapping("rope_scaling"), theta)
+    return lambda kind: single
 
 
 def _eos_ids(*values: tuple) -> tuple:
@@ -297,6 +362,12 @@ def from_hf_config(raw: dict, generation: dict | None = None, source: str = "con
             raise ConfigError(f"{(key_names or {}).get(key, key)}={bad[0]} is outside the vocabulary "
                               f"(vocab_size={vocab})")
 
+    ropes, rope_rule = family.ropes(r, windows, rope_reader(r))
+    attention = dict(qk_norm=family.qk_norm, qkv_bias=family.qkv_bias(raw), o_bias=family.o_bias(raw),
+                     scale=family.attention_scale(r, head_dim))
+    act = _activation(r, family.activation_key)
+    blocks = tuple(Block(Attention(window=int(windows[i]), rope=ropes[i], **attention), Ffn(ffn.moe_layers[i], act),
+                         sandwich=family.sandwich) for i in range(n_layers))
     return ModelConfig(
         family=family.model_type,
         vocab_size=vocab,
@@ -307,23 +378,40 @@ def from_hf_config(raw: dict, generation: dict | None = None, source: str = "con
         num_kv_heads=n_kv,
         head_dim=head_dim,
         rms_norm_eps=_rms_norm_eps(r),
-        rope=_rope(r),
         max_position=max_position,
         tie_embeddings=sizes["tie_word_embeddings"],
-        qkv_bias=family.qkv_bias(raw),
-        o_bias=family.o_bias(raw),
-        qk_norm=family.qk_norm,
-        windows=tuple(int(w) for w in windows),
+        blocks=blocks,
         window_rule=rule,
-        moe_layers=ffn.moe_layers,
+        rope_rule=rope_rule or "every layer: the config's RoPE",
         num_experts=ffn.num_experts,
         experts_per_tok=ffn.experts_per_tok,
         moe_intermediate_size=ffn.moe_intermediate_size,
         norm_topk_prob=ffn.norm_topk_prob,
+        norm_offset=family.norm_offset,
+        embed_scale=float(family.embed_scale(r, hidden)),
+        final_softcap=_softcap(r, family.softcap_key),
         bos_token_id=bos,
         eos_token_ids=eos,
         origin=r.origin,
     )
+
+
+def _activation(r: _Reader, key: str) -> str:
+    name = r.get(key, "activation")
+    for act, spellings in ACTIVATIONS.items():
+        if name in spellings:
+            return act
+    known = ", ".join(s for spellings in ACTIVATIONS.values() for s in spellings)
+    raise ConfigError(f"{key}={name!r} is not supported; supported: {known}")
+
+
+def _softcap(r: _Reader, key: str | None) -> float:
+    if key is None or r.raw.get(key) is None:
+        return 0.0
+    cap = r.number(key, "final_softcap")
+    if cap <= 0:
+        raise ConfigError(f"{key} must be > 0 or null, got {cap!r}")
+    return cap
 
 
 def _rms_norm_eps(r: _Reader) -> float:

@@ -1,9 +1,12 @@
 """What `fuel inspect` shows, as plain data (dicts and lists) the CLI renders as tables or JSON.
 
-    mask_plan_view(model)  one row per layer + the distinct mask variants and the rule (config only)
-    config_view(model)     every resolved ModelConfig value with its origin
+    mask_plan_view(model)  one row per layer (attention, mask, RoPE, norms, FFN) + the distinct mask
+                           variants and the rules (config only)
+    config_view(model)     every resolved ModelConfig value with its origin; the blocks' properties
+                           as one value when every layer agrees, else per layer
     weights_view(model)    the stored tensor table (name, shape, format, bytes), totals, parameter count
-    rope_view(model)       per frequency index: base and scaled inverse frequency, wavelength, band
+    rope_view(model)       per RoPE of the model (and the layers using it), per frequency index: base
+                           and scaled inverse frequency, wavelength, band
 
 Only weights_view touches the weight files, and only their headers (tensor data stays in the mmap).
 """
@@ -15,7 +18,8 @@ import math
 
 import numpy as np
 
-from .plan import mask_plan
+from .block import rope_variants
+from .plan import ACTIVATION_NAMES, mask_plan, rope_text
 from .rope import base_inv_freq, inv_freq, llama3_bands
 
 
@@ -37,8 +41,9 @@ def ranges(indices) -> str:
 # ---------------------------------------------------------------- mask plan
 
 
-def ffn_text(cfg, moe: bool) -> str:
-    return f"MoE {cfg.experts_per_tok} of {cfg.num_experts}" if moe else "dense"
+def ffn_text(cfg, block) -> str:
+    kind = f"MoE {cfg.experts_per_tok} of {cfg.num_experts}" if block.ffn.moe else "dense"
+    return kind if block.ffn.activation == "silu" else f"{kind} {ACTIVATION_NAMES[block.ffn.activation]}"
 
 
 def mask_plan_view(model) -> dict:
@@ -54,7 +59,9 @@ def mask_plan_view(model) -> dict:
                 "attention": lp.attention,
                 "window": lp.window,
                 "mask": plan.variant_of(lp.index),
-                "ffn": ffn_text(cfg, lp.moe),
+                "rope": lp.rope,
+                "norms": lp.norms,
+                "ffn": ffn_text(cfg, lp.block),
                 "moe": lp.moe,
             }
             for lp in plan.layers
@@ -65,7 +72,9 @@ def mask_plan_view(model) -> dict:
         ],
         "num_variants": len(plan.variants),
         "rule": plan.rule,
+        "rope_rule": cfg.rope_rule,
         "moe_layers": [i for i, m in enumerate(cfg.moe_layers) if m],
+        "nope_layers": [i for i, b in enumerate(cfg.blocks) if b.attention.rope is None],
     }
 
 
@@ -77,8 +86,14 @@ _FALLBACK_ORIGIN = {
     "qkv_bias": "family",
     "o_bias": "family",
     "qk_norm": "family",
+    "attention_scale": "family",
+    "sandwich_norms": "family",
+    "norm_offset": "family",
+    "embed_scale": "family",
     "window_rule": "derived",
+    "rope_rule": "derived",
     "windows": "derived",
+    "rope_layers": "derived",
     "moe_layers": "derived",
 }
 
@@ -93,25 +108,54 @@ def _jsonable(v):
     return v
 
 
+def _per_layer(values: list, always_list: bool = False):
+    """One value when every layer agrees (unless always_list), else the per-layer list."""
+    return values if always_list or len(set(values)) > 1 else values[0]
+
+
+def _block_rows(cfg) -> dict:
+    """The blocks' properties as config rows: name -> value (one, or one per layer)."""
+    att = [b.attention for b in cfg.blocks]
+    variants = rope_variants(cfg)
+    rows = {
+        "windows": _per_layer([a.window for a in att], always_list=True),
+        "qkv_bias": _per_layer([a.qkv_bias for a in att]),
+        "o_bias": _per_layer([a.o_bias for a in att]),
+        "qk_norm": _per_layer([a.qk_norm for a in att]),
+        "attention_scale": _per_layer([a.scale for a in att]),
+        "activation": _per_layer([b.ffn.activation for b in cfg.blocks]),
+        "sandwich_norms": _per_layer([b.sandwich for b in cfg.blocks]),
+        "moe_layers": _per_layer([b.ffn.moe for b in cfg.blocks], always_list=True),
+    }
+    if len(variants) > 1 or any(a.rope is None for a in att):
+        # which RoPE each layer rotates with (rope_view lists them), None: no RoPE
+        rows["rope_layers"] = [None if a.rope is None else rope_text(a.rope) for a in att]
+    return rows
+
+
 def config_view(model) -> dict:
     cfg = model.cfg
     origin = cfg.origin or {}
     rows = []
+
+    def add(name, value):
+        o = origin.get(name) or _FALLBACK_ORIGIN.get(name) or "default"
+        rows.append({"name": name, "value": _jsonable(value), "origin": o})
+
     for f in dataclasses.fields(cfg):
-        if f.name == "origin":
+        if f.name in ("origin", "blocks"):
             continue
-        value = getattr(cfg, f.name)
-        if f.name == "rope":
-            for rf in dataclasses.fields(value):
-                if rf.name == "theta":
-                    o = origin.get("rope_theta", "default")
-                else:
-                    o = origin.get("rope_scaling") or ("default" if value.type == "default" else "derived")
-                    o = origin.get(f"rope_{rf.name}", o)
-                rows.append({"name": f"rope.{rf.name}", "value": _jsonable(getattr(value, rf.name)), "origin": o})
-            continue
-        o = origin.get(f.name) or _FALLBACK_ORIGIN.get(f.name) or "default"
-        rows.append({"name": f.name, "value": _jsonable(value), "origin": o})
+        add(f.name, getattr(cfg, f.name))
+    rope = cfg.rope
+    for rf in dataclasses.fields(rope) if rope is not None else ():
+        if rf.name == "theta":
+            o = origin.get("rope_theta", "default")
+        else:
+            o = origin.get("rope_scaling") or ("default" if rope.type == "default" else "derived")
+            o = origin.get(f"rope_{rf.name}", o)
+        rows.append({"name": f"rope.{rf.name}", "value": _jsonable(getattr(rope, rf.name)), "origin": o})
+    for name, value in _block_rows(cfg).items():
+        add(name, value)
     for name in ("q_dim", "kv_dim"):
         rows.append({"name": name, "value": getattr(cfg, name), "origin": "derived"})
     return {"model": model.source.name, "source_kind": model.source.kind, "values": rows}
@@ -161,9 +205,7 @@ def weights_view(model) -> dict:
 # ---------------------------------------------------------------- rope
 
 
-def rope_view(model) -> dict:
-    cfg = model.cfg
-    rope, d = cfg.rope, cfg.head_dim
+def _rope_table(rope, d: int) -> dict:
     base = base_inv_freq(d, rope.theta)
     scaled = inv_freq(rope, d)
     bands = llama3_bands(rope, base) if rope.type == "llama3" else None
@@ -179,15 +221,32 @@ def rope_view(model) -> dict:
             "band": None if bands is None else str(bands[i]),
         })
     params = {"theta": rope.theta, "type": rope.type}
-    if rope.type in ("linear", "llama3"):
+    if rope.type in ("linear", "llama3", "yarn"):
         params["factor"] = rope.factor
     if rope.type == "llama3":
         params.update(low_freq_factor=rope.low_freq_factor, high_freq_factor=rope.high_freq_factor,
                       original_max_position=rope.original_max_position,
                       high_freq_wavelen=rope.original_max_position / rope.high_freq_factor,
                       low_freq_wavelen=rope.original_max_position / rope.low_freq_factor)
+    if rope.type == "yarn":
+        params.update(original_max_position=rope.original_max_position, beta_fast=rope.beta_fast,
+                      beta_slow=rope.beta_slow, attention_factor=rope.attention_factor)
     counts = {}
     if bands is not None:
         for b in bands:
             counts[str(b)] = counts.get(str(b), 0) + 1
-    return {"model": model.source.name, "head_dim": d, "rope": params, "frequencies": rows, "band_counts": counts}
+    return {"rope": params, "frequencies": rows, "band_counts": counts}
+
+
+def rope_view(model) -> dict:
+    """The model's RoPE (of its full-attention layers) at the top; every RoPE it has in `variants`,
+    each with the layers that rotate with it; `nope_layers`: the layers without RoPE."""
+    cfg = model.cfg
+    d = cfg.head_dim
+    variants = []
+    for rope in rope_variants(cfg):
+        layers = [i for i, b in enumerate(cfg.blocks) if b.attention.rope == rope]
+        variants.append({"layers": layers, "layer_ranges": ranges(layers), **_rope_table(rope, d)})
+    main = _rope_table(cfg.rope, d) if cfg.rope is not None else {"rope": None, "frequencies": [], "band_counts": {}}
+    return {"model": model.source.name, "head_dim": d, **main, "variants": variants,
+            "nope_layers": [i for i, b in enumerate(cfg.blocks) if b.attention.rope is None], "rule": cfg.rope_rule}

@@ -1,20 +1,50 @@
-"""The layer plan: per layer, its attention (full or window w) and FFN (dense or MoE); and the mask
-plan, the distinct attention masks and which layers read each. Derived from ModelConfig only."""
+"""The layer plan: per layer, what its block does (attention full or window w, RoPE or none, norms,
+FFN dense or MoE and its activation); and the mask plan, the distinct attention masks and which
+layers read each. Derived from ModelConfig's blocks only."""
 
 from dataclasses import dataclass
 
+from .block import Block
 from .config import ModelConfig
+from .rope import RopeConfig
+
+ACTIVATION_NAMES = {"silu": "SiLU", "gelu_tanh": "GELU-tanh"}
+
+
+def rope_text(rope: RopeConfig | None) -> str:
+    """θ=10000, θ=500000 llama3 ×8, θ=1e+06 yarn ×4, ... or none (a layer without RoPE)."""
+    if rope is None:
+        return "none"
+    text = f"θ={rope.theta:g}"
+    if rope.type == "factors":
+        return f"{text} rope_freqs"
+    return text if rope.type == "default" else f"{text} {rope.type} ×{rope.factor:g}"
 
 
 @dataclass(frozen=True)
 class LayerPlan:
     index: int
-    window: int  # 0 = full causal
-    moe: bool
+    block: Block
+
+    @property
+    def window(self) -> int:  # 0 = full causal
+        return self.block.attention.window
+
+    @property
+    def moe(self) -> bool:
+        return self.block.ffn.moe
 
     @property
     def attention(self) -> str:
         return f"window {self.window}" if self.window else "full"
+
+    @property
+    def rope(self) -> str:
+        return rope_text(self.block.attention.rope)
+
+    @property
+    def norms(self) -> str:
+        return "pre + post" if self.block.sandwich else "pre"
 
 
 @dataclass
@@ -35,7 +65,7 @@ class MaskPlan:
 
 
 def layer_plans(cfg: ModelConfig) -> list:
-    return [LayerPlan(i, cfg.windows[i], cfg.moe_layers[i]) for i in range(cfg.num_layers)]
+    return [LayerPlan(i, b) for i, b in enumerate(cfg.blocks)]
 
 
 def mask_plan(cfg: ModelConfig) -> MaskPlan:

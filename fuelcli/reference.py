@@ -1,11 +1,14 @@
 """The readable oracle: a plain numpy forward over the whole prefix, no cache, f32.
 
-It reads the same ModelConfig (windows, MoE layers, RoPE) and ModelWeights as the engine, so a
-family's semantics is written once; only the arithmetic is written twice, slowly and plainly here.
+It interprets the same per-layer blocks (block.py) and ModelWeights as the engines, so a family's
+semantics is written once; only the arithmetic is written twice, slowly and plainly here.
 """
+
+import math
 
 import numpy as np
 
+from .block import Block
 from .config import ModelConfig
 from .rope import cos_sin
 from .formats import dequantize
@@ -30,6 +33,15 @@ def silu(x: np.ndarray) -> np.ndarray:
     return x / (1 + np.exp(-x))
 
 
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """transformers' gelu_pytorch_tanh: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    c = np.float32(math.sqrt(2 / math.pi))
+    return np.float32(0.5) * x * (1 + np.tanh(c * (x + np.float32(0.044715) * x * x * x)))
+
+
+ACT = {"silu": silu, "gelu_tanh": gelu_tanh}
+
+
 def rotate_half(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
     """x [T, heads, D]; pairs (i, i + D/2)."""
     half = x.shape[-1] // 2
@@ -45,26 +57,30 @@ def causal_mask(T: int, window: int) -> np.ndarray:
     return allowed & (j > i - window) if window > 0 else allowed
 
 
-def attention(cfg: ModelConfig, layer, x: np.ndarray, window: int, cos, sin) -> np.ndarray:
+def attention(cfg: ModelConfig, block: Block, layer, x: np.ndarray) -> np.ndarray:
+    a = block.attention
     T, D = x.shape[0], cfg.head_dim
     q = linear(x, layer.q, layer.q_bias).reshape(T, cfg.num_heads, D)
     k = linear(x, layer.k, layer.k_bias).reshape(T, cfg.num_kv_heads, D)
     v = linear(x, layer.v, layer.v_bias).reshape(T, cfg.num_kv_heads, D)
-    if cfg.qk_norm:
+    if a.qk_norm:
         q, k = rmsnorm(q, layer.q_norm, cfg.rms_norm_eps), rmsnorm(k, layer.k_norm, cfg.rms_norm_eps)
-    q, k = rotate_half(q, cos, sin), rotate_half(k, cos, sin)
+    if a.rope is not None:
+        cos, sin = cos_sin(a.rope, D, T)
+        q, k = rotate_half(q, cos, sin), rotate_half(k, cos, sin)
     group = cfg.num_heads // cfg.num_kv_heads
     k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)  # GQA: kv head h // group
-    scores = np.einsum("thd,shd->hts", q, k) / np.sqrt(np.float32(D))
-    scores = np.where(causal_mask(T, window)[None], scores, -np.inf)
+    scale = np.float32(1 / np.sqrt(np.float32(D)) if a.scale is None else a.scale)
+    scores = np.einsum("thd,shd->hts", q, k) * scale
+    scores = np.where(causal_mask(T, a.window)[None], scores, -np.inf)
     p = np.exp(scores - scores.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
     out = np.einsum("hts,shd->thd", p, v).reshape(T, cfg.num_heads * D)
     return linear(out, layer.o, layer.o_bias)
 
 
-def swiglu(x, gate: Tensor, up: Tensor, down: Tensor) -> np.ndarray:
-    return linear(silu(linear(x, gate)) * linear(x, up), down)
+def glu(x, gate: Tensor, up: Tensor, down: Tensor, activation: str) -> np.ndarray:
+    return linear(ACT[activation](linear(x, gate)) * linear(x, up), down)
 
 
 def route(cfg: ModelConfig, logits: np.ndarray):
@@ -78,13 +94,19 @@ def route(cfg: ModelConfig, logits: np.ndarray):
     return top, w
 
 
-def moe(cfg: ModelConfig, layer, x: np.ndarray) -> np.ndarray:
+def moe(cfg: ModelConfig, layer, x: np.ndarray, activation: str) -> np.ndarray:
     top, w = route(cfg, linear(x, layer.router))
     out = np.zeros_like(x)
     for t in range(x.shape[0]):
         for e, we in zip(top[t], w[t]):
-            out[t] += we * swiglu(x[t : t + 1], layer.gate_exps[e], layer.up_exps[e], layer.down_exps[e])[0]
+            out[t] += we * glu(x[t : t + 1], layer.gate_exps[e], layer.up_exps[e], layer.down_exps[e], activation)[0]
     return out
+
+
+def ffn(cfg: ModelConfig, block: Block, layer, x: np.ndarray) -> np.ndarray:
+    if block.ffn.moe:
+        return moe(cfg, layer, x, block.ffn.activation)
+    return glu(x, layer.gate, layer.up, layer.down, block.ffn.activation)
 
 
 @np.errstate(all="ignore")  # NaN/inf weights or float32 overflow: no warnings, the caller checks (finite.py)
@@ -92,25 +114,32 @@ def trunk(cfg: ModelConfig, weights: ModelWeights, tokens, hidden: bool = False)
     """The final-normed hidden states [T, H] (what the output head reads); with hidden=True also the
     residual stream after the embedding and after each layer, [L+1, T, H]."""
     tokens = list(tokens)
-    T = len(tokens)
-    cos, sin = cos_sin(cfg.rope, cfg.head_dim, T)
+    eps = cfg.rms_norm_eps
     x = rows(weights.embed, tokens)
+    if cfg.embed_scale != 1.0:
+        x = x * np.float32(cfg.embed_scale)
     states = [x]
-    for i, layer in enumerate(weights.layers):
-        x = x + attention(cfg, layer, rmsnorm(x, layer.attn_norm, cfg.rms_norm_eps), cfg.windows[i], cos, sin)
-        h = rmsnorm(x, layer.ffn_norm, cfg.rms_norm_eps)
-        x = x + (moe(cfg, layer, h) if cfg.moe_layers[i] else swiglu(h, layer.gate, layer.up, layer.down))
+    for block, layer in zip(cfg.blocks, weights.layers):
+        h = attention(cfg, block, layer, rmsnorm(x, layer.attn_norm, eps))
+        x = x + (rmsnorm(h, layer.post_attn_norm, eps) if block.sandwich else h)
+        h = ffn(cfg, block, layer, rmsnorm(x, layer.ffn_norm, eps))
+        x = x + (rmsnorm(h, layer.post_ffn_norm, eps) if block.sandwich else h)
         states.append(x)
     out = rmsnorm(x, weights.final_norm, cfg.rms_norm_eps)
     return (out, np.stack(states).astype(np.float32)) if hidden else out
 
 
 @np.errstate(all="ignore")
-def head(weights: ModelWeights, x: np.ndarray, output: np.ndarray | None = None) -> np.ndarray:
-    """Logits [T, vocab] float32 of final-normed states; `output` is the dequantised output matrix
-    when the caller keeps it across calls (a long text's rows go through in slices)."""
+def head(cfg: ModelConfig, weights: ModelWeights, x: np.ndarray, output: np.ndarray | None = None) -> np.ndarray:
+    """Logits [T, vocab] float32 of final-normed states (softcapped when the model says so);
+    `output` is the dequantised output matrix when the caller keeps it across calls (a long text's
+    rows go through in slices)."""
     w = dequantize(weights.output) if output is None else output
-    return (x @ w.T).astype(np.float32)
+    logits = (x @ w.T).astype(np.float32)
+    if cfg.final_softcap:
+        cap = np.float32(cfg.final_softcap)
+        logits = (np.tanh(logits / cap) * cap).astype(np.float32)
+    return logits
 
 
 def forward(cfg: ModelConfig, weights: ModelWeights, tokens, hidden: bool = False):
@@ -118,5 +147,5 @@ def forward(cfg: ModelConfig, weights: ModelWeights, tokens, hidden: bool = Fals
     embedding and after each layer, [L+1, T, H] (the engine's hidden_out)."""
     out = trunk(cfg, weights, tokens, hidden)
     x, states = out if hidden else (out, None)
-    logits = head(weights, x)
+    logits = head(cfg, weights, x)
     return (logits, states) if hidden else logits

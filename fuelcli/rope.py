@@ -1,6 +1,10 @@
 """Rotary position embeddings: inverse frequencies for each scaling type, and cos/sin tables.
 
 HF layout ("rotate half", NEOX): dimension i pairs with i + head_dim/2, both rotated by inv_freq[i].
+Types: default; linear (every frequency / factor); llama3 (three bands by wavelength); yarn (a ramp
+between interpolated and original frequencies by rotations per original context, cos and sin times
+an attention factor); factors (each frequency divided by its own factor: a GGUF `rope_freqs`
+tensor, llama.cpp's form of llama3 scaling).
 """
 
 import math
@@ -8,27 +12,36 @@ from dataclasses import dataclass
 
 import numpy as np
 
-SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 
 
 @dataclass(frozen=True)
 class RopeConfig:
     theta: float = 10000.0
-    type: str = "default"
+    type: str = "default"  # a SUPPORTED_ROPE_TYPES entry, or "factors"
     factor: float = 1.0
-    low_freq_factor: float = 1.0
-    high_freq_factor: float = 4.0
-    original_max_position: int = 8192
+    low_freq_factor: float = 1.0  # llama3
+    high_freq_factor: float = 4.0  # llama3
+    original_max_position: int = 8192  # llama3, yarn
+    beta_fast: float = 32.0  # yarn: rotations bounding the ramp
+    beta_slow: float = 1.0
+    truncate: bool = True  # yarn: the ramp's bounds rounded to whole dimensions
+    attention_factor: float = 1.0  # yarn: cos and sin are multiplied by it
+    factors: tuple = ()  # factors: one divisor per frequency
+
+
+def powers(head_dim: int, theta: float) -> np.ndarray:
+    """theta ** (2i/d) as transformers: exponents in float32, the power in float32. It is taken in
+    float64 and rounded once (the correctly rounded float32 result): torch's vectorised float32 pow
+    is within 1 ulp of it, and which way its last bit falls depends on the CPU's vector width, so
+    no float32 formula matches torch's bits on every machine."""
+    exponents = np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(head_dim)
+    return (np.float64(np.float32(theta)) ** exponents.astype(np.float64)).astype(np.float32)
 
 
 def base_inv_freq(head_dim: int, theta: float) -> np.ndarray:
-    """As transformers: exponents 2i/d in float32, theta ** e in float32, 1 / that in float32. The
-    power is taken in float64 and rounded once (the correctly rounded float32 result): torch's
-    vectorised float32 pow is within 1 ulp of it, and which way its last bit falls depends on the
-    CPU's vector width, so no float32 formula matches torch's bits on every machine."""
-    exponents = np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / np.float32(head_dim)
-    power = (np.float64(np.float32(theta)) ** exponents.astype(np.float64)).astype(np.float32)
-    return (np.float32(1.0) / power).astype(np.float32)
+    """1 / theta ** (2i/d) in float32, as transformers."""
+    return (np.float32(1.0) / powers(head_dim, theta)).astype(np.float32)
 
 
 def llama3_bands(rope: RopeConfig, base: np.ndarray) -> np.ndarray:
@@ -40,12 +53,36 @@ def llama3_bands(rope: RopeConfig, base: np.ndarray) -> np.ndarray:
     return np.where(wavelen < high_wavelen, "kept", np.where(wavelen > low_wavelen, "divided", "smoothed"))
 
 
+def yarn_inv_freq(rope: RopeConfig, head_dim: int) -> np.ndarray:
+    """transformers' _compute_yarn_parameters: dimensions below the ramp keep their frequency
+    (extrapolation), those above are divided by factor (interpolation), linearly between."""
+    def dim_of(rotations):  # the dimension that turns `rotations` times over the original context
+        return head_dim * math.log(rope.original_max_position / (rotations * 2 * math.pi)) / (2 * math.log(rope.theta))
+
+    low, high = dim_of(rope.beta_fast), dim_of(rope.beta_slow)
+    if rope.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, head_dim - 1)
+    if low == high:
+        high += 0.001  # transformers' guard against a zero-width ramp
+    ramp = np.clip((np.arange(head_dim // 2, dtype=np.float32) - np.float32(low)) / np.float32(high - low), 0, 1)
+    keep = (1 - ramp).astype(np.float32)
+    power = powers(head_dim, rope.theta)
+    extrapolated = np.float32(1.0) / power
+    interpolated = np.float32(1.0) / (np.float32(rope.factor) * power)
+    return (interpolated * (1 - keep) + extrapolated * keep).astype(np.float32)
+
+
 def inv_freq(rope: RopeConfig, head_dim: int) -> np.ndarray:
     base = base_inv_freq(head_dim, rope.theta)
     if rope.type == "default":
         return base
     if rope.type == "linear":
         return (base / np.float32(rope.factor)).astype(np.float32)
+    if rope.type == "yarn":
+        return yarn_inv_freq(rope, head_dim)
+    if rope.type == "factors":
+        return (base / np.asarray(rope.factors, np.float32)).astype(np.float32)
     # llama3: keep high frequencies, divide low ones by factor, interpolate between
     bands = llama3_bands(rope, base)
     divided = base / np.float32(rope.factor)
@@ -56,6 +93,17 @@ def inv_freq(rope: RopeConfig, head_dim: int) -> np.ndarray:
 
 
 def cos_sin(rope: RopeConfig, head_dim: int, n_positions: int) -> tuple[np.ndarray, np.ndarray]:
-    """Tables [n_positions, head_dim/2] in f32, the angle computed in f32 like transformers."""
+    """Tables [n_positions, head_dim/2] in f32, the angle computed in f32 like transformers (and
+    both times the attention factor, as transformers scales them)."""
     freqs = np.arange(n_positions, dtype=np.float32)[:, None] * inv_freq(rope, head_dim)[None, :]
-    return np.cos(freqs).astype(np.float32), np.sin(freqs).astype(np.float32)
+    cos, sin = np.cos(freqs).astype(np.float32), np.sin(freqs).astype(np.float32)
+    if rope.attention_factor != 1.0:
+        f = np.float32(rope.attention_factor)
+        cos, sin = (cos * f).astype(np.float32), (sin * f).astype(np.float32)
+    return cos, sin
+
+
+def cos_sin_tables(ropes: list, head_dim: int, n_positions: int) -> tuple[np.ndarray, np.ndarray]:
+    """cos_sin of each RoPE stacked: [len(ropes) (at least 1), n_positions, head_dim/2]."""
+    pairs = [cos_sin(r, head_dim, n_positions) for r in ropes] or [cos_sin(RopeConfig(), head_dim, n_positions)]
+    return np.stack([c for c, _ in pairs]), np.stack([s for _, s in pairs])

@@ -97,7 +97,9 @@ def engine_bytes(cfg, n_ctx: int, rows: int = ACTIVATION_ROWS, kv_value_bytes: i
     rows = max(1, min(rows, n_ctx))
     inter = max(cfg.intermediate_size, cfg.moe_intermediate_size)
     act = 4 * rows * (3 * cfg.hidden_size + 2 * cfg.q_dim + 2 * cfg.kv_dim + 2 * inter + max(cfg.num_experts, 1))
-    rope = 2 * 4 * n_ctx * (cfg.head_dim // 2)
+    from .block import rope_variants
+
+    rope = 2 * 4 * n_ctx * (cfg.head_dim // 2) * max(1, len(rope_variants(cfg)))
     return kv, act + rope + 4 * cfg.vocab_size
 
 

@@ -41,7 +41,8 @@ def test_qwen2_0_5b():
     c = from_hf_config(QWEN2_0_5B)
     assert (c.family, c.hidden_size, c.num_layers, c.num_heads, c.num_kv_heads) == ("qwen2", 896, 24, 14, 2)
     assert c.head_dim == 64 and c.origin["head_dim"] == "derived"
-    assert c.tie_embeddings and c.qkv_bias and not c.o_bias and not c.qk_norm
+    a = c.blocks[0].attention
+    assert c.tie_embeddings and a.qkv_bias and not a.o_bias and not a.qk_norm
     assert c.rope.theta == 1e6 and c.rope.type == "default"
     assert c.windows == (0,) * 24  # use_sliding_window false
     assert c.origin["rms_norm_eps"] == "config.json"
@@ -51,7 +52,7 @@ def test_qwen3_30b_a3b():
     c = from_hf_config(QWEN3_30B_A3B)
     assert c.family == "qwen3_moe" and c.head_dim == 128 != 2048 // 32
     assert (c.num_experts, c.experts_per_tok, c.moe_intermediate_size) == (128, 8, 768)
-    assert c.moe_layers == (True,) * 48 and not c.norm_topk_prob and c.qk_norm
+    assert c.moe_layers == (True,) * 48 and not c.norm_topk_prob and c.blocks[0].attention.qk_norm
     assert c.windows == (0,) * 48  # sliding_window null
 
 
@@ -111,7 +112,7 @@ def test_moe_layer_rule():
     ({"num_key_value_heads": 3}, "num_attention_heads=14 is not a multiple of num_key_value_heads=3"),
     ({"hidden_size": 900}, "hidden_size=900 is not divisible by num_attention_heads=14"),
     ({"head_dim": 63}, "head_dim=63 must be even"),
-    ({"rope_scaling": {"rope_type": "yarn", "factor": 4}}, "unsupported rope type 'yarn'"),
+    ({"rope_scaling": {"rope_type": "dynamic", "factor": 4}}, "unsupported rope type 'dynamic'"),
     ({"num_hidden_layers": "24"}, "num_hidden_layers must be a non-negative integer"),
 ])
 def test_bad_configs(change, message):

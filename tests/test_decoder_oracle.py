@@ -11,6 +11,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from block_edits import inverted_windows, with_attention
 from hf_oracle import hf_logits
 
 from fuelcli.loader import open_model
@@ -29,21 +30,15 @@ def max_diff(model, ids, path, ref) -> float:
     return float(np.abs(logits_by_path(model, ids, path) - ref).max())
 
 
-def inverted_windows(cfg):
-    """The seeds' direction: the first max_window_layers layers windowed instead of the last ones."""
-    w = max(cfg.windows)
-    return dataclasses.replace(cfg, windows=tuple(0 if x else w for x in cfg.windows))
-
-
 BREAKS = {
     "window direction inverted": inverted_windows,
     "dense routing over all experts": lambda c: dataclasses.replace(c, experts_per_tok=c.num_experts,
                                                                     norm_topk_prob=False),
     "renorm flipped": lambda c: dataclasses.replace(c, norm_topk_prob=not c.norm_topk_prob),
-    "unscaled RoPE": lambda c: dataclasses.replace(c, rope=RopeConfig(theta=c.rope.theta)),
-    "QK-norm skipped": lambda c: dataclasses.replace(c, qk_norm=False),  # with the weights' norms dropped
-    "biases dropped": lambda c: dataclasses.replace(c, qkv_bias=False, o_bias=False),  # and the bias vectors
-    "rope_theta misread": lambda c: dataclasses.replace(c, rope=dataclasses.replace(c.rope, theta=c.rope.theta * 10)),
+    "unscaled RoPE": lambda c: with_attention(c, rope=lambda r: RopeConfig(theta=r.theta)),
+    "QK-norm skipped": lambda c: with_attention(c, qk_norm=False),  # with the weights' norms dropped
+    "biases dropped": lambda c: with_attention(c, qkv_bias=False, o_bias=False),  # and the bias vectors
+    "rope_theta misread": lambda c: with_attention(c, rope=lambda r: dataclasses.replace(r, theta=r.theta * 10)),
 }
 
 CASES = {

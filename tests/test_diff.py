@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from block_edits import inverted_windows, with_attention
 from typer.testing import CliRunner
 
 import fuelcli.loader
@@ -76,17 +77,11 @@ def test_diff_prefill_path_and_table(tiny):
 # ---------------------------------------------------------------- config-level breaks: transformers sees them
 
 
-def inverted_windows(cfg):
-    """The seeds' reading: the first max_window_layers layers windowed instead of the last ones."""
-    w = max(cfg.windows)
-    return dataclasses.replace(cfg, windows=tuple(0 if x else w for x in cfg.windows))
-
-
 CONFIG_BREAKS = {
     # case: (break, first bad layer)
     "qwen2_window": (inverted_windows, 0),  # windowed layers become 0,1
     "qwen3_moe_norm_false": (lambda c: dataclasses.replace(c, experts_per_tok=c.num_experts), 1),  # MoE layer 1
-    "llama31": (lambda c: dataclasses.replace(c, rope=RopeConfig(theta=c.rope.theta)), 0),  # unscaled RoPE
+    "llama31": (lambda c: with_attention(c, rope=lambda r: RopeConfig(theta=r.theta)), 0),  # unscaled RoPE
 }
 
 
@@ -141,8 +136,10 @@ def engine_break(monkeypatch, fn):
 
 
 def _invert_engine_windows(e):
-    w = int(e.windows.max())
-    e.windows = np.where(e.windows > 0, 0, w).astype(np.int64)
+    from fuelcli.backends.cpu.forward import L_WINDOW
+
+    windows = e.lay[:, L_WINDOW]
+    e.lay[:, L_WINDOW] = np.where(windows > 0, 0, int(windows.max()))
 
 
 def _dense_engine_routing(e):
@@ -156,9 +153,9 @@ def _dense_engine_routing(e):
 
 
 def _unscaled_engine_rope(e):
-    from fuelcli.rope import cos_sin
+    from fuelcli.rope import cos_sin_tables
 
-    e.cos, e.sin = cos_sin(RopeConfig(theta=e.cfg.rope.theta), e.cfg.head_dim, e.n_ctx)
+    e.cos, e.sin = cos_sin_tables([RopeConfig(theta=e.cfg.rope.theta)], e.cfg.head_dim, e.n_ctx)
 
 
 ENGINE_BREAKS = {

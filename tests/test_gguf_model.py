@@ -137,7 +137,7 @@ def test_unpermute_restores_hf_rows(tmp_path, qtype):
     assert np.array_equal(dequantize(layer.q), expect_q)
     assert np.array_equal(dequantize(layer.k), expect_k)
     assert not layer.q.data.flags.writeable  # same typed-List element type as the mmap views
-    assert m.cfg.qkv_bias and np.array_equal(layer.q_bias, hf_qb)  # biases are un-permuted too
+    assert m.cfg.blocks[0].attention.qkv_bias and np.array_equal(layer.q_bias, hf_qb)  # biases are un-permuted too
 
 
 def test_qwen2_is_not_unpermuted(tmp_path):
@@ -179,10 +179,10 @@ def test_config_from_metadata():
     assert cfg.moe_intermediate_size == 24 and cfg.norm_topk_prob and cfg.moe_layers == (True, True)
     assert cfg.vocab_size == 50 and cfg.tie_embeddings and cfg.eos_token_ids == (4, 5) and cfg.bos_token_id == 3
     assert cfg.rope.type == "linear" and cfg.rope.factor == 2.0 and cfg.origin["hidden_size"] == "gguf"
-    with pytest.raises(ConfigError, match="unsupported GGUF architecture 'gemma3'.*llama, qwen2, qwen3, qwen3moe"):
-        config_from_gguf({"general.architecture": "gemma3"})
-    with pytest.raises(ConfigError, match="yarn"):
-        from_hf_config(config_from_gguf({**meta, "qwen3moe.rope.scaling.type": "yarn"}), source="gguf")
+    with pytest.raises(ConfigError, match="unsupported GGUF architecture 'rwkv6'.*llama, qwen2, qwen3, qwen3moe"):
+        config_from_gguf({"general.architecture": "rwkv6"})
+    with pytest.raises(ConfigError, match="unsupported rope type 'longrope'"):
+        from_hf_config(config_from_gguf({**meta, "qwen3moe.rope.scaling.type": "longrope"}), source="gguf")
 
 
 def test_tokenizer_errors():
@@ -379,7 +379,8 @@ def test_qwen_metadata_parse_time(qwen_coder_gguf):
     print(f"\nQwen metadata parse: {dt * 1000:.0f} ms")
     assert dt < 1.0 and len(g.meta["tokenizer.ggml.tokens"]) == 151936
     cfg = gguf_model.gguf_config(g)
-    assert (cfg.family, cfg.num_layers, cfg.hidden_size, cfg.num_kv_heads, cfg.qkv_bias) == ("qwen2", 24, 896, 2, True)
+    assert (cfg.family, cfg.num_layers, cfg.hidden_size, cfg.num_kv_heads, cfg.blocks[0].attention.qkv_bias) == (
+        "qwen2", 24, 896, 2, True)
     assert not cfg.tie_embeddings
     # <|im_end|> from the metadata, <|endoftext|> as llama.cpp's end-of-generation control token
     assert {151645, 151643} <= set(cfg.eos_token_ids)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 from .. import threads  # noqa: F401  (numba's threading environment, before numba is imported)
+from ..block import features
 from ..errors import InputError
 from .base import Engine
 from .kv_cache import CACHE_TYPES
@@ -34,11 +35,27 @@ def check_cache_type(cache_type: str, device: str) -> str:
     return cache_type
 
 
+# what each backend runs of the block features (block.features): the CPU engine runs them all
+CUDA_FEATURES = frozenset()
+
+
+def check_features(cfg, device: str):
+    """One line naming the first block feature of the model the device's engine does not run."""
+    if device != "cuda":
+        return
+    missing = {k: v for k, v in features(cfg).items() if k not in CUDA_FEATURES}
+    if missing:
+        name, layer = next(iter(missing.items()))
+        raise InputError(f"the cuda backend does not run {name} (layer {layer} of this {cfg.family} model); "
+                         "use --device cpu")
+
+
 def make_engine(cfg, weights, n_ctx: int | None = None, device: str | None = None, cache_type: str = "f32") -> Engine:
     """An engine for the model on the device, with a KV cache of n_ctx positions (default: the model's)
     of cache_type values."""
     device = resolve_device(device)
     check_cache_type(cache_type, device)
+    check_features(cfg, device)
     if device == "cuda":
         from .cuda.engine import CudaEngine
 

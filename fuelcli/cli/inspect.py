@@ -60,8 +60,8 @@ def _bytes(n: int) -> str:
 @inspect_app.command("mask-plan")
 def mask_plan_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[str] = Revision,
                   hf_file: Optional[str] = HfFile):
-    """Per layer: attention (full | window w), the mask variant it reads, FFN (dense | MoE k of n).
-    Reads the config only."""
+    """Per layer: attention (full | window w), the mask variant it reads, its RoPE (or none), its norms
+    (pre | pre + post), FFN (dense | MoE k of n, and its activation). Reads the config only."""
     from ..inspect import mask_plan_view
 
     v = mask_plan_view(_open(model, revision, hf_file))
@@ -69,15 +69,16 @@ def mask_plan_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optiona
         return _dump(v)
     con = _console()
     t = _table(f"{v['model']} ({v['family']}, {v['num_layers']} layers)", ("layer", "right"), "attention", "mask",
-               "FFN")
+               "RoPE", "norms", "FFN")
     for r in v["layers"]:
-        _row(t, str(r["index"]), r["attention"], r["mask"], r["ffn"])
+        _row(t, str(r["index"]), r["attention"], r["mask"], r["rope"], r["norms"], r["ffn"])
     con.print(t)
     con.print(f"{v['num_variants']} distinct mask variant{'s' if v['num_variants'] != 1 else ''}:")
     for var in v["variants"]:
         what = "full causal" if var["window"] == 0 else f"causal, window {var['window']} (i-{var['window']} < j ≤ i)"
         con.print(f"  {var['name']:<10} {what}: layers {var['layer_ranges']}", highlight=False)
     con.print(f"rule: {v['rule']}", highlight=False)
+    con.print(f"RoPE: {v['rope_rule']}", highlight=False)
 
 
 @inspect_app.command("config")
@@ -126,24 +127,31 @@ def weights_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[
 @inspect_app.command("rope")
 def rope_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[str] = Revision,
              hf_file: Optional[str] = HfFile):
-    """Per frequency index: base inverse frequency, the scaled one, wavelength, llama3 band."""
+    """Per frequency index: base inverse frequency, the scaled one, wavelength, llama3 band; one table
+    per RoPE when the layers differ (Gemma 3's local and global bases)."""
     from ..inspect import rope_view
 
     v = rope_view(_open(model, revision, hf_file))
     if as_json:
         return _dump(v)
     con = _console()
-    params = ", ".join(f"{k}={val:g}" if isinstance(val, float) else f"{k}={val}" for k, val in v["rope"].items())
-    t = _table(f"{v['model']} — RoPE {params}, head_dim {v['head_dim']}", ("i", "right"), "dims",
-               ("base inv_freq", "right"), ("scaled inv_freq", "right"), ("wavelength", "right"),
-               ("scaled wavelength", "right"), "band")
-    for r in v["frequencies"]:
-        _row(t, str(r["index"]), f"{r['dims'][0]},{r['dims'][1]}", f"{r['base_inv_freq']:.4e}",
-                  f"{r['inv_freq']:.4e}", f"{r['wavelength']:.4g}", f"{r['scaled_wavelength']:.4g}",
-                  r["band"] or "—")
-    con.print(t)
-    if v["band_counts"]:
-        con.print("bands: " + ", ".join(f"{k} {n}" for k, n in v["band_counts"].items()), highlight=False)
+    for var in v["variants"]:
+        params = ", ".join(f"{k}={val:g}" if isinstance(val, float) else f"{k}={val}" for k, val in var["rope"].items())
+        where = f", layers {var['layer_ranges']}" if len(v["variants"]) > 1 or v["nope_layers"] else ""
+        t = _table(f"{v['model']} — RoPE {params}, head_dim {v['head_dim']}{where}", ("i", "right"), "dims",
+                   ("base inv_freq", "right"), ("scaled inv_freq", "right"), ("wavelength", "right"),
+                   ("scaled wavelength", "right"), "band")
+        for r in var["frequencies"]:
+            _row(t, str(r["index"]), f"{r['dims'][0]},{r['dims'][1]}", f"{r['base_inv_freq']:.4e}",
+                 f"{r['inv_freq']:.4e}", f"{r['wavelength']:.4g}", f"{r['scaled_wavelength']:.4g}", r["band"] or "—")
+        con.print(t)
+        if var["band_counts"]:
+            con.print("bands: " + ", ".join(f"{k} {n}" for k, n in var["band_counts"].items()), highlight=False)
+    if v["nope_layers"]:
+        from ..inspect import ranges
+
+        con.print(f"no RoPE: layers {ranges(v['nope_layers'])}", highlight=False)
+    con.print(f"rule: {v['rule']}", highlight=False)
 
 
 @inspect_app.command("tokens")

@@ -1,15 +1,18 @@
 """What a family adapter is. No forward code lives in a family: the decoder (reference and every
-backend) is shared and reads the resolved ModelConfig; an adapter answers only what differs.
+backend) is shared and interprets the per-layer blocks (block.py) that config.py builds from the
+family's answers; an adapter answers only what differs, and keeps its tensor names (names.py).
 
 Hooks get the config reader `r` of config.py (r.raw is the config.json dict; r.integer / r.flag /
-r.get read a key with the family defaults, type-check it and note its origin), so a family reads and
-checks its own keys and config.py never names a family.
+r.get / r.number read a key with the family defaults, type-check it and note its origin), so a
+family reads and checks its own keys and config.py never names a family.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
+
+from . import names as N
 
 
 class FfnPlan(NamedTuple):
@@ -32,6 +35,17 @@ def attention_bias(raw: dict) -> bool:
     return bool(raw.get("attention_bias", False))
 
 
+def one_rope(r, windows, rope_for):
+    """Every layer rotates with the RoPE of its attention kind (the same one unless the config's
+    rope_parameters are given per layer type)."""
+    ropes = [rope_for("sliding_attention" if w else "full_attention") for w in windows]
+    return ropes, None
+
+
+def default_scale(r, head_dim: int):
+    return None
+
+
 @dataclass(frozen=True)
 class Family:
     model_type: str
@@ -46,12 +60,32 @@ class Family:
     qkv_bias: Callable = attention_bias
     o_bias: Callable = attention_bias
     qk_norm: bool = False
+    # (reader, windows, rope_for) -> (per-layer RopeConfig or None for no RoPE, the rule in words or
+    # None when every layer has the same); rope_for(layer_type) reads the config's RoPE for
+    # "full_attention" or "sliding_attention" layers
+    ropes: Callable = one_rope
+    # (reader, head_dim) -> what q·k is multiplied by, None for 1 / sqrt(head_dim)
+    attention_scale: Callable = default_scale
+    activation_key: str = "hidden_act"  # the config key naming the FFN's gate activation
+    sandwich: bool = False  # Block.sandwich on every layer
+    norm_offset: float = 0.0  # norm weights are applied as norm_offset + w
+    # (reader, hidden_size) -> what the embedding rows are multiplied by
+    embed_scale: Callable = lambda r, hidden: 1.0
+    softcap_key: str | None = None  # the config key of a final logit softcap (null: none)
+    hf_names: N.Names = N.HF
+    gguf_names: N.Names = N.GGUF
     # boolean keys naming a feature fuel lacks: true is a ConfigError naming the key
     unsupported_flags: tuple = ()
+    # GGUF: "{arch}." key suffixes this family reads beyond config.py's common ones -> config key
+    gguf_keys: dict = field(default_factory=dict)
     # config.json keys a GGUF file of this arch implies but does not store (llama.cpp's own choices)
     gguf_defaults: dict = field(default_factory=dict)
+    # (metadata, config dict) -> None: what else of a GGUF file's metadata this family translates
+    gguf_config: Callable | None = None
     # convert_hf_to_gguf permutes q/k rows for ggml's adjacent-pair RoPE in this arch: undo on load
     gguf_permuted_qk: bool = False
+    # the chat template for files that carry none (llama.cpp falls back to its own per model)
+    chat_template: str | None = None
 
 
-COMMON_DEFAULTS = {"rms_norm_eps": 1e-6, "tie_word_embeddings": False, "rope_theta": 10000.0}
+COMMON_DEFAULTS = {"rms_norm_eps": 1e-6, "tie_word_embeddings": False, "rope_theta": 10000.0, "hidden_act": "silu"}

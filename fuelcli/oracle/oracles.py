@@ -81,7 +81,7 @@ class SelfOracle(Oracle):
             self._out = dequantize(w.output)  # kept: every window's rows go through it
         step = tolerances.SLICE
         for s in range(0, len(ids), step):
-            logits = reference.head(w, x[s:s + step], self._out)
+            logits = reference.head(cfg, w, x[s:s + step], self._out)
             check_reference_logits(cfg, w, logits, ids[:s + len(logits)], s)
             yield s, logits, None if states is None else states[:, s:s + step]
 

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..config import ModelConfig
 from ..errors import InputError
+from ..families.names import Names
 from ..formats import dequantize
 from .tensor import Tensor
 
@@ -22,6 +23,8 @@ class LayerWeights:
     v: Tensor
     o: Tensor
     ffn_norm: np.ndarray
+    post_attn_norm: np.ndarray | None = None  # sandwich norms (Block.sandwich)
+    post_ffn_norm: np.ndarray | None = None
     q_bias: np.ndarray | None = None
     k_bias: np.ndarray | None = None
     v_bias: np.ndarray | None = None
@@ -100,9 +103,12 @@ class Lookup:
         self.taken.add(name)
         return t
 
-    def vector(self, name: str, n: int) -> np.ndarray:
+    def vector(self, name: str, n: int, add: float = 0.0) -> np.ndarray:
+        """A norm or bias widened to f32 (plus `add`, a norm's offset: a new array then)."""
         t = self.matrix(name, (n,))
         v = np.ascontiguousarray(dequantize(t), dtype=np.float32)
+        if add:
+            v = (v + np.float32(add)).astype(np.float32)
         self.vector_names[id(v)] = name
         return v
 
@@ -129,29 +135,6 @@ class Lookup:
                              f"this config; fuel refuses rather than ignore it")
 
 
-@dataclass(frozen=True)
-class Names:
-    """Where a file kind keeps each weight: templates with {i} for the layer (".weight"/".bias" added)."""
-
-    embed: str
-    output: str
-    final_norm: str
-    attn_norm: str
-    q: str
-    k: str
-    v: str
-    o: str
-    q_norm: str
-    k_norm: str
-    ffn_norm: str
-    gate: str
-    up: str
-    down: str
-    layer_prefix: str  # for the extra-layers check
-    layer_count_key: str
-    ignorable: tuple = ()  # name endings of tensors no model reads (buffers some checkpoints carry)
-
-
 def _check_stored_head(w: Lookup, name: str, embed: Tensor):
     """tie_word_embeddings with an output matrix stored too: the same bytes are harmless; different
     ones are refused, because the peers disagree on which is meant (transformers 5 keeps the stored
@@ -163,15 +146,48 @@ def _check_stored_head(w: Lookup, name: str, embed: Tensor):
                          "tie_word_embeddings to what the checkpoint means")
 
 
-def build_weights(w: Lookup, n: Names, cfg: ModelConfig, experts, fix_qk=None) -> ModelWeights:
-    """The one place that knows which weights the shared decoder reads and their shapes.
+def _experts(w: Lookup, n: Names, cfg: ModelConfig, i: int):
+    """(router, gate_exps, up_exps, down_exps) of MoE layer i: stored per expert, stacked, or as
+    transformers 5's fused gate_up (names.ExpertNames)."""
+    E, H, I = cfg.num_experts, cfg.hidden_size, cfg.moe_intermediate_size
+    x = n.experts
+    router = w.matrix(f"{x.router.format(i=i)}.weight", (E, H))
+    if x.fused_gate_up and w.has(x.fused_gate_up.format(i=i)):
+        fused = w.matrix(x.fused_gate_up.format(i=i), (E, 2 * I, H))
+        return (router, expert_views(row_slice(fused, 0, I)), expert_views(row_slice(fused, I, 2 * I)),
+                expert_views(w.matrix(x.fused_down.format(i=i), (E, H, I))))
+    if "{e}" in x.gate:
+        def each(template, shape):
+            return [w.matrix(f"{template.format(i=i, e=e)}.weight", shape) for e in range(E)]
 
-    experts(i) -> (router, gate_exps, up_exps, down_exps) for a MoE layer (file kinds store experts
-    differently); fix_qk(array, n_heads) -> array, applied to q/k rows and biases (GGUF llama's
-    un-permute), or None.
+        return router, each(x.gate, (I, H)), each(x.up, (I, H)), each(x.down, (H, I))
+    return (router, expert_views(w.matrix(f"{x.gate.format(i=i)}.weight", (E, I, H))),
+            expert_views(w.matrix(f"{x.up.format(i=i)}.weight", (E, I, H))),
+            expert_views(w.matrix(f"{x.down.format(i=i)}.weight", (E, H, I))))
+
+
+def _split_rows(t: Tensor, sizes: tuple) -> list:
+    """A fused matrix's row blocks (q|k|v, gate|up) as views."""
+    out, start = [], 0
+    for size in sizes:
+        out.append(row_slice(t, start, start + size))
+        start += size
+    return out
+
+
+def build_weights(w: Lookup, n: Names, cfg: ModelConfig, fix_qk=None) -> ModelWeights:
+    """The one place that knows which weights the shared decoder reads and their shapes, from the
+    family's names for this file kind (n).
+
+    fix_qk(array, n_heads) -> array, applied to q/k rows and biases (GGUF llama's un-permute), or
+    None. Norm weights get the model's norm_offset (less what the file already added) here, once.
     """
     H, V, D = cfg.hidden_size, cfg.vocab_size, cfg.head_dim
     fix = fix_qk or (lambda a, heads: a)
+
+    def norm(name: str, size: int) -> np.ndarray:
+        return w.vector(name, size, add=cfg.norm_offset - n.norm_shift)
+
     embed = w.matrix(f"{n.embed}.weight", (V, H))
     if cfg.tie_embeddings:
         output = embed  # the same object: no second copy
@@ -180,36 +196,49 @@ def build_weights(w: Lookup, n: Names, cfg: ModelConfig, experts, fix_qk=None) -
     else:
         output = w.matrix(f"{n.output}.weight", (V, H))
     layers = []
-    for i in range(cfg.num_layers):
+    for i, block in enumerate(cfg.blocks):
         def name(template: str, kind: str = "weight") -> str:
             return f"{template.format(i=i)}.{kind}"
 
+        a = block.attention
+        if n.fused_qkv:
+            q, k, v = _split_rows(w.matrix(name(n.fused_qkv), (cfg.q_dim + 2 * cfg.kv_dim, H)),
+                                  (cfg.q_dim, cfg.kv_dim, cfg.kv_dim))
+        else:
+            q, k, v = (w.matrix(name(n.q), (cfg.q_dim, H)), w.matrix(name(n.k), (cfg.kv_dim, H)),
+                       w.matrix(name(n.v), (cfg.kv_dim, H)))
         layer = LayerWeights(
-            attn_norm=w.vector(name(n.attn_norm), H),
-            q=fix(w.matrix(name(n.q), (cfg.q_dim, H)), cfg.num_heads),
-            k=fix(w.matrix(name(n.k), (cfg.kv_dim, H)), cfg.num_kv_heads),
-            v=w.matrix(name(n.v), (cfg.kv_dim, H)),
+            attn_norm=norm(name(n.attn_norm), H),
+            q=fix(q, cfg.num_heads),
+            k=fix(k, cfg.num_kv_heads),
+            v=v,
             o=w.matrix(name(n.o), (H, cfg.q_dim)),
-            ffn_norm=w.vector(name(n.ffn_norm), H),
+            ffn_norm=norm(name(n.ffn_norm), H),
         )
-        if cfg.qkv_bias:
+        if block.sandwich:
+            layer.post_attn_norm = norm(name(n.post_attn_norm), H)
+            layer.post_ffn_norm = norm(name(n.post_ffn_norm), H)
+        if a.qkv_bias:
             layer.q_bias = fix(w.vector(name(n.q, "bias"), cfg.q_dim), cfg.num_heads)
             layer.k_bias = fix(w.vector(name(n.k, "bias"), cfg.kv_dim), cfg.num_kv_heads)
             layer.v_bias = w.vector(name(n.v, "bias"), cfg.kv_dim)
-        if cfg.o_bias:
+        if a.o_bias:
             layer.o_bias = w.vector(name(n.o, "bias"), H)
-        if cfg.qk_norm:
-            layer.q_norm = w.vector(name(n.q_norm), D)
-            layer.k_norm = w.vector(name(n.k_norm), D)
-        if cfg.moe_layers[i]:
-            layer.router, layer.gate_exps, layer.up_exps, layer.down_exps = experts(i)
+        if a.qk_norm:
+            layer.q_norm = norm(name(n.q_norm), D)
+            layer.k_norm = norm(name(n.k_norm), D)
+        if block.ffn.moe:
+            layer.router, layer.gate_exps, layer.up_exps, layer.down_exps = _experts(w, n, cfg, i)
         else:
             I = cfg.intermediate_size
-            layer.gate = w.matrix(name(n.gate), (I, H))
-            layer.up = w.matrix(name(n.up), (I, H))
+            if n.fused_gate_up:
+                layer.gate, layer.up = _split_rows(w.matrix(name(n.fused_gate_up), (2 * I, H)), (I, I))
+            else:
+                layer.gate = w.matrix(name(n.gate), (I, H))
+                layer.up = w.matrix(name(n.up), (I, H))
             layer.down = w.matrix(name(n.down), (H, I))
         layers.append(layer)
-    weights = ModelWeights(embed=embed, output=output, final_norm=w.vector(f"{n.final_norm}.weight", H),
+    weights = ModelWeights(embed=embed, output=output, final_norm=norm(f"{n.final_norm}.weight", H),
                            layers=layers, vector_names=w.vector_names)
     w.check_no_extra_layers(n.layer_prefix, cfg, n.layer_count_key)
     w.check_all_taken(cfg, n.ignorable)

@@ -13,7 +13,7 @@ from ..errors import ConfigError, located
 from ..families import BY_GGUF_ARCH, FAMILIES
 from .gguf import GGUFFile
 from .gguf_meta import positions
-from .build import Lookup, ModelWeights, Names, build_weights, expert_views
+from .build import Lookup, ModelWeights, build_weights
 from .tensor import Tensor
 
 # GGUF key suffix (after "{arch}.") -> HF config.json key
@@ -43,8 +43,15 @@ def _scalar(v, key: str):
     return v
 
 
-def config_from_gguf(meta: dict, tensor_names=None) -> dict:
-    """GGUF metadata (+ the tensor names, which say tying and biases) -> HF config.json dict."""
+ROPE_FREQS = "rope_freqs.weight"
+# "{arch}.rope.scaling." key suffix -> rope_scaling key (what convert_hf_to_gguf writes from it)
+_SCALING_KEYS = {"factor": "factor", "original_context_length": "original_max_position_embeddings",
+                 "yarn_beta_fast": "beta_fast", "yarn_beta_slow": "beta_slow", "yarn_attn_factor": "attention_factor"}
+
+
+def config_from_gguf(meta: dict, tensor_names=None, rope_freqs=None) -> dict:
+    """GGUF metadata (+ the tensor names, which say tying and biases, and the values of a
+    rope_freqs tensor, llama.cpp's per-frequency RoPE factors) -> HF config.json dict."""
     arch = meta.get("general.architecture")
     family = BY_GGUF_ARCH.get(arch)
     if family is None:
@@ -53,7 +60,7 @@ def config_from_gguf(meta: dict, tensor_names=None) -> dict:
         )
     names = set(tensor_names or ())
     d: dict = {"model_type": family.model_type}
-    for key, hf in _KEYS.items():
+    for key, hf in {**_KEYS, **family.gguf_keys}.items():
         if f"{arch}.{key}" in meta:
             d[hf] = _scalar(meta[f"{arch}.{key}"], f"{arch}.{key}")
     vlen = meta.get(f"{arch}.attention.value_length")
@@ -65,14 +72,19 @@ def config_from_gguf(meta: dict, tensor_names=None) -> dict:
 
     stype = meta.get(f"{arch}.rope.scaling.type")
     if stype not in (None, "none"):
-        d["rope_scaling"] = {
-            "rope_type": stype,  # linear is supported; yarn etc. fail in from_hf_config with the list
-            "factor": meta.get(f"{arch}.rope.scaling.factor"),
-            "original_max_position_embeddings": meta.get(f"{arch}.rope.scaling.original_context_length"),
-        }
-    if "rope_freqs.weight" in names:
-        # Llama-3.1 files carry the three-band factors as a tensor rather than as metadata.
-        raise ConfigError("GGUF rope_freqs tensor (llama3 rope scaling) is not supported")
+        # linear and yarn are supported; longrope etc. fail in from_hf_config with the list
+        scaling = {"rope_type": stype}
+        for key, hf in _SCALING_KEYS.items():
+            if f"{arch}.rope.scaling.{key}" in meta:
+                scaling[hf] = meta[f"{arch}.rope.scaling.{key}"]
+        d["rope_scaling"] = scaling
+    if rope_freqs is not None:
+        # llama.cpp's converter writes llama3 scaling as one divisor per frequency (Llama-3.1/3.2)
+        if d.get("rope_scaling"):
+            raise ConfigError(f"both {arch}.rope.scaling.type and a rope_freqs tensor: which RoPE is meant?")
+        d["rope_scaling"] = {"rope_type": "factors", "factors": rope_freqs}
+    if family.gguf_config is not None:
+        family.gguf_config(meta, d)
 
     tokens = meta.get("tokenizer.ggml.tokens")
     if tokens is not None:
@@ -108,9 +120,30 @@ def gguf_key_names(meta: dict) -> dict:
     return names
 
 
+def _rope_freqs(gf: GGUFFile):
+    """The rope_freqs tensor's factors (f32, one per frequency, each finite and > 0), or None."""
+    t = gf.tensors.get(ROPE_FREQS)
+    if t is None:
+        return None
+    if t.fmt != "f32" or len(t.shape) != 1:
+        raise ConfigError(f"{ROPE_FREQS} must be a 1-D f32 tensor, got {t.fmt} {list(t.shape)}")
+    factors = np.frombuffer(t.data.tobytes(), np.float32)
+    if not (np.isfinite(factors).all() and (factors > 0).all()):
+        raise ConfigError(f"{ROPE_FREQS} holds a factor that is not a finite number > 0")
+    return [float(f) for f in factors]
+
+
 def gguf_config(gf: GGUFFile) -> ModelConfig:
-    return located(gf.path, lambda: from_hf_config(config_from_gguf(gf.meta, gf.tensors.keys()), source="gguf",
-                                                   file_bytes=gf.size, key_names=gguf_key_names(gf.meta)))
+    def build():
+        raw = config_from_gguf(gf.meta, gf.tensors.keys(), _rope_freqs(gf))
+        cfg = from_hf_config(raw, source="gguf", file_bytes=gf.size, key_names=gguf_key_names(gf.meta))
+        factors = [b.attention.rope.factors for b in cfg.blocks if b.attention.rope is not None]
+        if factors and factors[0] and len(factors[0]) != cfg.head_dim // 2:
+            raise ConfigError(f"{ROPE_FREQS} holds {len(factors[0])} factors, head_dim {cfg.head_dim} needs "
+                              f"{cfg.head_dim // 2}")
+        return cfg
+
+    return located(gf.path, build)
 
 
 def unpermute_rows(a: np.ndarray, n_head: int) -> np.ndarray:
@@ -133,30 +166,13 @@ def _unpermuted(t: Tensor, n_head: int) -> Tensor:
     return Tensor(t.name, t.fmt, t.shape, data)
 
 
-GGUF_NAMES = Names(
-    embed="token_embd", output="output", final_norm="output_norm", attn_norm="blk.{i}.attn_norm",
-    q="blk.{i}.attn_q", k="blk.{i}.attn_k", v="blk.{i}.attn_v", o="blk.{i}.attn_output",
-    q_norm="blk.{i}.attn_q_norm", k_norm="blk.{i}.attn_k_norm", ffn_norm="blk.{i}.ffn_norm",
-    gate="blk.{i}.ffn_gate", up="blk.{i}.ffn_up", down="blk.{i}.ffn_down",
-    layer_prefix="blk.", layer_count_key="block_count",
-)
-
-
-def _experts(w: Lookup, cfg: ModelConfig, i: int):
-    """GGUF stacks each expert matrix into one [E, rows, cols] tensor."""
-    E, H, I = cfg.num_experts, cfg.hidden_size, cfg.moe_intermediate_size
-    p = f"blk.{i}"
-    return (w.matrix(f"{p}.ffn_gate_inp.weight", (E, H)),
-            expert_views(w.matrix(f"{p}.ffn_gate_exps.weight", (E, I, H))),
-            expert_views(w.matrix(f"{p}.ffn_up_exps.weight", (E, I, H))),
-            expert_views(w.matrix(f"{p}.ffn_down_exps.weight", (E, H, I))))
-
-
 def _unpermute(x, n_head: int):
     return _unpermuted(x, n_head) if isinstance(x, Tensor) else unpermute_rows(x, n_head)
 
 
 def load_gguf_weights(gf: GGUFFile, cfg: ModelConfig) -> ModelWeights:
     w = Lookup(gf.tensors, gf.path)
-    permuted = FAMILIES[cfg.family].gguf_permuted_qk
-    return build_weights(w, GGUF_NAMES, cfg, lambda i: _experts(w, cfg, i), _unpermute if permuted else None)
+    if ROPE_FREQS in gf.tensors:
+        w.taken.add(ROPE_FREQS)  # read into the config's RoPE (config_from_gguf)
+    family = FAMILIES[cfg.family]
+    return build_weights(w, family.gguf_names, cfg, _unpermute if family.gguf_permuted_qk else None)

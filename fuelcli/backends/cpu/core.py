@@ -7,8 +7,10 @@ runs `n` of them in one parallel loop (matmul.run_tasks) or calls one directly.
                                            xp != 0 (one token): also the layout its decode kernels
                                            read (int8 planes and 16-element sums, or int16 words)
   silu_mul(t, gate, up, n)                 gate[t] <- silu(gate[t]) * up[t]
+  gelu_mul(t, gate, up, n)                 gate[t] <- gelu_tanh(gate[t]) * up[t]
   rmsnorm(t, x, y, w, out, n, eps)         x[t] += y[t] (the residual), out[t] = RMSNorm(x[t]) * w
-  rope(t, x, bias, norm, nh, hd, pos0, cos, sin, eps)   + bias, per-head RMSNorm, rotate-half RoPE
+  rope(t, x, bias, norm, nh, hd, pos0, cos, sin, eps, scale)   + bias, per-head RMSNorm, rotate-half
+                                           RoPE, times an attention scale
   kv_store(t, k, v, kc, vc, pos0, n)       K and V rows into the cache (K in KEY_BLOCK blocks), f32 or
                                            rounded to f16 (module(cache=...): --cache-type)
   batch(task, desc, n)                     several task kernels in one parallel loop
@@ -104,7 +106,9 @@ def _quantize(isa, mod, name):
     bd.ret_void()
 
 
-def _silu_mul(isa, mod, name):
+def _glu(isa, mod, name, act):
+    """glu(t, gate, up, n): gate[t] <- act(gate[t]) * up[t]; act silu: g / (1 + e^-g), gelu_tanh:
+    g / (1 + e^-2y) with y = sqrt(2/pi) (g + 0.044715 g^3) (that is 0.5 g (1 + tanh y), exactly)."""
     fn, bd = func(mod, name, TASK_ARGS)
     t, g_, u_, n = fn.args[:4]
     L = isa.lanes
@@ -114,7 +118,13 @@ def _silu_mul(isa, mod, name):
         vt = vec(F32T, w)
         gp, up = bd.bitcast(bd.gep(g, [i]), vt.as_pointer()), bd.bitcast(bd.gep(u, [i]), vt.as_pointer())
         gv = bd.load(gp, align=4)
-        e = vexp(bd, bd.fsub(splat_c(F32T, 0.0, w), gv))
+        if act == "silu":
+            arg = gv
+        else:
+            cube = bd.fmul(bd.fmul(gv, gv), gv)
+            inner = fmuladd(bd, cube, splat_c(F32T, 0.044715, w), gv)
+            arg = bd.fmul(inner, splat_c(F32T, 2 * math.sqrt(2 / math.pi), w))
+        e = vexp(bd, bd.fsub(splat_c(F32T, 0.0, w), arg))
         bd.store(bd.fmul(bd.fdiv(gv, bd.fadd(splat_c(F32T, 1.0, w), e)), bd.load(up, align=4)), gp, align=4)
 
     nv = bd.mul(bd.udiv(n, c64(L)), c64(L))
@@ -179,11 +189,13 @@ def _rmsnorm(isa, mod, name):
 
 
 def _rope(isa, mod, name):
-    """rope(t, x, bias, norm, n_heads, hd, pos0, cos, sin, eps): on row t of x [T, n_heads*hd]:
-    + bias (bias != 0), RMSNorm over each head's hd with weight `norm` (norm != 0: Qwen3's QK-norm),
-    then rotate-half RoPE at position pos0 + t (cos/sin: [n_ctx, hd/2]; hd = 0: no rotation)."""
+    """rope(t, x, bias, norm, n_heads, hd, pos0, cos, sin, eps, scale): on row t of x [T, n_heads*hd]:
+    + bias (bias != 0), RMSNorm over each head's hd with weight `norm` (norm != 0: QK-norm), then
+    rotate-half RoPE at position pos0 + t (cos/sin: [n_ctx, hd/2]; cos = 0: a layer without RoPE),
+    then times `scale` (f32 bits; 0: none: an attention scale folded into q). hd = 0: x is one flat
+    vector of n_heads values (a bias add only)."""
     fn, bd = func(mod, name, TASK_ARGS)
-    t, x_, b_, nw_, nh, hd, pos0, cos_, sin_, eps_bits = fn.args[:10]
+    t, x_, b_, nw_, nh, hd, pos0, cos_, sin_, eps_bits, scale_bits = fn.args[:11]
     L = isa.lanes
     hd_ = bd.select(bd.icmp_signed("==", hd, c64(0)), c64(1), hd)
     n = bd.mul(nh, hd_)
@@ -198,7 +210,8 @@ def _rope(isa, mod, name):
             inv = _inv_rms(bd, _sum_squares(bd, xh, hd, L), hd, _eps(bd, eps_bits))
             in_steps(bd, hd, L, lambda i, k: _vstore(
                 bd, bd.fmul(_vload(bd, nw, i, k), bd.fmul(_vload(bd, xh, i, k), splat(bd, inv, k))), xh, i))
-    with bd.if_then(bd.icmp_signed("!=", hd, c64(0))):
+    rotate = bd.and_(bd.icmp_signed("!=", hd, c64(0)), bd.icmp_signed("!=", cos_, c64(0)))
+    with bd.if_then(rotate):
         half = bd.udiv(hd, c64(2))
         p = bd.add(pos0, t)
         cs = bd.gep(ptr_to(bd, cos_, F32T), [bd.mul(p, half)])
@@ -214,6 +227,9 @@ def _rope(isa, mod, name):
                 _vstore(bd, bd.fadd(bd.fmul(b2, c), bd.fmul(a, s2)), hi, i)
 
             in_steps(bd, half, L, step)
+    with bd.if_then(bd.icmp_signed("!=", scale_bits, c64(0))):
+        scale = _eps(bd, scale_bits)
+        in_steps(bd, n, L, lambda i, k: _vstore(bd, bd.fmul(_vload(bd, x, i, k), splat(bd, scale, k)), x, i))
     bd.ret_void()
 
 
@@ -268,7 +284,7 @@ def _batch(isa, mod, name):
     bd.ret_void()
 
 
-CORE = ("quantize", "silu_mul", "attention", "rmsnorm", "rope", "kv_store", "batch", "combine")
+CORE = ("quantize", "silu_mul", "attention", "rmsnorm", "rope", "kv_store", "batch", "combine", "gelu_mul")
 
 
 CACHE_ELEMENTS = {"f32": F32T, "f16": ir.HalfType()}  # the KV cache's element type (kv_cache.CACHE_TYPES)
@@ -281,13 +297,14 @@ def module(isa: Isa, head_dim: int, cache: str = "f32") -> tuple[ir.Module, list
     names = [f"fuel_{k}_{tag}" for k in CORE]
     E = CACHE_ELEMENTS[cache]
     _quantize(isa, mod, names[0])
-    _silu_mul(isa, mod, names[1])
+    _glu(isa, mod, names[1], "silu")
     attention(mod, names[2], head_dim, TASK_ARGS, isa.lanes, E)
     _rmsnorm(isa, mod, names[3])
     _rope(isa, mod, names[4])
     _kv_store(isa, mod, names[5], E)
     _batch(isa, mod, names[6])
     combine(mod, names[7], head_dim, TASK_ARGS)
+    _glu(isa, mod, names[8], "gelu_tanh")
     return mod, names
 
 

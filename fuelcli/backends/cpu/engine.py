@@ -10,8 +10,9 @@ from __future__ import annotations
 import numpy as np
 
 from ... import threads  # noqa: F401  (configures numba's threading before numba is imported)
+from ...block import rope_variants
 from ...config import ModelConfig
-from ...rope import cos_sin
+from ...rope import cos_sin_tables
 from ...weights.build import ModelWeights
 from ..base import Engine
 from ..kv_cache import CACHE_TYPES, KVCache
@@ -21,7 +22,7 @@ from .attention import KEY_BLOCK
 from .jit import load_cached
 from .kernels import is_quant
 from .llvm import host_isa
-from .matmul import N_KERNEL_COLS
+from .matmul import ACT_GELU_TANH, ACT_SILU, N_KERNEL_COLS
 from .tables import KernelTables
 
 N_BATCH = 512  # tokens per forward call of a long prefill
@@ -49,6 +50,11 @@ def kernels_cached(weights: ModelWeights | None = None) -> bool:
         return _forward_cached() and cached(codes, isa, use_amx)
     except Exception:  # never let it break a run
         return True
+
+
+def _bits(value: float, none: float) -> int:
+    """value as the bits of an f32 for the forward's tables; 0 when it is `none` (nothing to do)."""
+    return 0 if value == none else int(np.float32(value).view(np.int32))
 
 
 class CpuEngine(Engine):
@@ -96,7 +102,8 @@ class CpuEngine(Engine):
                 self.exp_idx[l, e] = (mat(g), mat(u), mat(d))
             for slot, a in ((F.V_ATTN_NORM, w.attn_norm), (F.V_FFN_NORM, w.ffn_norm), (F.V_QB, w.q_bias),
                             (F.V_KB, w.k_bias), (F.V_VB, w.v_bias), (F.V_OB, w.o_bias),
-                            (F.V_QN, w.q_norm), (F.V_KN, w.k_norm)):
+                            (F.V_QN, w.q_norm), (F.V_KN, w.k_norm), (F.V_POST_ATTN, w.post_attn_norm),
+                            (F.V_POST_FFN, w.post_ffn_norm)):
                 self.vec_idx[l, slot] = vec(a)
         self.mats = np.array(mats, np.int64).reshape(-1, 4)
         self.codes = sorted({int(c) for c in self.mats[:, 3]})
@@ -114,10 +121,20 @@ class CpuEngine(Engine):
         dims[F.D_NH], dims[F.D_NKV] = cfg.num_heads, cfg.num_kv_heads
         dims[F.D_HD], dims[F.D_TOPK], dims[F.D_NORM_TOPK] = cfg.head_dim, cfg.experts_per_tok, cfg.norm_topk_prob
         dims[F.D_QUANT] = any(is_quant(c) for c in self.codes)
+        dims[F.D_EMBED_SCALE] = _bits(cfg.embed_scale, 1.0)
+        dims[F.D_SOFTCAP] = _bits(cfg.final_softcap, 0.0)
         self.dims = dims
         self.moe_idx = self.exp_idx if cfg.num_experts else None  # None: numba compiles no MoE code
-        self.windows = np.array(cfg.windows, np.int64)
-        self.cos, self.sin = cos_sin(cfg.rope, cfg.head_dim, self.n_ctx)
+        ropes = rope_variants(cfg)
+        self.lay = np.zeros((L, F.N_LAY), np.int64)
+        for l, b in enumerate(cfg.blocks):
+            a = b.attention
+            self.lay[l, F.L_WINDOW] = a.window
+            self.lay[l, F.L_ROPE] = -1 if a.rope is None else ropes.index(a.rope)
+            # q times scale * sqrt(head_dim): the attention kernel divides by sqrt(head_dim)
+            self.lay[l, F.L_QSCALE] = 0 if a.scale is None else _bits(a.scale * np.sqrt(cfg.head_dim), 1.0)
+            self.lay[l, F.L_ACT] = {"silu": ACT_SILU, "gelu_tanh": ACT_GELU_TANH}[b.ffn.activation]
+        self.cos, self.sin = cos_sin_tables(ropes, cfg.head_dim, self.n_ctx)
         self.kv = KVCache(L, self.n_ctx, cfg.num_kv_heads, cfg.head_dim, key_block=KEY_BLOCK, cache_type=cache_type)
         self.n_batch = max(1, min(n_batch, self.n_ctx))
         self.act = allocate(cfg, self.n_batch, planes=use_amx)
@@ -142,7 +159,7 @@ class CpuEngine(Engine):
         kern, core = tables or (self.kern, self.core)
         return (tokens, self.pos, self.mats, self.mat_idx, self.moe_idx, self.vecs, self.vec_tab, self.vec_idx,
                 self.embed_i, self.out_i, self.final_norm_i, self.dims,
-                np.int64(np.float32(self.cfg.rms_norm_eps).view(np.int32)), self.windows, self.cos, self.sin,
+                np.int64(np.float32(self.cfg.rms_norm_eps).view(np.int32)), self.lay, self.cos, self.sin,
                 self.kv.k, self.kv.v, kern, core, self.act, all_logits, logits, states)
 
     def warm_up(self):

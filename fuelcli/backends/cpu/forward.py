@@ -8,10 +8,12 @@ model (nothing in it depends on a weight format).
 
 Weight matrices stay where they are (mmap'd files) in their stored format: `mats` is an int64
 table of (address, rows, row_bytes, format code) per matrix. Norms and biases are f32 in one flat
-array `vecs` with an (offset, length) table `vec_tab`. Slot tables (built by engine.py) say which
-matrix/vector a layer reads:
-  mat_idx[l, M_*] -> row of `mats` (-1 = absent); vec_idx[l, V_*] -> row of `vec_tab`.
-  exp_idx[l, e, 0..2] -> gate/up/down matrix of expert e.
+array `vecs` with an (offset, length) table `vec_tab`. Slot tables (built by engine.py from the
+weights and the blocks, block.py) say what a layer reads and does:
+  mat_idx[l, M_*] -> row of `mats` (-1 = absent); vec_idx[l, V_*] -> row of `vec_tab` (-1 =
+  absent: no bias, no QK-norm, no post-norms); exp_idx[l, e, 0..2] -> gate/up/down of expert e;
+  lay[l, L_*]: the window, the RoPE table (-1: no RoPE), the attention scale folded into q (f32
+  bits, 0: 1/sqrt(head_dim)) and the FFN activation (matmul.ACT_*).
 
 NaN and inf in a weight or an activation reach the logits on every path, never an exception (jit.py:
 numpy's error model, fast-math without nnan/ninf); the callers check the logits (finite.py).
@@ -24,16 +26,19 @@ from numba.extending import overload
 from .amx import AMX_MIN_TOKENS
 from .jit import FAST, OWN_FLAGS, helper
 from .llvm import args11, ptr
-from .matmul import (C_KV_STORE, C_RMSNORM, C_ROPE, C_SPLIT, attention, batch, dequant_row, describe, matmul,
-                     matmul_task, quantize_rows, silu_mul, split_rows, tasks)
+from .matmul import (C_KV_STORE, C_RMSNORM, C_ROPE, C_SPLIT, attention, batch, dequant_row, describe, glu, matmul,
+                     matmul_task, quantize_rows, split_rows, tasks)
 
 M_Q, M_K, M_V, M_O, M_GATE, M_UP, M_DOWN, M_ROUTER = range(8)
 N_MATS = 8
-V_ATTN_NORM, V_FFN_NORM, V_QB, V_KB, V_VB, V_OB, V_QN, V_KN = range(8)
-N_VECS = 8
-# dims[] layout; D_QUANT: 1 when some matrix is a block format (its inputs get quantised)
-D_NH, D_NKV, D_HD, D_TOPK, D_NORM_TOPK, D_QUANT = range(6)
-N_DIMS = 6
+V_ATTN_NORM, V_FFN_NORM, V_QB, V_KB, V_VB, V_OB, V_QN, V_KN, V_POST_ATTN, V_POST_FFN = range(10)
+N_VECS = 10
+L_WINDOW, L_ROPE, L_QSCALE, L_ACT = range(4)
+N_LAY = 4
+# dims[] layout; D_QUANT: 1 when some matrix is a block format (its inputs get quantised);
+# D_EMBED_SCALE, D_SOFTCAP: f32 bits of the embedding scale and the final logit softcap (0: none)
+D_NH, D_NKV, D_HD, D_TOPK, D_NORM_TOPK, D_QUANT, D_EMBED_SCALE, D_SOFTCAP = range(8)
+N_DIMS = 8
 
 
 @helper()
@@ -73,9 +78,38 @@ def rmsnorm(x, residual, weight, eps, out, core):
 
 
 @helper()
-def rope(x, bias, norm, n_heads, head_dim, pos0, cos, sin, eps, core):
-    """x (+ bias) (per-head RMSNorm) (RoPE unless head_dim is 0), in place, row by row."""
-    tasks(core[C_ROPE], x.shape[0], args11(ptr(x), bias, norm, n_heads, head_dim, pos0, ptr(cos), ptr(sin), eps))
+def rope(x, bias, norm, n_heads, head_dim, pos0, cos, sin, eps, scale, core):
+    """x (+ bias) (per-head RMSNorm) (RoPE unless cos is 0 or head_dim is 0) (* scale unless 0), in
+    place, row by row; cos/sin: table addresses."""
+    tasks(core[C_ROPE], x.shape[0], args11(ptr(x), bias, norm, n_heads, head_dim, pos0, cos, sin, eps, scale))
+
+
+@helper()
+def add_bias(x, bias, core):
+    """x += bias (a vector address) on every row, in place."""
+    rope(x, bias, 0, x.shape[1], 0, 0, 0, 0, 0, 0, core)
+
+
+@helper()
+def f32_of(bits):
+    return np.array([np.int32(bits)]).view(np.float32)[0]
+
+
+@helper()
+def scale_rows(x, bits):
+    s = f32_of(bits)
+    for t in range(x.shape[0]):
+        for i in range(x.shape[1]):
+            x[t, i] *= s
+
+
+@helper(fastmath=False)
+def softcap(logits, bits):
+    """logits <- c * tanh(logits / c) (a NaN stays NaN)."""
+    c = f32_of(bits)
+    for t in range(logits.shape[0]):
+        for i in range(logits.shape[1]):
+            logits[t, i] = np.tanh(logits[t, i] / c) * c
 
 
 @helper()
@@ -86,12 +120,13 @@ def copy_into(dst, src):
 
 
 @helper()
-def swiglu(h, act, mats, ig, iu, idn, kern, core, quant, gate, up, out):
-    """out = down(silu(gate(h)) * up(h)); h prepared. gate and up run in one parallel loop."""
+def gated(h, act, mats, ig, iu, idn, fn, kern, core, quant, gate, up, out):
+    """out = down(fn(gate(h)) * up(h)) (fn: matmul.ACT_*); h prepared. gate and up run in one
+    parallel loop."""
     describe_linear(h, act, mats, ig, kern, gate, 0)
     describe_linear(h, act, mats, iu, kern, up, 1)
     batch(act.desc, 2, core, h.shape[0] > 1)
-    silu_mul(gate, up, core)
+    glu(gate, up, fn, core)
     prepare(gate, act, quant, core)
     linear(gate, act, mats, idn, kern, out)
 
@@ -127,7 +162,7 @@ def route(logits, k, renorm, experts, weights):
 
 
 @helper()
-def moe(h, act, mats, router_i, exp_idx_l, k, renorm, kern, core, quant, out):
+def moe(h, act, mats, router_i, exp_idx_l, k, renorm, fn, kern, core, quant, out):
     """Sparse FFN of one layer, token by token; act's router/expert buffers are the engine's."""
     T, H = h.shape
     logits = act.router[:T]
@@ -141,49 +176,51 @@ def moe(h, act, mats, router_i, exp_idx_l, k, renorm, kern, core, quant, out):
         for i in range(k):
             prepare(ht, act, quant, core)  # the previous expert's down projection overwrote it
             e = exp_idx_l[experts[i]]
-            swiglu(ht, act, mats, e[0], e[1], e[2], kern, core, quant, act.egate, act.eup, act.ey)
+            gated(ht, act, mats, e[0], e[1], e[2], fn, kern, core, quant, act.egate, act.eup, act.ey)
             for j in range(H):
                 out[t, j] += weights[i] * act.ey[0, j]
 
 
-def ffn(exp_idx, l, h, act, mats, mi, dims, kern, core, quant, gate, up, out):
-    """The FFN of layer l. exp_idx is None for a model without MoE layers: a type, so a dense
-    model's forward holds no MoE code (and the call from Python stays on numba's fast path)."""
+def ffn(exp_idx, l, h, act, mats, mi, fn, dims, kern, core, quant, gate, up, out):
+    """The FFN of layer l (fn: its activation). exp_idx is None for a model without MoE layers: a
+    type, so a dense model's forward holds no MoE code (and the call from Python stays on numba's
+    fast path)."""
 
 
 @overload(ffn, jit_options=OWN_FLAGS)
-def _ffn(exp_idx, l, h, act, mats, mi, dims, kern, core, quant, gate, up, out):
+def _ffn(exp_idx, l, h, act, mats, mi, fn, dims, kern, core, quant, gate, up, out):
     if isinstance(exp_idx, types.NoneType):
-        def dense(exp_idx, l, h, act, mats, mi, dims, kern, core, quant, gate, up, out):
-            swiglu(h, act, mats, mi[M_GATE], mi[M_UP], mi[M_DOWN], kern, core, quant, gate, up, out)
+        def dense(exp_idx, l, h, act, mats, mi, fn, dims, kern, core, quant, gate, up, out):
+            gated(h, act, mats, mi[M_GATE], mi[M_UP], mi[M_DOWN], fn, kern, core, quant, gate, up, out)
         return dense
 
-    def sparse_or_dense(exp_idx, l, h, act, mats, mi, dims, kern, core, quant, gate, up, out):
+    def sparse_or_dense(exp_idx, l, h, act, mats, mi, fn, dims, kern, core, quant, gate, up, out):
         if mi[M_ROUTER] >= 0:
-            moe(h, act, mats, mi[M_ROUTER], exp_idx[l], dims[D_TOPK], dims[D_NORM_TOPK] != 0, kern, core, quant, out)
+            moe(h, act, mats, mi[M_ROUTER], exp_idx[l], dims[D_TOPK], dims[D_NORM_TOPK] != 0, fn, kern, core, quant,
+                out)
         else:
-            swiglu(h, act, mats, mi[M_GATE], mi[M_UP], mi[M_DOWN], kern, core, quant, gate, up, out)
+            gated(h, act, mats, mi[M_GATE], mi[M_UP], mi[M_DOWN], fn, kern, core, quant, gate, up, out)
     return sparse_or_dense
 
 
 @njit(**FAST)
 def forward(tokens, pos0, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, embed_i, out_i, final_norm_i,
-            dims, eps, windows, cos, sin, k_cache, v_cache, kern, core, act, all_logits, logits, hidden_out):
+            dims, eps, lay, cos, sin, k_cache, v_cache, kern, core, act, all_logits, logits, hidden_out):
     """The entry point from Python (forward_body's docstring says what it does). Its body is a helper
     too: numba keys a helper's compiled code by its caller's flags as well, and an entry point's
     differ from a helper's, so helpers called from both would compile twice (prepare, linear,
     describe_linear and batch, from the forward and from the FFN)."""
     forward_body(tokens, pos0, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, embed_i, out_i, final_norm_i,
-                 dims, eps, windows, cos, sin, k_cache, v_cache, kern, core, act, all_logits, logits, hidden_out)
+                 dims, eps, lay, cos, sin, k_cache, v_cache, kern, core, act, all_logits, logits, hidden_out)
 
 
 @helper()
 def forward_body(tokens, pos0, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, embed_i, out_i, final_norm_i,
-                 dims, eps, windows, cos, sin, k_cache, v_cache, kern, core, act, all_logits, logits, hidden_out):
+                 dims, eps, lay, cos, sin, k_cache, v_cache, kern, core, act, all_logits, logits, hidden_out):
     """One forward over T new tokens at positions pos0..pos0+T-1, writing K/V into the cache.
 
-    eps: the RMSNorm epsilon as the bits of an f32. act: the engine's activations (activations.py),
-    at least T rows each. logits: [T or 1, vocab]
+    eps: the RMSNorm epsilon as the bits of an f32. cos, sin: [RoPE tables, n_ctx, head_dim/2].
+    act: the engine's activations (activations.py), at least T rows each. logits: [T or 1, vocab]
     (all positions, or the last one). hidden_out: [L+1, T, H] residual stream after the embedding
     and after each layer, or an empty array to skip it. exp_idx: None when no layer is MoE.
     """
@@ -197,6 +234,8 @@ def forward_body(tokens, pos0, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, e
     H = x.shape[1]
     for t in range(T):
         dequant_row(kern, mats[embed_i, 3], mats[embed_i, 0] + tokens[t] * mats[embed_i, 2], H, x[t])
+    if dims[D_EMBED_SCALE] != 0:
+        scale_rows(x, dims[D_EMBED_SCALE])
     keep_hidden = hidden_out.shape[0] > 0
     if keep_hidden:
         copy_into(hidden_out[0], x)
@@ -204,24 +243,31 @@ def forward_body(tokens, pos0, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, e
     for l in range(L):
         mi = mat_idx[l]
         vi = vec_idx[l]
+        ri = lay[l, L_ROPE]
+        cs, sn = (np.int64(0), np.int64(0)) if ri < 0 else (ptr(cos[ri]), ptr(sin[ri]))
         prepare(h, act, quant, core)
         describe_linear(h, act, mats, mi[M_Q], kern, q, 0)
         describe_linear(h, act, mats, mi[M_K], kern, k, 1)
         describe_linear(h, act, mats, mi[M_V], kern, v, 2)
         batch(act.desc, 3, core, h.shape[0] > 1)
-        rope(q, vaddr(vecs, vec_tab, vi[V_QB]), vaddr(vecs, vec_tab, vi[V_QN]), nh, hd, pos0, cos, sin, eps, core)
-        rope(k, vaddr(vecs, vec_tab, vi[V_KB]), vaddr(vecs, vec_tab, vi[V_KN]), nkv, hd, pos0, cos, sin, eps, core)
+        rope(q, vaddr(vecs, vec_tab, vi[V_QB]), vaddr(vecs, vec_tab, vi[V_QN]), nh, hd, pos0, cs, sn, eps,
+             lay[l, L_QSCALE], core)
+        rope(k, vaddr(vecs, vec_tab, vi[V_KB]), vaddr(vecs, vec_tab, vi[V_KN]), nkv, hd, pos0, cs, sn, eps, 0, core)
         if vi[V_VB] >= 0:
-            rope(v, vaddr(vecs, vec_tab, vi[V_VB]), 0, nkv * hd, 0, pos0, cos, sin, eps, core)
+            add_bias(v, vaddr(vecs, vec_tab, vi[V_VB]), core)
         tasks(core[C_KV_STORE], T, args11(ptr(k), ptr(v), ptr(k_cache[l]), ptr(v_cache[l]), pos0, nkv * hd))
-        attention(q, k_cache[l], v_cache[l], pos0, windows[l], nh, nkv, att, act.part, core)
+        attention(q, k_cache[l], v_cache[l], pos0, lay[l, L_WINDOW], nh, nkv, att, act.part, core)
         prepare(att, act, quant, core)
         linear(att, act, mats, mi[M_O], kern, o)
         if vi[V_OB] >= 0:
-            rope(o, vaddr(vecs, vec_tab, vi[V_OB]), 0, H, 0, pos0, cos, sin, eps, core)
+            add_bias(o, vaddr(vecs, vec_tab, vi[V_OB]), core)
+        if vi[V_POST_ATTN] >= 0:
+            rmsnorm(o, none, vaddr(vecs, vec_tab, vi[V_POST_ATTN]), eps, o, core)
         rmsnorm(x, o, vaddr(vecs, vec_tab, vi[V_FFN_NORM]), eps, h, core)
         prepare(h, act, quant, core)
-        ffn(exp_idx, l, h, act, mats, mi, dims, kern, core, quant, gate, up, o)
+        ffn(exp_idx, l, h, act, mats, mi, lay[l, L_ACT], dims, kern, core, quant, gate, up, o)
+        if vi[V_POST_FFN] >= 0:
+            rmsnorm(o, none, vaddr(vecs, vec_tab, vi[V_POST_FFN]), eps, o, core)
         nxt = vec_idx[l + 1, V_ATTN_NORM] if l + 1 < L else final_norm_i
         rmsnorm(x, o, vaddr(vecs, vec_tab, nxt), eps, h, core)  # x += o; h = the next norm of x
         if keep_hidden:
@@ -233,3 +279,5 @@ def forward_body(tokens, pos0, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, e
         last = h[T - 1 : T]
         prepare(last, act, quant, core)
         linear(last, act, mats, out_i, kern, logits)
+    if dims[D_SOFTCAP] != 0:
+        softcap(logits, dims[D_SOFTCAP])

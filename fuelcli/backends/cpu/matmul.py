@@ -33,7 +33,7 @@ from .llvm import args11, kcall, ptr, stack_counter, take, thread_count
 K_DECODE, K_PREFILL, K_UNPACK, K_DEQUANT, K_QUANT, K_AMX_PREFILL, K_AMX_UNPACK = range(7)
 N_KERNEL_COLS = 7
 # the core table; C_SPLIT is 0 without AMX
-C_QUANTIZE, C_SILU, C_ATTENTION, C_RMSNORM, C_ROPE, C_KV_STORE, C_BATCH, C_COMBINE, C_SPLIT = range(9)
+C_QUANTIZE, C_SILU, C_ATTENTION, C_RMSNORM, C_ROPE, C_KV_STORE, C_BATCH, C_COMBINE, C_GELU, C_SPLIT = range(10)
 DESC_ROWS, DESC_COLS = 3, 13  # a batch of task kernels: (address, n_tasks, 11 arguments) per row
 
 
@@ -120,10 +120,13 @@ def split_rows(x, planes, core):
     tasks(core[C_SPLIT], T, args11(ptr(x), K, K, ptr(planes), T))
 
 
+ACT_SILU, ACT_GELU_TANH = 0, 1  # the activation codes of forward.py's layer table
+
+
 @helper()
-def silu_mul(gate, up, core):
-    """gate <- silu(gate) * up, row by row (C-contiguous [T, n])."""
-    tasks(core[C_SILU], gate.shape[0], args11(ptr(gate), ptr(up), gate.shape[1]))
+def glu(gate, up, act, core):
+    """gate <- act(gate) * up, row by row (C-contiguous [T, n]); act: ACT_SILU or ACT_GELU_TANH."""
+    tasks(core[C_GELU if act == ACT_GELU_TANH else C_SILU], gate.shape[0], args11(ptr(gate), ptr(up), gate.shape[1]))
 
 
 @helper()
