@@ -298,6 +298,10 @@ def from_hf_config(raw: dict, generation: dict | None = None, source: str = "con
     for key in family.unsupported_flags:
         if raw.get(key) is not None and r.flag(key):
             raise ConfigError(f"{key}=true in {source} is not supported by fuel (model_type {family.model_type})")
+    for key in family.unsupported_keys:
+        if raw.get(key) is not None:
+            raise ConfigError(f"{key}={raw[key]!r} in {source} is not supported by fuel (model_type "
+                              f"{family.model_type})")
 
     hidden = r.integer("hidden_size")
     n_layers = r.integer("num_hidden_layers", "num_layers")

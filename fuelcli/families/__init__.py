@@ -1,13 +1,18 @@
-"""One home per model family (llama.py, qwen2.py, qwen3.py, qwen3_moe.py), registered here."""
+"""One home per model family, registered here: each says what its blocks are (block.py) and where
+its files keep each weight (names.py); the decoder is shared."""
 
 from .base import Family, FfnPlan
+from .gemma3 import GEMMA3
 from .llama import LLAMA
+from .mistral import MISTRAL
+from .mixtral import MIXTRAL
 from .qwen2 import QWEN2
 from .qwen3 import QWEN3
 from .qwen3_moe import QWEN3_MOE
+from .smollm3 import SMOLLM3
 
-FAMILIES = {f.model_type: f for f in (LLAMA, QWEN2, QWEN3, QWEN3_MOE)}
+FAMILIES = {f.model_type: f for f in (LLAMA, MISTRAL, MIXTRAL, QWEN2, QWEN3, QWEN3_MOE, SMOLLM3, GEMMA3)}
 BY_ARCHITECTURE = {a: f for f in FAMILIES.values() for a in f.architectures}
-BY_GGUF_ARCH = {f.gguf_arch: f for f in FAMILIES.values()}
+BY_GGUF_ARCH = {f.gguf_arch: f for f in FAMILIES.values() if f.gguf_arch}
 
 __all__ = ["BY_ARCHITECTURE", "BY_GGUF_ARCH", "FAMILIES", "Family", "FfnPlan"]

@@ -76,6 +76,8 @@ class Family:
     gguf_names: N.Names = N.GGUF
     # boolean keys naming a feature fuel lacks: true is a ConfigError naming the key
     unsupported_flags: tuple = ()
+    # keys whose value, when not null, is a feature fuel lacks
+    unsupported_keys: tuple = ()
     # GGUF: "{arch}." key suffixes this family reads beyond config.py's common ones -> config key
     gguf_keys: dict = field(default_factory=dict)
     # config.json keys a GGUF file of this arch implies but does not store (llama.cpp's own choices)

@@ -1,6 +1,14 @@
-"""Llama 2, 3 and 3.1 (llama3 RoPE scaling is read by config.py's RoPE reader, shared by all)."""
+"""Llama 2, 3, 3.1/3.2 (llama3 RoPE scaling is read by config.py's RoPE reader, shared by all; a
+GGUF file carries it as a rope_freqs tensor). GGUF arch llama also holds Mistral (read as Llama:
+llama.cpp keeps no window for it) and Mixtral (expert tensors: the Mixtral family)."""
 
 from .base import COMMON_DEFAULTS, Family
+
+
+def gguf_config(meta: dict, d: dict):
+    if d.get("num_experts"):  # a llama-arch file with experts is a Mixtral
+        d["model_type"] = "mixtral"
+
 
 LLAMA = Family(
     model_type="llama",
@@ -10,5 +18,6 @@ LLAMA = Family(
               "eos_token_id": 2},
     # transformers' Llama adds biases to gate/up/down when mlp_bias is true; the shared decoder has none
     unsupported_flags=("mlp_bias",),
+    gguf_config=gguf_config,
     gguf_permuted_qk=True,
 )

@@ -10,13 +10,8 @@ def _is_count(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
-def window_keys(r):
-    """Type-check the window keys wherever they are set -> (use_sliding_window, the window when
-    in use (transformers' default 4096) or None, layer_types or None)."""
-    use = r.flag("use_sliding_window", default=False)
-    window = r.raw.get("sliding_window", 4096)
-    if window is not None and not _is_count(window):
-        raise ConfigError(f"sliding_window must be a non-negative integer or null, got {window!r}")
+def layer_type_list(r):
+    """config.json's layer_types, checked (a list of WINDOW_KINDS), or None when absent."""
     types = r.raw.get("layer_types")
     if types is not None:
         if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
@@ -24,6 +19,17 @@ def window_keys(r):
         bad = sorted(set(types) - set(WINDOW_KINDS))
         if bad:
             raise ConfigError(f"layer_types entries {bad} are not supported; supported: {', '.join(WINDOW_KINDS)}")
+    return types
+
+
+def window_keys(r):
+    """Type-check the window keys wherever they are set -> (use_sliding_window, the window when
+    in use (transformers' default 4096) or None, layer_types or None)."""
+    use = r.flag("use_sliding_window", default=False)
+    window = r.raw.get("sliding_window", 4096)
+    if window is not None and not _is_count(window):
+        raise ConfigError(f"sliding_window must be a non-negative integer or null, got {window!r}")
+    types = layer_type_list(r)
     mwl = r.raw.get("max_window_layers")
     if mwl is not None and not _is_count(mwl):
         raise ConfigError(f"max_window_layers must be a non-negative integer, got {mwl!r}")
