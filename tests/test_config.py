@@ -107,7 +107,8 @@ def test_moe_layer_rule():
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"model_type": "gpt2"}, "unsupported model_type 'gpt2'; supported model_type: llama, qwen2, qwen3, qwen3_moe"),
+    ({"model_type": "gpt2"}, "unsupported model_type 'gpt2'; supported model_type: llama, mistral, mixtral, qwen2, "
+                             "qwen3, qwen3_moe, smollm3, gemma3_text"),
     ({"hidden_size": None}, "missing required key 'hidden_size'"),
     ({"num_key_value_heads": 3}, "num_attention_heads=14 is not a multiple of num_key_value_heads=3"),
     ({"hidden_size": 900}, "hidden_size=900 is not divisible by num_attention_heads=14"),

@@ -179,7 +179,8 @@ def test_config_from_metadata():
     assert cfg.moe_intermediate_size == 24 and cfg.norm_topk_prob and cfg.moe_layers == (True, True)
     assert cfg.vocab_size == 50 and cfg.tie_embeddings and cfg.eos_token_ids == (4, 5) and cfg.bos_token_id == 3
     assert cfg.rope.type == "linear" and cfg.rope.factor == 2.0 and cfg.origin["hidden_size"] == "gguf"
-    with pytest.raises(ConfigError, match="unsupported GGUF architecture 'rwkv6'.*llama, qwen2, qwen3, qwen3moe"):
+    with pytest.raises(ConfigError,
+                       match="unsupported GGUF architecture 'rwkv6'.*llama, qwen2, qwen3, qwen3moe, smollm3, gemma3"):
         config_from_gguf({"general.architecture": "rwkv6"})
     with pytest.raises(ConfigError, match="unsupported rope type 'longrope'"):
         from_hf_config(config_from_gguf({**meta, "qwen3moe.rope.scaling.type": "longrope"}), source="gguf")

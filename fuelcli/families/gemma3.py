@@ -47,7 +47,10 @@ def gemma_ropes(r, windows, rope_for):
             isinstance(v, dict) for v in r.raw["rope_parameters"].values()):
         local, full = rope_for("sliding_attention"), rope_for("full_attention")
     else:
-        local, full = RopeConfig(theta=r.number("rope_local_base_freq")), rope_for("full_attention")
+        theta = r.number("rope_local_base_freq")
+        if theta <= 0:
+            raise ConfigError(f"rope_local_base_freq must be > 0, got {theta!r}")
+        local, full = RopeConfig(theta=theta), rope_for("full_attention")
     ropes = [local if w else full for w in windows]
     return ropes, f"local layers θ={local.theta:g}, global layers θ={full.theta:g}" + (
         "" if full.type == "default" else f" {full.type} ×{full.factor:g}")
