@@ -13,8 +13,9 @@ Two vocabulary types (`tokenizer.ggml.model`):
          which is what llama.cpp's SPM tokenizer does symbol pair by symbol pair.
 
 Every accepted name passes llama.cpp's tokenizer test vectors (`models/ggml-vocab-*.gguf` with
-`.inp`/`.out`, whose ids come from HF tokenizers): see tests/test_tokenizer_vectors.py. Other
-vocabularies are refused with one line naming what is supported.
+`.inp`/`.out`, whose ids come from HF tokenizers): see tests/test_tokenizer_vectors.py; tekken, which
+has none, is checked against Mistral's own tokenizer (tests/test_tekken.py). Other vocabularies are
+refused with one line naming what is supported.
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ _QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
           r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 _QWEN35 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"
            r"| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# Mistral's Tekken (tekken.json's own pattern, which llama.cpp keeps in a comment and rewrites for
+# its regex engine; Oniguruma has the case classes): a word is its capitals then lower case.
+_TEKKEN = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+           r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+           r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 # Written with \x{...} escapes: a literal Greek letter here may be NFC-normalised on the way into
 # the file (U+1F7D becomes U+03CE), which turns a range around.
 _CJK = r"[\x{4E00}-\x{9FA5}\x{800}-\x{4E00}\x{AC00}-\x{D7FF}]+"
@@ -71,6 +77,7 @@ PRE_TOKENIZERS = {
     **dict.fromkeys(("qwen2", "deepseek-r1-qwen"), ([_QWEN2], False)),  # qwen2
     "qwen35": ([_QWEN35], False),  # qwen35
     **dict.fromkeys(("llama-bpe", "llama3", "llama-v3"), ([_LLAMA3], True)),  # llama-bpe
+    "tekken": ([_TEKKEN], True),  # none: Mistral's own Tekkenizer on its vocabulary (tests/test_tekken.py)
     # every digit alone, then GPT-2's split (SmolLM2's own tokenizer.json: tests/test_tokenizer.py)
     **dict.fromkeys(("smollm", "starcoder", "refact", "command-r"), ([r"\p{N}", _GPT2], False)),  # starcoder, refact, command-r
     **dict.fromkeys(("gpt-2", "mpt"), ([_GPT2], False)),  # gpt-2, mpt
@@ -78,6 +85,8 @@ PRE_TOKENIZERS = {
     "deepseek-llm": (_DEEPSEEK_LLM, False),  # deepseek-llm
     "deepseek-coder": (_DEEPSEEK_CODER, False),  # deepseek-coder
 }
+# the pre-tokenizers llama.cpp adds BOS for by default (the file's add_bos_token overrides)
+_ADD_BOS = ("llama-bpe", "llama3", "llama-v3", "tekken")
 MODELS = ("gpt2 (byte-level BPE)", "llama (SentencePiece)")
 
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
@@ -220,7 +229,7 @@ def tokenizer_from_gguf(meta: dict) -> Tokenizer:
     model = meta.get("tokenizer.ggml.model")
     if model == "gpt2":
         tok, special, user = _byte_level(meta)
-        add_bos_default = meta.get("tokenizer.ggml.pre") in ("llama-bpe", "llama3", "llama-v3")  # llama.cpp
+        add_bos_default = meta.get("tokenizer.ggml.pre") in _ADD_BOS
     elif model == "llama":
         tok, special, user = _sentencepiece(meta)
         add_bos_default = True  # llama.cpp's default for SentencePiece vocabularies

@@ -30,17 +30,25 @@ SEP = "\n__ggml_vocab_test__\n"
 ACCEPTED = ["command-r", "deepseek-coder", "deepseek-llm", "falcon", "gpt-2", "llama-bpe", "llama-spm", "mpt",
             "phi-3", "qwen2", "qwen35", "refact", "starcoder"]
 REFUSED = {"bert-bge": "'bert'", "gemma-4": "'gemma4'"}
+# pre-tokenizers llama.cpp has no vectors for, each checked against its maker's own tokenizer instead
+OTHER_ORACLES = {"tekken": "test_tekken.py"}  # mistral-common's Tekkenizer on a real Tekken vocabulary
+
+
+def download_sdist(dest: Path) -> Path:
+    """The llama-cpp-python source package (75 MB) downloaded into dest: llama.cpp's vocabularies,
+    converter and gguf-py."""
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-q",
+                    SDIST, "-d", str(dest)], check=True)
+    (sdist,) = dest.glob("*.tar.gz")
+    return sdist
 
 
 @pytest.fixture(scope="session")
 def vocab_dir() -> Path:
-    """models/ggml-vocab-* from the llama-cpp-python sdist (75 MB download, 60 MB of vocabularies kept)."""
+    """models/ggml-vocab-* from the llama-cpp-python sdist (60 MB of vocabularies kept)."""
 
     def build(out: Path):
-        dl = out.parent / "sdist"
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-q",
-                        SDIST, "-d", str(dl)], check=True)
-        (sdist,) = dl.glob("*.tar.gz")
+        sdist = download_sdist(out.parent / "sdist")
         out.mkdir()
         with tarfile.open(sdist) as tar:
             for m in tar.getmembers():
@@ -87,10 +95,11 @@ def test_refused(vocab_dir, name):
 
 def test_every_pre_tokenizer_has_vectors(vocab_dir):
     """Each accepted tokenizer.ggml.pre is a vector vocabulary's own, or shares its entry (same regexes
-    and ignore_merges) with one that is; smollm shares starcoder's and is also checked against SmolLM2's
-    own tokenizer.json (test_tokenizer.py, test_gguf_model.py)."""
+    and ignore_merges) with one that is, or is in OTHER_ORACLES; smollm shares starcoder's and is also
+    checked against SmolLM2's own tokenizer.json (test_tokenizer.py, test_gguf_model.py)."""
     tested = {read_gguf(vocab_dir / f"ggml-vocab-{n}.gguf", tensors=False).meta.get("tokenizer.ggml.pre")
-              for n in ACCEPTED}
+              for n in ACCEPTED} | set(OTHER_ORACLES)
+    assert all((Path(__file__).parent / f).is_file() for f in OTHER_ORACLES.values())
     tested_entries = [gguf_tokenizer.PRE_TOKENIZERS[p] for p in tested if p in gguf_tokenizer.PRE_TOKENIZERS]
     for pre, entry in gguf_tokenizer.PRE_TOKENIZERS.items():
         assert any(entry is e for e in tested_entries), pre
