@@ -225,6 +225,17 @@ def _sentencepiece(meta: dict) -> tuple[tokenizers.Tokenizer, list, list]:
     return tok, special, user
 
 
+def _template(text):
+    """tokenizer.chat_template as a Jinja template. A file converted with --mistral-format names one
+    of llama.cpp's built-in templates instead ("mistral-v3-tekken"): rendering that name as Jinja
+    would send it as the prompt, so it becomes a template that says so when used."""
+    if not isinstance(text, str) or "{" in text or not text.strip():
+        return text
+    message = (f"the file names llama.cpp's built-in chat template {text.strip()[:60]!r} instead of carrying one; "
+               "give a template with --chat-template FILE, or send raw text with --no-chat-template")
+    return "{{ raise_exception(" + repr(message) + ") }}"
+
+
 def tokenizer_from_gguf(meta: dict) -> Tokenizer:
     model = meta.get("tokenizer.ggml.model")
     if model == "gpt2":
@@ -245,7 +256,7 @@ def tokenizer_from_gguf(meta: dict) -> Tokenizer:
 
     return Tokenizer.from_parts(
         tok,
-        chat_template=meta.get("tokenizer.chat_template"),
+        chat_template=_template(meta.get("tokenizer.chat_template")),
         bos_token=token("bos_token_id"),
         eos_token=token("eos_token_id"),
         add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", add_bos_default)),

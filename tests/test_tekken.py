@@ -192,3 +192,14 @@ def test_gpt2_split_fails(meta, mistral, texts):
     """GPT-2's regex splits a word at "_" and does not keep "/" after punctuation."""
     bad = failures(tokenizer_from_gguf({**meta, "tokenizer.ggml.pre": "gpt-2"}), mistral, texts)
     assert len(bad) > 500 and sample("snake_case") in bad and sample("src/fuelcli") in bad
+
+
+def test_a_named_builtin_template_is_refused_when_used(meta, tok):
+    """--mistral-format files name llama.cpp's built-in template ("mistral-v3-tekken") instead of
+    carrying Jinja: rendering says so in one line; raw text still encodes."""
+    from fuelcli.errors import InputError
+
+    assert "{" not in meta["tokenizer.chat_template"]
+    with pytest.raises(InputError, match="names llama.cpp's built-in chat template 'mistral-v3-tekken'"):
+        tok.render_chat([{"role": "user", "content": "hi"}])
+    assert tok.encode_prompt("hi", chat=False) == tok.encode("hi")
