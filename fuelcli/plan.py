@@ -46,6 +46,11 @@ class LayerPlan:
     def norms(self) -> str:
         return "pre + post" if self.block.sandwich else "pre"
 
+    def label(self, cfg: ModelConfig) -> str:
+        """The block in a few words: attention, RoPE, norms, FFN (diff --layers names it)."""
+        ffn = f"MoE {cfg.experts_per_tok} of {cfg.num_experts}" if self.moe else "dense"
+        return f"{self.attention}, RoPE {self.rope}, {self.norms} norms, {ffn} {ACTIVATION_NAMES[self.block.ffn.activation]}"
+
 
 @dataclass
 class MaskVariant:

@@ -82,6 +82,8 @@ CONFIG_BREAKS = {
     "qwen2_window": (inverted_windows, 0),  # windowed layers become 0,1
     "qwen3_moe_norm_false": (lambda c: dataclasses.replace(c, experts_per_tok=c.num_experts), 1),  # MoE layer 1
     "llama31": (lambda c: with_attention(c, rope=lambda r: RopeConfig(theta=r.theta)), 0),  # unscaled RoPE
+    # Gemma 3's global layer 1 rotated with the local base: --layers names it, and what its block is
+    "gemma3": (lambda c: with_attention(c, rope=c.blocks[0].attention.rope), 1),
 }
 
 
@@ -110,6 +112,8 @@ def test_config_break_caught_by_transformers(tiny, break_config, case):
     assert r["first_bad_layer"] == first_bad
     assert all(lay["ok"] for lay in r["layers"] if lay["layer"] < first_bad)
     assert f"first layer out of tolerance: {first_bad}" in err
+    bad = next(lay for lay in r["layers"] if lay["layer"] == first_bad)
+    assert bad["block"] in err and bad["block"].startswith(("full", "window"))
 
 
 @pytest.mark.parametrize("case", sorted(CONFIG_BREAKS))

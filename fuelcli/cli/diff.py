@@ -54,6 +54,7 @@ def diff_cmd(
 ):
     """Compare fuel's logits (per position) with an oracle; exit 3 on mismatch."""
     from ..loader import open_model
+    from ..plan import layer_plans
     from ..threads import set_threads
     from . import diff_view
 
@@ -78,12 +79,17 @@ def diff_cmd(
         r = diff(m, ids, oracle, path, tol, min_top1, layers, layer_tol, decode_steps, atol, device, cache_type)
     if plot is not None:
         diff_view.plot(plot, m.source.name, r)
+    labels = [lp.label(m.cfg) for lp in layer_plans(m.cfg)]
     if as_json:
-        print(json.dumps({"model": m.source.name, **r.to_json()}, indent=1 if text is not None else 2))
+        out = {"model": m.source.name, **r.to_json()}
+        for lay in out.get("layers") or []:
+            lay["block"] = labels[lay["layer"]] if lay["layer"] >= 0 else "embeddings"
+        print(json.dumps(out, indent=1 if text is not None else 2))
     else:
-        diff_view.render(m.source.name, r)
+        diff_view.render(m.source.name, r, labels)
     if plot is not None:
         err(f"plot written to {plot}")
     if not r.passed:
-        where = f"; first layer out of tolerance: {r.first_bad_layer}" if r.first_bad_layer is not None else ""
+        where = (f"; first layer out of tolerance: {diff_view.layer_name(r.first_bad_layer, labels)}"
+                 if r.first_bad_layer is not None else "")
         raise Mismatch(f"fuel {r.path} path vs {oracle}: " + "; ".join(r.reasons()) + where)

@@ -24,11 +24,12 @@ def _table(title, *columns):
     return t
 
 
-def render(name: str, r):
+def render(name: str, r, labels: list):
+    """labels: each layer's block in words (plan.LayerPlan.label)."""
     if isinstance(r, DiffResult):
-        _render_tokens(name, r)
+        _render_tokens(name, r, labels)
     else:
-        _render_text(name, r)
+        _render_text(name, r, labels)
 
 
 def progress(c: int, n: int, r):
@@ -50,20 +51,26 @@ def plot(path: str, name: str, r):
     P.write(path, kl, r.tol, f"{name}: fuel {r.path} path vs {r.oracle}; {what}", rel, r.layer_tol)
 
 
-def _layers_table(con, r):
+def layer_name(layer: int | None, labels: list) -> str:
+    """A residual-stream row's name: embeddings, or the layer and what its block is."""
+    if layer is None:
+        return "none"
+    return "embeddings" if layer < 0 else f"{layer} ({labels[layer]})"
+
+
+def _layers_table(con, r, labels: list):
     from rich.markup import escape
 
     lt = _table(escape(f"residual stream after each layer vs {r.layer_oracle}") +
                 f"\n(ok: max|Δ| / max|oracle| ≤ {r.layer_tol:g})",
-                ("layer", "right"), ("max|Δ|", "right"), ("max|oracle|", "right"), ("relative", "right"),
+                ("layer", "right"), ("block", "left"), ("max|Δ|", "right"), ("max|oracle|", "right"), ("relative", "right"),
                 ("ok", "center"))
     for lay in r.layer_list:
-        lt.add_row("embed" if lay.layer < 0 else str(lay.layer), f"{lay.max_abs:.3e}", f"{lay.scale:.3g}",
-                   f"{lay.rel:.3e}", "✓" if lay.ok else "✗", style=None if lay.ok else "red")
+        lt.add_row("embed" if lay.layer < 0 else str(lay.layer), "" if lay.layer < 0 else escape(labels[lay.layer]),
+                   f"{lay.max_abs:.3e}", f"{lay.scale:.3g}", f"{lay.rel:.3e}", "✓" if lay.ok else "✗",
+                   style=None if lay.ok else "red")
     con.print(lt)
-    bad = r.first_bad_layer
-    con.print("first layer out of tolerance: " + ("none" if bad is None else ("embeddings" if bad < 0 else str(bad))),
-              highlight=False)
+    con.print(f"first layer out of tolerance: {layer_name(r.first_bad_layer, labels)}", highlight=False)
 
 
 def _verdict(con, r):
@@ -71,7 +78,7 @@ def _verdict(con, r):
               style="bold green" if r.passed else "bold red", highlight=False)
 
 
-def _render_tokens(name: str, r: DiffResult):
+def _render_tokens(name: str, r: DiffResult, labels: list):
     from rich.markup import escape
 
     con = _console()
@@ -84,7 +91,7 @@ def _render_tokens(name: str, r: DiffResult):
                   style=None if r.position_ok(p) else "red")
     con.print(t)
     if r.layers:
-        _layers_table(con, r)
+        _layers_table(con, r, labels)
     steps = f"{r.prefill_len} prefilled + {len(r.tokens) - r.prefill_len} decoded" if r.path == "decode" \
         else f"{len(r.tokens)} prefilled"
     atol = "" if r.atol is None else f" (atol {r.atol:g})"
@@ -94,7 +101,7 @@ def _render_tokens(name: str, r: DiffResult):
     _verdict(con, r)
 
 
-def _render_text(name: str, r):
+def _render_text(name: str, r, labels: list):
     from ..oracle.picture import kl_chart, layer_map
 
     con, w = _console(), r.windows
@@ -115,7 +122,7 @@ def _render_text(name: str, r):
     if r.has_layers:
         con.print(layer_map(r.layer_rel_by_position, r.layer_tol, width=width,
                             title="per-layer divergence by context position"))
-        _layers_table(con, r)
+        _layers_table(con, r, labels)
     (pf, ef), (po, eo) = r.ppl("fuel"), r.ppl("oracle")
     first = r.first_over_tol
     where = "none" if first is None else f"position {first['pos']} (chunk {first['chunk'] + 1}, KL {first['kl']:.3e})"
