@@ -229,3 +229,24 @@ def test_llama2_style_gguf_runs(vocab_dir, tmp_path):
     r = subprocess.run([sys.executable, "-m", "fuelcli", "run", str(path), "Hello", "--temp", "0", "-n", "3",
                         "--no-chat-template"], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
+
+
+def test_spm_merges_are_kept_per_vocabulary(vocab_dir, tmp_path, monkeypatch):
+    """The merges of a SentencePiece vocabulary are built once, kept under the cache root, loaded
+    the same, and rebuilt when the kept file is damaged (negative control: a corrupted payload is
+    never trusted)."""
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    meta = read_gguf(vocab_dir / "ggml-vocab-llama-spm.gguf", tensors=False).meta
+    args = (meta["tokenizer.ggml.tokens"], meta["tokenizer.ggml.scores"], meta["tokenizer.ggml.token_type"])
+    fresh = gguf_tokenizer._all_spm_merges(*args)
+    assert gguf_tokenizer._spm_merges(*args) == fresh
+    (kept,) = (tmp_path / "spm-merges").iterdir()
+    assert gguf_tokenizer._spm_merges(*args) == fresh  # from the file
+    data = bytearray(kept.read_bytes())
+    data[-5] ^= 0xFF
+    kept.write_bytes(bytes(data))
+    assert gguf_tokenizer._spm_merges(*args) == fresh
+    other = [-x for x in args[1]]  # another vocabulary's scores: its own entry, other merges
+    assert gguf_tokenizer._spm_merges(args[0], other, args[2]) == gguf_tokenizer._all_spm_merges(args[0], other, args[2])
+    assert gguf_tokenizer._spm_merges(args[0], other, args[2]) != fresh
+    assert len(list((tmp_path / "spm-merges").iterdir())) == 2
