@@ -198,6 +198,8 @@ def parse_rope(r: _Reader, scaling: dict | None, theta: float) -> RopeConfig:
         return RopeConfig(theta=theta)
     if rtype == "factors":
         return RopeConfig(theta=theta, type="factors", factors=tuple(scaling["factors"]))
+    if rtype == "longrope":
+        return _longrope(r, scaling, theta)
     original = scaling.get("original_max_position_embeddings")
     if original is None:
         original = r.raw.get("max_position_embeddings", 8192)
@@ -242,6 +244,31 @@ def _yarn(scaling: dict, theta: float, factor: float, original: int) -> RopeConf
         raise ConfigError(f"rope scaling 'yarn': needs beta_fast > beta_slow > 0, got {fast:g} and {slow:g}")
     return RopeConfig(theta=theta, type="yarn", factor=factor, original_max_position=original, beta_fast=float(fast),
                       beta_slow=float(slow), truncate=truncate, attention_factor=float(attention))
+
+
+def _longrope(r: _Reader, scaling: dict, theta: float) -> RopeConfig:
+    """transformers' _compute_longrope_parameters: short and long per-frequency factors; a top-level
+    original_max_position_embeddings wins (Phi-3's configs carry it there); factor, when absent,
+    max_position / original; the attention factor sqrt(1 + ln factor / ln original)."""
+    factors = {}
+    for key in ("short_factor", "long_factor"):
+        value = scaling.get(key)
+        if not isinstance(value, list) or not value or not all(_is_number(v) and v > 0 for v in value):
+            raise ConfigError(f"rope scaling 'longrope': {key} must be a list of numbers > 0, got {value!r}")
+        factors[key] = tuple(float(v) for v in value)
+    original = r.raw.get("original_max_position_embeddings", scaling.get("original_max_position_embeddings"))
+    if original is None:
+        original = r.raw.get("max_position_embeddings")
+    original = _positive_int(original, "rope scaling 'longrope': original_max_position_embeddings")
+    factor = _scaling_number(scaling, "factor", None, "longrope")
+    if factor is None:
+        factor = _positive_int(r.raw.get("max_position_embeddings"), "max_position_embeddings") / original
+    attention = _scaling_number(scaling, "attention_factor", None, "longrope")
+    if attention is None:
+        attention = math.sqrt(1 + math.log(factor) / math.log(original)) if factor > 1 else 1.0
+    return RopeConfig(theta=theta, type="longrope", factor=float(factor), original_max_position=original,
+                      attention_factor=float(attention), factors=factors["short_factor"],
+                      long_factors=factors["long_factor"])
 
 
 def rope_reader(r: _Reader):
@@ -372,6 +399,11 @@ def from_hf_config(raw: dict, generation: dict | None = None, source: str = "con
     act = _activation(r, family.activation_key)
     blocks = tuple(Block(Attention(window=int(windows[i]), rope=ropes[i], **attention), Ffn(ffn.moe_layers[i], act),
                          sandwich=family.sandwich) for i in range(n_layers))
+    for rope in {b.attention.rope for b in blocks} - {None}:
+        for name, values in (("factors", rope.factors), ("long factors", rope.long_factors)):
+            if values and len(values) != head_dim // 2:
+                raise ConfigError(f"the RoPE's {len(values)} {name} do not fit head_dim {head_dim}: it needs one "
+                                  f"per frequency, {head_dim // 2}")
     return ModelConfig(
         family=family.model_type,
         vocab_size=vocab,

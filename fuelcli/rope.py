@@ -4,7 +4,10 @@ HF layout ("rotate half", NEOX): dimension i pairs with i + head_dim/2, both rot
 Types: default; linear (every frequency / factor); llama3 (three bands by wavelength); yarn (a ramp
 between interpolated and original frequencies by rotations per original context, cos and sin times
 an attention factor); factors (each frequency divided by its own factor: a GGUF `rope_freqs`
-tensor, llama.cpp's form of llama3 scaling).
+tensor, llama.cpp's form of llama3 scaling); longrope (Phi-3: per-frequency factors, the long ones
+for a table past the original context, the short ones otherwise, cos and sin times an attention
+factor). transformers picks LongRoPE's factors by the sequence so far, llama.cpp by the context
+size: a full-prefix forward (the reference) picks by its length, an engine by its context.
 """
 
 import math
@@ -12,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "longrope")
 
 
 @dataclass(frozen=True)
@@ -22,12 +25,13 @@ class RopeConfig:
     factor: float = 1.0
     low_freq_factor: float = 1.0  # llama3
     high_freq_factor: float = 4.0  # llama3
-    original_max_position: int = 8192  # llama3, yarn
+    original_max_position: int = 8192  # llama3, yarn, longrope
     beta_fast: float = 32.0  # yarn: rotations bounding the ramp
     beta_slow: float = 1.0
     truncate: bool = True  # yarn: the ramp's bounds rounded to whole dimensions
-    attention_factor: float = 1.0  # yarn: cos and sin are multiplied by it
-    factors: tuple = ()  # factors: one divisor per frequency
+    attention_factor: float = 1.0  # yarn, longrope: cos and sin are multiplied by it
+    factors: tuple = ()  # factors, longrope (the short ones): one divisor per frequency
+    long_factors: tuple = ()  # longrope: the divisors past the original context
 
 
 def powers(head_dim: int, theta: float) -> np.ndarray:
@@ -73,7 +77,8 @@ def yarn_inv_freq(rope: RopeConfig, head_dim: int) -> np.ndarray:
     return (interpolated * (1 - keep) + extrapolated * keep).astype(np.float32)
 
 
-def inv_freq(rope: RopeConfig, head_dim: int) -> np.ndarray:
+def inv_freq(rope: RopeConfig, head_dim: int, n_positions: int | None = None) -> np.ndarray:
+    """The inverse frequencies of a table of n_positions (LongRoPE's choice; None: the short ones)."""
     base = base_inv_freq(head_dim, rope.theta)
     if rope.type == "default":
         return base
@@ -83,6 +88,10 @@ def inv_freq(rope: RopeConfig, head_dim: int) -> np.ndarray:
         return yarn_inv_freq(rope, head_dim)
     if rope.type == "factors":
         return (base / np.asarray(rope.factors, np.float32)).astype(np.float32)
+    if rope.type == "longrope":  # transformers: 1 / (factor * theta ** (2i/d))
+        long = n_positions is not None and n_positions > rope.original_max_position
+        factors = np.asarray(rope.long_factors if long else rope.factors, np.float32)
+        return (np.float32(1.0) / (factors * powers(head_dim, rope.theta))).astype(np.float32)
     # llama3: keep high frequencies, divide low ones by factor, interpolate between
     bands = llama3_bands(rope, base)
     divided = base / np.float32(rope.factor)
@@ -95,7 +104,7 @@ def inv_freq(rope: RopeConfig, head_dim: int) -> np.ndarray:
 def cos_sin(rope: RopeConfig, head_dim: int, n_positions: int) -> tuple[np.ndarray, np.ndarray]:
     """Tables [n_positions, head_dim/2] in f32, the angle computed in f32 like transformers (and
     both times the attention factor, as transformers scales them)."""
-    freqs = np.arange(n_positions, dtype=np.float32)[:, None] * inv_freq(rope, head_dim)[None, :]
+    freqs = np.arange(n_positions, dtype=np.float32)[:, None] * inv_freq(rope, head_dim, n_positions)[None, :]
     cos, sin = np.cos(freqs).astype(np.float32), np.sin(freqs).astype(np.float32)
     if rope.attention_factor != 1.0:
         f = np.float32(rope.attention_factor)

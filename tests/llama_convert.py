@@ -23,10 +23,11 @@ def convert(converter: Path, pairs: list) -> None:
     args = []
     for model_dir, out in pairs:
         write_byte_tokenizer(model_dir)
-        # special tokens named from the byte alphabet: a family's tokenizer class (Qwen2's) would
-        # otherwise add its own <|endoftext|> past the 256 ids
+        # GPT2Tokenizer: the class Phi-3's converter takes for a byte-level vocabulary (else it wants
+        # tokenizer.model); special tokens named from the byte alphabet: a family's tokenizer class
+        # (Qwen2's) would otherwise add its own <|endoftext|> past the 256 ids
         (Path(model_dir) / "tokenizer_config.json").write_text(json.dumps(
-            {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "a", "unk_token": None, "pad_token": None,
+            {"tokenizer_class": "GPT2Tokenizer", "eos_token": "a", "unk_token": None, "pad_token": None,
              "bos_token": None}))
         args += [str(model_dir), str(out)]
     subprocess.run([sys.executable, __file__, str(converter), *args], check=True, capture_output=True, timeout=600)

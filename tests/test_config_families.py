@@ -49,6 +49,15 @@ SMOLLM3_3B = {
     "num_key_value_heads": 4, "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 5000000.0,
     "sliding_window": None, "use_sliding_window": False, "vocab_size": 128256, "tie_word_embeddings": True,
 }
+PHI3_MINI_128K = {
+    "architectures": ["Phi3ForCausalLM"], "bos_token_id": 1, "eos_token_id": 32000, "hidden_act": "silu",
+    "hidden_size": 3072, "intermediate_size": 8192, "max_position_embeddings": 131072, "model_type": "phi3",
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
+    "original_max_position_embeddings": 4096, "rms_norm_eps": 1e-05, "rope_theta": 10000.0,
+    "rope_scaling": {"type": "longrope", "long_factor": [1.0 + i / 8 for i in range(48)],
+                     "short_factor": [1.0 + i / 64 for i in range(48)]},
+    "sliding_window": 262144, "tie_word_embeddings": False, "vocab_size": 32064,
+}
 QWEN25_YARN = {**QWEN2_0_5B, "rope_scaling": {"factor": 4.0, "original_max_position_embeddings": 32768,
                                                "type": "yarn"}}
 
@@ -111,6 +120,18 @@ def test_yarn_parameters():
     ds = {**QWEN2_0_5B, "rope_scaling": {"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096,
                                          "mscale": 1.0, "mscale_all_dim": 1.0, "beta_fast": 32, "beta_slow": 1}}
     assert from_hf_config(ds).rope.attention_factor == 1.0  # mscale / mscale_all_dim, DeepSeek's form
+
+
+def test_phi3_longrope():
+    c = from_hf_config(PHI3_MINI_128K)
+    r = c.rope
+    assert c.family == "phi3" and c.head_dim == 96 and c.windows == (262144,) * 32
+    assert (r.type, r.factor, r.original_max_position) == ("longrope", 32.0, 4096) and len(r.long_factors) == 48
+    assert r.attention_factor == pytest.approx(math.sqrt(1 + math.log(32) / math.log(4096)))
+    from fuelcli.rope import inv_freq
+
+    short, long = inv_freq(r, 96, 4096), inv_freq(r, 96, 4097)  # the long factors past the original context
+    assert short[1] == pytest.approx(long[1] * 1.125 / (1 + 1 / 64)) and short[0] == long[0]
 
 
 def test_gguf_form_of_gemma3_is_the_hf_form(gemma3_gguf):
@@ -182,6 +203,18 @@ def test_gguf_llama_with_experts_is_mixtral():
     (QWEN2_0_5B, {"rope_scaling": {"type": "yarn", "factor": 4, "attention_factor": "1"}},
      "attention_factor must be a number"),
     (QWEN2_0_5B, {"rope_scaling": {"type": "factors", "factors": [1.0]}}, "unsupported rope type 'factors'"),
+    # LongRoPE, Phi-3
+    (PHI3_MINI_128K, {"rope_scaling": {**PHI3_MINI_128K["rope_scaling"], "long_factor": [1.0] * 47}},
+     "the RoPE's 47 long factors do not fit head_dim 96"),
+    (PHI3_MINI_128K, {"rope_scaling": {**PHI3_MINI_128K["rope_scaling"], "short_factor": ["1"] * 48}},
+     "short_factor must be a list of numbers > 0"),
+    (PHI3_MINI_128K, {"rope_scaling": {**PHI3_MINI_128K["rope_scaling"], "long_factor": None}},
+     "long_factor must be a list of numbers > 0, got None"),
+    (PHI3_MINI_128K, {"rope_scaling": {**PHI3_MINI_128K["rope_scaling"], "short_factor": [0.0] * 48}},
+     "short_factor must be a list of numbers > 0"),
+    (PHI3_MINI_128K, {"original_max_position_embeddings": 0}, "original_max_position_embeddings must be a positive"),
+    (PHI3_MINI_128K, {"partial_rotary_factor": 0.75}, "partial_rotary_factor=0.75 is not supported"),
+    (PHI3_MINI_128K, {"sliding_window": True}, "sliding_window must be a non-negative integer or null"),
 ])
 def test_bad_values(base, change, message):
     with pytest.raises(ConfigError) as e:

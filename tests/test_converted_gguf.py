@@ -9,6 +9,8 @@ What each case checks of the GGUF form:
   smollm3         arch smollm3: every 4th layer without RoPE (llama.cpp's rule, no key says it)
   qwen2_yarn      rope.scaling.type yarn with its factor and original context
   gemma3_6layers  arch gemma3: norms stored as 1 + w, sliding_window, 5 local : 1 global by default
+  phi3_longrope   arch phi3: q|k|v and gate|up fused; LongRoPE's factors as tensors, its original
+                  context and attention factor as keys
 
 Tolerance: TOL of test_decoder_oracle (max|Δ| of the logits); measured here up to 8.1e-5 (llama31's
 reference path). The broken readings miss by 1e-1 or more.
@@ -27,7 +29,7 @@ from fuelcli.forward_paths import PATHS, logits_by_path
 from fuelcli.loader import open_model
 from fuelcli.rope import RopeConfig
 
-CASES = ("llama31", "mixtral", "smollm3", "qwen2_yarn", "gemma3_6layers")
+CASES = ("llama31", "mixtral", "smollm3", "qwen2_yarn", "gemma3_6layers", "phi3_longrope")
 WRITE = {"llama31": {"legacy_rope": True}}  # the hub shape the converter reads best
 
 
@@ -56,6 +58,8 @@ def test_what_the_files_say(converted):
     assert converted("qwen2_yarn")[0].cfg.rope.type == "yarn"
     gemma = converted("gemma3_6layers")[0].cfg
     assert gemma.windows == (4, 4, 4, 4, 4, 0) and {b.attention.rope.theta for b in gemma.blocks} == {1e4, 1e6}
+    phi = converted("phi3_longrope")[0].cfg.rope
+    assert phi.type == "longrope" and phi.original_max_position == 16 and len(phi.long_factors) == 8
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -83,6 +87,8 @@ BREAKS = {
     "smollm3": lambda m: (with_attention(m.cfg, rope=m.cfg.blocks[0].attention.rope), m.weights),  # RoPE everywhere
     "qwen2_yarn": lambda m: (with_attention(m.cfg, rope=lambda r: RopeConfig(theta=r.theta)), m.weights),
     "gemma3_6layers": _norm_shift_kept,
+    "phi3_longrope": lambda m: (with_attention(m.cfg, rope=lambda r: dataclasses.replace(r, long_factors=r.factors)),
+                                m.weights),  # the short factors past the original context
 }
 
 

@@ -82,6 +82,8 @@ BREAKS = {
     "norm weights without the 1 + w offset": (lambda c: c, _without_norm_offset),
     "YaRN attention factor dropped": (lambda c: with_attention(c, rope=lambda r: dataclasses.replace(
         r, attention_factor=1.0)), None),
+    "LongRoPE's short factors past the original context": (lambda c: with_attention(
+        c, rope=lambda r: dataclasses.replace(r, long_factors=r.factors)), None),
 }
 
 CASES = {
@@ -101,6 +103,8 @@ CASES = {
     "mixtral": ({}, ["dense routing over all experts", "renorm flipped"]),
     "smollm3": ({}, ["one RoPE for every layer"]),
     "qwen2_yarn": ({}, ["unscaled RoPE", "YaRN attention factor dropped"]),
+    "phi3": ({}, ["window dropped"]),
+    "phi3_longrope": ({}, ["LongRoPE's short factors past the original context", "unscaled RoPE"]),
 }
 
 

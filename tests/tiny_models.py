@@ -72,6 +72,11 @@ CASES: dict[str, str] = {
     "mistral": "Mistral, 2 layers, hidden 64, 4 heads / 2 kv heads, head_dim 32, sliding_window 4 on every layer",
     "mixtral": "Mixtral, 2 layers, 4 experts top-2 (always renormalised), intermediate 48, sliding_window null",
     "smollm3": "SmolLM3, 4 layers, no_rope_layers [1, 1, 1, 0] (layer 3 without RoPE), tied",
+    "phi3": "Phi-3, 2 layers, fused qkv_proj and gate_up_proj, sliding_window 4 on every layer, no RoPE scaling",
+    "phi3_longrope": (
+        "Phi-3 with LongRoPE: original_max_position_embeddings 16 (the 24-token test sequence is past it: the "
+        "long factors), max_position_embeddings 256, short/long factors of 8 frequencies, no window"
+    ),
     "qwen2_yarn": (
         "Qwen2, 2 layers, rope_theta 10000, rope_scaling yarn factor 4, original_max_position_embeddings 8 "
         "(ramp over dims 0-6 of 8 frequencies), attention factor 1.139"
@@ -100,8 +105,8 @@ EXPERT_KEYS_NOTE = (
 
 
 def _config(case: str):
-    from transformers import (Gemma3TextConfig, LlamaConfig, MistralConfig, MixtralConfig, Qwen2Config, Qwen3Config,
-                              Qwen3MoeConfig, SmolLM3Config)
+    from transformers import (Gemma3TextConfig, LlamaConfig, MistralConfig, MixtralConfig, Phi3Config, Qwen2Config,
+                              Qwen3Config, Qwen3MoeConfig, SmolLM3Config)
 
     if case in ("qwen2_window", "qwen2_window_legacy"):
         return Qwen2Config(
@@ -187,6 +192,14 @@ def _config(case: str):
     if case == "smollm3":
         return SmolLM3Config(**_BASE, num_hidden_layers=4, num_key_value_heads=2, no_rope_layers=[1, 1, 1, 0],
                              rope_theta=10000.0, tie_word_embeddings=True)
+    if case == "phi3":
+        return Phi3Config(**_BASE, num_hidden_layers=2, num_key_value_heads=2, sliding_window=4, tie_word_embeddings=False)
+    if case == "phi3_longrope":
+        return Phi3Config(**_BASE, num_hidden_layers=2, num_key_value_heads=2, sliding_window=None,
+                          tie_word_embeddings=False, original_max_position_embeddings=16,
+                          rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                                           "short_factor": [1.0, 1.2, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0],
+                                           "long_factor": [1.0, 2.0, 4.0, 8.0, 12.0, 16.0, 24.0, 32.0]})
     if case == "qwen2_yarn":
         return Qwen2Config(**_BASE, num_hidden_layers=2, num_key_value_heads=2, tie_word_embeddings=False,
                            rope_parameters={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8,
@@ -227,7 +240,7 @@ def _randomize(model, seed: int) -> None:
 
 # the cases' seed order, fixed: a new case goes at the end, so that no existing case's weights change
 _SEED_ORDER = ["llama2", "llama31", "qwen2_window", "qwen2_window_legacy", "qwen3_bias_headdim", "qwen3_moe_norm_false",
-               "qwen3_moe_norm_true", "gemma3", "mistral", "mixtral", "smollm3", "qwen2_yarn", "gemma3_6layers"]
+               "qwen3_moe_norm_true", "gemma3", "mistral", "mixtral", "smollm3", "qwen2_yarn", "gemma3_6layers", "phi3", "phi3_longrope"]
 
 
 def _seed_for(case: str) -> int:

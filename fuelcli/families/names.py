@@ -63,7 +63,8 @@ HF = Names(
     gate="model.layers.{i}.mlp.gate_proj", up="model.layers.{i}.mlp.up_proj", down="model.layers.{i}.mlp.down_proj",
     layer_prefix="model.layers.", layer_count_key="num_hidden_layers",
     experts=ExpertNames(router="model.layers.{i}.mlp.gate", gate="model.layers.{i}.mlp.experts.{e}.gate_proj",
-                        up="model.layers.{i}.mlp.experts.{e}.up_proj", down="model.layers.{i}.mlp.experts.{e}.down_proj",
+                        up="model.layers.{i}.mlp.experts.{e}.up_proj",
+                        down="model.layers.{i}.mlp.experts.{e}.down_proj",
                         fused_gate_up="model.layers.{i}.mlp.experts.gate_up_proj",
                         fused_down="model.layers.{i}.mlp.experts.down_proj"),
     ignorable=("rotary_emb.inv_freq",),  # RoPE buffers in older Llama checkpoints: fuel derives its own

@@ -43,15 +43,19 @@ def _scalar(v, key: str):
     return v
 
 
-ROPE_FREQS = "rope_freqs.weight"
+# RoPE factors llama.cpp's converter writes as tensors: per-frequency divisors (llama3 scaling), and
+# LongRoPE's long and short ones (Phi-3); the config reads them, the weights do not
+ROPE_FREQS, ROPE_LONG, ROPE_SHORT = "rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight"
+ROPE_TENSORS = (ROPE_FREQS, ROPE_LONG, ROPE_SHORT)
 # "{arch}.rope.scaling." key suffix -> rope_scaling key (what convert_hf_to_gguf writes from it)
 _SCALING_KEYS = {"factor": "factor", "original_context_length": "original_max_position_embeddings",
-                 "yarn_beta_fast": "beta_fast", "yarn_beta_slow": "beta_slow", "yarn_attn_factor": "attention_factor"}
+                 "yarn_beta_fast": "beta_fast", "yarn_beta_slow": "beta_slow", "yarn_attn_factor": "attention_factor",
+                 "attn_factor": "attention_factor"}
 
 
-def config_from_gguf(meta: dict, tensor_names=None, rope_freqs=None) -> dict:
-    """GGUF metadata (+ the tensor names, which say tying and biases, and the values of a
-    rope_freqs tensor, llama.cpp's per-frequency RoPE factors) -> HF config.json dict."""
+def config_from_gguf(meta: dict, tensor_names=None, rope_tensors: dict | None = None) -> dict:
+    """GGUF metadata (+ the tensor names, which say tying and biases, and the values of the RoPE
+    factor tensors the file holds, ROPE_TENSORS) -> HF config.json dict."""
     arch = meta.get("general.architecture")
     family = BY_GGUF_ARCH.get(arch)
     if family is None:
@@ -71,18 +75,24 @@ def config_from_gguf(meta: dict, tensor_names=None, rope_freqs=None) -> dict:
     d.update(family.gguf_defaults)
 
     stype = meta.get(f"{arch}.rope.scaling.type")
+    scaling = {hf: meta[f"{arch}.rope.scaling.{key}"] for key, hf in _SCALING_KEYS.items()
+               if f"{arch}.rope.scaling.{key}" in meta}
     if stype not in (None, "none"):
-        # linear and yarn are supported; longrope etc. fail in from_hf_config with the list
-        scaling = {"rope_type": stype}
-        for key, hf in _SCALING_KEYS.items():
-            if f"{arch}.rope.scaling.{key}" in meta:
-                scaling[hf] = meta[f"{arch}.rope.scaling.{key}"]
-        d["rope_scaling"] = scaling
-    if rope_freqs is not None:
+        # linear, yarn and longrope are supported; others fail in from_hf_config with the list
+        d["rope_scaling"] = {"rope_type": stype, **scaling}
+    rope_tensors = rope_tensors or {}
+    if rope_tensors and stype not in (None, "none", "longrope"):
+        raise ConfigError(f"both {arch}.rope.scaling.type {stype} and RoPE factor tensors: which RoPE is meant?")
+    if ROPE_FREQS in rope_tensors:
         # llama.cpp's converter writes llama3 scaling as one divisor per frequency (Llama-3.1/3.2)
-        if d.get("rope_scaling"):
-            raise ConfigError(f"both {arch}.rope.scaling.type and a rope_freqs tensor: which RoPE is meant?")
-        d["rope_scaling"] = {"rope_type": "factors", "factors": rope_freqs}
+        d["rope_scaling"] = {"rope_type": "factors", "factors": rope_tensors[ROPE_FREQS]}
+    elif ROPE_LONG in rope_tensors or ROPE_SHORT in rope_tensors:
+        missing = ROPE_SHORT if ROPE_LONG in rope_tensors else ROPE_LONG
+        if missing not in rope_tensors:
+            raise ConfigError(f"LongRoPE needs both factor tensors: {missing} is missing")
+        # Phi-3 files: the factors as tensors, the original context and attention factor as keys
+        d["rope_scaling"] = {**scaling, "rope_type": "longrope", "long_factor": rope_tensors[ROPE_LONG],
+                             "short_factor": rope_tensors[ROPE_SHORT]}
     if family.gguf_config is not None:
         family.gguf_config(meta, d)
 
@@ -120,28 +130,27 @@ def gguf_key_names(meta: dict) -> dict:
     return names
 
 
-def _rope_freqs(gf: GGUFFile):
-    """The rope_freqs tensor's factors (f32, one per frequency, each finite and > 0), or None."""
-    t = gf.tensors.get(ROPE_FREQS)
-    if t is None:
-        return None
-    if t.fmt != "f32" or len(t.shape) != 1:
-        raise ConfigError(f"{ROPE_FREQS} must be a 1-D f32 tensor, got {t.fmt} {list(t.shape)}")
-    factors = np.frombuffer(t.data.tobytes(), np.float32)
-    if not (np.isfinite(factors).all() and (factors > 0).all()):
-        raise ConfigError(f"{ROPE_FREQS} holds a factor that is not a finite number > 0")
-    return [float(f) for f in factors]
+def _rope_tensors(gf: GGUFFile) -> dict:
+    """The RoPE factor tensors of the file (ROPE_TENSORS): name -> factors (f32, 1-D, each finite
+    and > 0)."""
+    out = {}
+    for name in ROPE_TENSORS:
+        t = gf.tensors.get(name)
+        if t is None:
+            continue
+        if t.fmt != "f32" or len(t.shape) != 1:
+            raise ConfigError(f"{name} must be a 1-D f32 tensor, got {t.fmt} {list(t.shape)}")
+        factors = np.frombuffer(t.data.tobytes(), np.float32)
+        if not (np.isfinite(factors).all() and (factors > 0).all()):
+            raise ConfigError(f"{name} holds a factor that is not a finite number > 0")
+        out[name] = [float(f) for f in factors]
+    return out
 
 
 def gguf_config(gf: GGUFFile) -> ModelConfig:
     def build():
-        raw = config_from_gguf(gf.meta, gf.tensors.keys(), _rope_freqs(gf))
-        cfg = from_hf_config(raw, source="gguf", file_bytes=gf.size, key_names=gguf_key_names(gf.meta))
-        factors = [b.attention.rope.factors for b in cfg.blocks if b.attention.rope is not None]
-        if factors and factors[0] and len(factors[0]) != cfg.head_dim // 2:
-            raise ConfigError(f"{ROPE_FREQS} holds {len(factors[0])} factors, head_dim {cfg.head_dim} needs "
-                              f"{cfg.head_dim // 2}")
-        return cfg
+        raw = config_from_gguf(gf.meta, gf.tensors.keys(), _rope_tensors(gf))
+        return from_hf_config(raw, source="gguf", file_bytes=gf.size, key_names=gguf_key_names(gf.meta))
 
     return located(gf.path, build)
 
@@ -172,7 +181,6 @@ def _unpermute(x, n_head: int):
 
 def load_gguf_weights(gf: GGUFFile, cfg: ModelConfig) -> ModelWeights:
     w = Lookup(gf.tensors, gf.path)
-    if ROPE_FREQS in gf.tensors:
-        w.taken.add(ROPE_FREQS)  # read into the config's RoPE (config_from_gguf)
+    w.taken.update(n for n in ROPE_TENSORS if n in gf.tensors)  # read into the config's RoPE (config_from_gguf)
     family = FAMILIES[cfg.family]
     return build_weights(w, family.gguf_names, cfg, _unpermute if family.gguf_permuted_qk else None)
