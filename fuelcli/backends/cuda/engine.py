@@ -20,6 +20,7 @@ from ...config import ModelConfig
 from ...errors import InputError
 from ...rope import cos_sin
 from ...weights.build import ModelWeights
+from ...sizes import engine_bytes, human
 from ..base import Engine
 from ..kv_cache import KVCache
 from .activations import allocate
@@ -42,16 +43,15 @@ class CudaEngine(Engine):
         cuda = require()
         from .kernels import attention, dequant, matmul, matvec, moe, rows  # import numba.cuda: after require()
 
-        super().__init__(cfg, n_ctx)
+        self.cuda, self._weight_bytes, self._rows = cuda, sum(t.nbytes for t in weights.tensors()), n_batch
+        super().__init__(cfg, n_ctx)  # checks the device's memory (check_fits) before anything is allocated
         if cfg.head_dim > attention.MAX_HEAD_DIM:
             raise InputError(f"head_dim {cfg.head_dim} exceeds the cuda backend's {attention.MAX_HEAD_DIM}")
-        self.cuda = cuda
         self.k = SimpleNamespace(att=attention, mm=matmul, mv=matvec, moe=moe, rows=rows, take_rows=dequant.take_rows)
         if cfg.num_experts > moe.MAX_EXPERTS or cfg.experts_per_tok > moe.MAX_TOPK:
             raise InputError(f"{cfg.num_experts} experts, top {cfg.experts_per_tok}: the cuda backend routes at most "
                              f"{moe.MAX_EXPERTS}, top {moe.MAX_TOPK}")
         self.launch = launch or (SIMULATOR if simulator() else GPU)
-        self._check_memory(cfg, weights)
         self.w = DeviceWeights(cuda, cfg, weights)
         cos, sin = cos_sin(cfg.rope, cfg.head_dim, self.n_ctx)
         self.cos, self.sin = cuda.to_device(cos), cuda.to_device(sin)
@@ -61,16 +61,28 @@ class CudaEngine(Engine):
         self.act = allocate(cuda, cfg, self.n_batch)
         self.eps = np.float32(cfg.rms_norm_eps)
 
-    def _check_memory(self, cfg, weights):
-        """A one-line error before a model that cannot fit is half uploaded."""
-        need = sum(t.nbytes for t in weights.tensors()) + 2 * 4 * cfg.num_layers * (self.n_ctx or 1) * cfg.kv_dim
+    def device_free(self) -> int | None:
+        """Bytes free on the GPU now; None where the device does not say (the simulator)."""
         try:
-            free, _ = self.cuda.current_context().get_memory_info()
-        except Exception:  # the simulator has no memory info
-            return
-        if need > free:
-            raise InputError(f"the model and its KV cache of {self.n_ctx} positions need {need / 2**30:.1f} GiB on "
-                             f"the GPU; {free / 2**30:.1f} GiB are free")
+            return int(self.cuda.current_context().get_memory_info()[0])
+        except Exception:  # the simulator's context has no memory info
+            return None
+
+    def check_fits(self):
+        """The weights, the KV cache of n_ctx positions, the activations and the RoPE tables live on the
+        GPU: a one-line error before anything is uploaded when they exceed what it has free. The
+        simulator's device memory is the host's: the host check."""
+        free = self.device_free()
+        if free is None:
+            return super().check_fits()
+        kv, rest = engine_bytes(self.cfg, self.n_ctx, rows=self._rows)
+        if self._weight_bytes + kv + rest > free:
+            cfg = self.cfg
+            raise InputError(
+                f"not enough GPU memory for a context of {self.n_ctx} tokens: the weights need "
+                f"{human(self._weight_bytes)}, the KV cache {human(kv)} ({cfg.num_layers} layers × {cfg.num_kv_heads} "
+                f"KV heads × head_dim {cfg.head_dim} × K and V in float32 per token) and the activations and RoPE "
+                f"tables {human(rest)}, but {human(free)} is free on the GPU; ask for fewer tokens (-c, -n, -d)")
 
     @property
     def kv_bytes(self) -> int:
