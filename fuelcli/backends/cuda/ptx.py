@@ -30,16 +30,22 @@ I, F = "int64", "float32"
 
 
 def signatures() -> dict:
-    """kernel name -> (dispatcher, signature), for every kernel the engine launches."""
+    """kernel name -> (dispatcher, signature), for every kernel the engine launches: the decode
+    products once per weight format (`matvec q4_k`; swiglu with gate and up in one format)."""
+    from ...formats import FORMATS
     from .kernels import attention, dequant, matmul, matvec, moe, rows
 
     def sig(*args):
         return "void(" + ", ".join(args) + ")"
 
+    per_format = {}
+    for name, f in FORMATS.items():
+        per_format[f"matvec {name}"] = (matvec.matvec_kernel(f.code),
+                                        sig(U8, I64M, I, I, F32V, F32V, I, F32V, I, I, F, F32V, I32V))
+        per_format[f"swiglu {name}"] = (matvec.swiglu_kernel(f.code, f.code), sig(U8, I64M, I, I, F32V, F32V))
     return {
-        "take_rows": (dequant.take_rows, sig(U8, I, I, I, I32V, I, F32M)),
-        "matvec": (matvec.matvec, sig(U8, I64M, I, I, F32M, I, F32V, I, F, I, F32M, I)),
-        "swiglu": (matvec.swiglu, sig(U8, I64M, I, I, F32M, I, F32V, I, F, F32M)),
+        "take_rows": (dequant.take_rows, sig(U8, I, I, I, I32V, I, F32M, F32V, I, F, F32M)),
+        **per_format,
         "moe_swiglu": (moe.moe_swiglu, sig(U8, I64M, I64M, F32M, I, "boolean", F32M, F32V, I, F, I32M, F32M, F32M)),
         "moe_down": (moe.moe_down, sig(U8, I64M, I64M, I32M, F32M, F32M, F32M)),
         "matmul": (matmul.matmul, sig(U8, I64M, I, F32M, I, F32V, I, F32M, I, I)),
@@ -53,7 +59,8 @@ def signatures() -> dict:
 
 
 def kernels() -> dict:
-    """Every kernel (not device function) defined in the kernels package, by name."""
+    """Every kernel (not device function) defined in the kernels package, by name (the per-format
+    decode products come from factories: signatures() lists them)."""
     import importlib
     import pkgutil
 
@@ -124,7 +131,7 @@ def ptx_facts(ptx: str, arch: str) -> dict:
 def facts_line(name: str, f: dict) -> str:
     loads = " ".join(f"{n}x{w}B" for w, n in f["loads"].items()) or "-"
     regs = "ptxas not found" if f["regs"] is None else f"{f['regs']} regs, stack {f['stack']} B, spill {f['spill']} B"
-    return f"     {name:<11} loads {loads}; shfl {f['shfl']}, bar {f['bar']}; {regs}"
+    return f"     {name:<12} loads {loads}; shfl {f['shfl']}, bar {f['bar']}; {regs}"
 
 
 NO_NVVM = 77  # exit status when NVVM is not installed: nothing was checked
@@ -146,7 +153,7 @@ def main(argv) -> int:
     texts = {}
     results = compile_all(cc, texts)
     for name, (ok, secs, what) in results.items():
-        print(f"{'ok  ' if ok else 'FAIL'} {name:<11} {arch} {secs:5.1f} s  {what if not ok else f'{what} B of PTX'}")
+        print(f"{'ok  ' if ok else 'FAIL'} {name:<12} {arch} {secs:5.1f} s  {what if not ok else f'{what} B of PTX'}")
     if facts:
         for name, ptx in texts.items():
             print(facts_line(name, ptx_facts(ptx, arch)))
