@@ -149,16 +149,17 @@ class CudaEngine(Engine):
             hid[l].copy_to_device(self.act.x[:T])
 
     def _decode_plan(self):
-        """Every product of a decode step, configured once: (kernel[grid, block], its arguments but the
-        input, output and epilogue) per layer. q, k and v run in one launch when they share a format."""
+        """Every product of a decode step, planned once: (kernel, grid, block, arguments) per launch and
+        layer. q, k and v run in one launch when they share a format. (Configured at each launch: the
+        simulator's kernel[grid, block] sets the grid on the one kernel object.)"""
         mv, cfg, w, A, Lc = self.k.mv, self.cfg, self.w, self.act, self.launch
         block, code = (Lc.lanes, Lc.rows), lambda m: int(w.mats_host[m, 3])
         eps, none = self.eps, -1
 
         def product(m, nm, x, out, bias=-1, accumulate=0, norm=-1):
             rows = sum(w.rows(m + i) for i in range(nm))
-            kernel = mv.matvec_kernel(code(m))[_blocks(rows, Lc.rows), block]
-            return kernel, (w.w8, w.mats, m, nm, x, w.vecs, bias, out, accumulate, norm, eps, A.xn[0], A.done)
+            return (mv.matvec_kernel(code(m)), _blocks(rows, Lc.rows), block,
+                    (w.w8, w.mats, m, nm, x, w.vecs, bias, out, accumulate, norm, eps, A.xn[0], A.done))
 
         x, xn = A.x[0], A.xn[0]
         self.plan = []
@@ -177,8 +178,9 @@ class CudaEngine(Engine):
             if self.layer_plan[l][1]:
                 ffn = (product(lw.router, 1, xn, A.router[0]), norm_next)
             else:
-                swiglu = mv.swiglu_kernel(code(lw.gate), code(lw.up))[_blocks(cfg.intermediate_size, Lc.rows), block]
-                ffn = ((swiglu, (w.w8, w.mats, lw.gate, lw.up, xn, A.gate[0])),
+                swiglu = mv.swiglu_kernel(code(lw.gate), code(lw.up))
+                ffn = ((swiglu, _blocks(cfg.intermediate_size, Lc.rows), block, (w.w8, w.mats, lw.gate, lw.up, xn,
+                                                                                 A.gate[0])),
                        product(lw.down, 1, A.gate[0], x, none, 1, norm_next))
             self.plan.append((qkv, o, ffn))
         self.logits_product = product(w.output, 1, xn, A.logits[0])
@@ -193,19 +195,20 @@ class CudaEngine(Engine):
         self._keep(hid, 0, 1)
         for l, (lw, (qkv, o, ffn)) in enumerate(zip(w.layers, self.plan)):
             window, moe = self.layer_plan[l]
-            for kernel, args in qkv:
-                kernel(*args)
+            for kernel, grid, block, args in qkv:
+                kernel[grid, block](*args)
             attention.attend_one[nh, Lc.attn](A.qkv, pos, window, nh, nkv, hd, w.vecs, lw.q_norm, lw.k_norm,
                                               eps, self.cos, self.sin, kv.k, kv.v, l, A.att)
-            o[0](*o[1])
+            kernel, grid, block, args = o
+            kernel[grid, block](*args)
             if moe:
-                (router, args), norm_next = ffn
-                router(*args)
+                (kernel, grid, block, args), norm_next = ffn
+                kernel[grid, block](*args)
                 self._moe(l, lw, 1)
                 self.k.rows.rmsnorm[1, Lc.row](A.x, w.vecs, norm_next, eps, A.xn)
             else:
-                for kernel, args in ffn:
-                    kernel(*args)
+                for kernel, grid, block, args in ffn:
+                    kernel[grid, block](*args)
             self._keep(hid, l + 1, 1)
 
     def _prefill_layers(self, tokens: np.ndarray, hid):
@@ -266,8 +269,8 @@ class CudaEngine(Engine):
     def _last_logits(self):
         """Logits of the token in act.xn[0] (final-normed: by the decode step's last product, or
         `_norm_last` after a prefill) into act.logits [1, vocab]."""
-        kernel, args = self.logits_product
-        kernel(*args)
+        kernel, grid, block, args = self.logits_product
+        kernel[grid, block](*args)
         return self.act.logits
 
     def _norm_last(self, T: int):
