@@ -23,8 +23,8 @@ from types import SimpleNamespace
 from ...config import ModelConfig
 from ...errors import InputError
 from ...rope import cos_sin
-from ...weights.build import ModelWeights
 from ...sizes import engine_bytes, human
+from ...weights.build import ModelWeights
 from ..base import Engine
 from ..kv_cache import KVCache
 from .activations import allocate
