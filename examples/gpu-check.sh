@@ -1,156 +1,205 @@
 #!/usr/bin/env bash
-# Check fuel's CUDA backend on a machine with an NVIDIA GPU and no internet, in under 8 minutes:
+# Check fuel's CUDA backend on a machine with an NVIDIA GPU and no internet, in under 8 minutes, as
+# it is: on a lent H200 (python3 3.12, a CUDA 13 driver, numba-cuda and torch installed, no gguf).
 #
-#   examples/gpu-check.sh [--wheels DIR] [--out DIR] [--layers N] [--dry-run] [--simulator]
+#   examples/gpu-check.sh [--wheels DIR] [--dry-run] [--simulator]
+#   examples/gpu-check.sh --fetch-wheels DIR     # on a machine with PyPI: the wheels below, into DIR
+#   examples/gpu-check.sh --list-wheels          # the wheels, one name==version a line
 #
-#  1. numba-cuda and the CUDA toolkit wheels: used when installed, else installed from --wheels DIR
-#     (pip --no-index; also gguf, libgguf and pytest when missing and found there);
-#  2. the GPU as numba-cuda sees it;
-#  3. the CUDA tests with the simulator off (tests/test_cuda_*.py: per-format kernels against the CPU
-#     kernels, four families against transformers and the CPU engine; needs pytest, torch, transformers);
-#  4. `fuel bench --device cuda` (pp512, tg128) on a Llama-8B-shaped GGUF of random weights in Q4_K and
-#     in Q8_0, written here by examples/synthetic_gguf.py (--layers N: fewer layers, a smaller file);
-#  5. `fuel diff --device cuda --oracle self --layers` on tiny checkpoints of the four families
-#     (tests/tiny_models.py) and on the demo GGUFs when pulled (FUEL_HOME, default ~/.cache/fuel).
+# First the facts (python3, the packages' versions, the driver, where NVVM was found), then one step
+# per line, each in its own process under `timeout -k`, going on after a failure:
+#   gpu       the device as numba-cuda sees it
+#   bench     `fuel bench --device cuda` (pp512, tg128) on a Llama-8B-shaped Q4_K GGUF of random
+#             weights written here (examples/synthetic_gguf.py), then Q8_0 on 8 of its layers
+#   tests     tests/test_cuda_*.py with the simulator off (kernels against the CPU decode, the four
+#             families against transformers and the CPU engine, the commands)
+#   diff      `fuel diff --device cuda --oracle self --layers` on tiny checkpoints of the families
+#   ptx       every kernel compiled to PTX for sm_90, with ptxas -v's registers and spills
+# A summary table last; with $OUT set (or --out DIR) also $OUT/summary.md and one archive of every log
+# and bench table, $OUT/gpu-check-logs.tar.gz. Exit 0 when no step failed. Steps stop starting once
+# BUDGET seconds (default 450) are spent; each step's limit is cut to what is left.
 #
-# One line per check: PASS / FAIL (with the log's tail) / SKIP (and why), then the bench tables.
-# Exit 0 when nothing failed. Logs and written files stay in --out (default $TMPDIR/fuel-gpu-check).
-# --dry-run prints the checks without running them. --simulator runs them on numba's CUDA simulator
-# instead (no GPU needed; slow: tiny models only, no demo GGUFs, the bench on a tiny checkpoint; up to 25 min).
-# PYTHON names the interpreter (default python). Checks stop starting after BUDGET seconds (450).
+# Wheels: the packages the machine lacks travel as wheels (cp312, manylinux; 0.5 MB in all):
+#   gguf, the tests' format oracle and the synthetic GGUF's writer; libgguf, its K-quant quantiser.
+# `--wheels DIR` (default ./.whl when it exists) installs those of them that are missing into a
+# folder on PYTHONPATH, offline. numba-cuda and NVVM are the machine's own: NVVM from the CUDA
+# toolkit (CUDA_HOME, else /usr/local/cuda); NVIDIA's nvidia-nvvm wheel (75 MB) would not travel.
+# --simulator runs the same steps on numba's CUDA simulator (no GPU; slow: tiny models only).
+# PYTHON names the interpreter (default python3).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 
-PY=${PYTHON:-python}
-WHEELS="" OUT=${TMPDIR:-/tmp}/fuel-gpu-check LAYERS="" DRY=0 SIM=0
+WHEELS_LIST=(gguf==0.19.0 libgguf==0.2.2)
+WHEEL_MODULES=(gguf libgguf)
+PLATFORMS=(manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 manylinux_2_17_x86_64
+           manylinux2014_x86_64 manylinux1_x86_64)
+
+PY=${PYTHON:-python3}
+WHEELS="" OUTDIR=${OUT:-} DRY=0 SIM=0
+[ -d .whl ] && WHEELS=.whl
+usage() { sed -n '2,30p' "$0"; exit 2; }
 while (($#)); do
+    case $1 in --wheels | --out | --fetch-wheels) (($# >= 2)) || { echo "$1 needs a folder" >&2; exit 2; } ;; esac
     case $1 in
         --wheels) WHEELS=$2; shift 2 ;;
-        --out) OUT=$2; shift 2 ;;
-        --layers) LAYERS=$2; shift 2 ;;
+        --out) OUTDIR=$2; shift 2 ;;
         --dry-run) DRY=1; shift ;;
         --simulator) SIM=1; shift ;;
-        *) sed -n '2,20p' "$0"; exit 2 ;;
+        --list-wheels) printf '%s\n' "${WHEELS_LIST[@]}"; exit 0 ;;
+        --fetch-wheels)
+            dir=$2
+            args=(--no-deps --only-binary=:all: --python-version 3.12 --implementation cp -d "$dir")
+            for p in "${PLATFORMS[@]}"; do args+=(--platform "$p"); done
+            "$PY" -m pip download "${args[@]}" "${WHEELS_LIST[@]}" || exit 5
+            du -ch "$dir"/*.whl | tail -n 1
+            exit 0 ;;
+        *) usage ;;
     esac
 done
-mkdir -p "$OUT/logs"
+
+WORK=${TMPDIR:-/tmp}/fuel-gpu-check
+mkdir -p "$WORK/logs"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # this checkout's fuel, installed or not
-export HF_HUB_OFFLINE=1 NUMBA_ENABLE_CUDASIM=$SIM NUMBA_CACHE_DIR=$OUT/numba-cache  # one kernel cache for every step
+export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 NUMBA_ENABLE_CUDASIM=$SIM NUMBA_CACHE_DIR=$WORK/numba-cache
 FUEL=("$PY" -m fuelcli)
-BUDGET=${BUDGET:-450} START=$SECONDS FAILED=0 TABLES=()
-if ((SIM)); then  # the simulator's speed-ups of the tests (tests/cuda_sim.py) for the commands too
+if ((SIM)); then  # the simulator's speed-ups and warp shuffle (tests/cuda_sim.py) for the commands too
     FUEL=("$PY" -c "import sys; sys.path.insert(0, 'tests'); import cuda_sim; cuda_sim.speed_up()
 from fuelcli.cli import main; main()")
-    BUDGET=${BUDGET_SIMULATOR:-1500}
 fi
+BUDGET=${BUDGET:-450} START=$SECONDS ROWS=()
 
-line() { printf '%-5s %-46s %s\n' "$1" "$2" "$3"; }
 have() { "$PY" -c "import $1" >/dev/null 2>&1; }
 
-# check NAME SECONDS CMD...: runs CMD with its output in a log, prints PASS / FAIL
-check() {
+# step NAME LIMIT CMD...: CMD in its own process, its output in logs/NAME.log; one table row
+step() {
     local name=$1 limit=$2; shift 2
-    if ((DRY)); then line DRY "$name" "$*"; return 0; fi
-    local left=$((BUDGET - (SECONDS - START)))
-    if ((left < 20)); then line SKIP "$name" "(time budget of ${BUDGET}s spent)"; return 1; fi
-    ((limit > left)) && limit=$left
-    LOG="$OUT/logs/$(echo "$name" | tr -c 'A-Za-z0-9._-' '_').log"
-    local t0=$SECONDS rc
-    timeout "$limit" "$@" >"$LOG" 2>&1
-    rc=$?
-    if ((rc == 0)); then
-        line PASS "$name" "$((SECONDS - t0))s"
-    else
-        FAILED=$((FAILED + 1))
-        line FAIL "$name" "$((SECONDS - t0))s, exit $rc$( ((rc == 124)) && echo ' (timeout)'), log: $LOG"
-        tail -n 6 "$LOG" | sed 's/^/      /'
+    local log="$WORK/logs/$name.log"
+    if ((DRY)); then
+        printf 'DRY   %-30s %4ss  %s\n' "$name" "$limit" "$*"
+        ROWS+=("| $name | planned | - | - | limit ${limit}s |")
+        return 0
     fi
+    local left=$((BUDGET - (SECONDS - START)))
+    if ((left < 15)); then
+        ROWS+=("| $name | SKIP | - | - | the ${BUDGET}s budget was spent |")
+        printf 'SKIP  %-30s (the %ss budget was spent)\n' "$name" "$BUDGET"
+        return 1
+    fi
+    ((limit > left)) && limit=$left
+    local t0=$SECONDS rc
+    timeout -k 10 "$limit" "$@" >"$log" 2>&1
+    rc=$?
+    local took=$((SECONDS - t0)) verdict=PASS note=""
+    if ((rc != 0)); then
+        verdict=FAIL
+        ((rc == 124 || rc == 137)) && note="timed out at ${limit}s"
+        [ -z "$note" ] && note=$(grep -v '^\s*$' "$log" | tail -n 1 | cut -c1-120 | tr '|' '/')
+    fi
+    ROWS+=("| $name | $verdict | $took | $rc | $note |")
+    printf '%-5s %-30s %4ss  exit %s  %s\n' "$verdict" "$name" "$took" "$rc" "$note"
+    ((rc == 0)) || tail -n 8 "$log" | sed 's/^/      /'
     return $rc
 }
 
-# 1. packages
-missing=()
-for mod in numba_cuda gguf libgguf pytest; do have $mod || missing+=("$mod"); done
-if ((${#missing[@]})) && [ -n "$WHEELS" ]; then
-    pkgs=()
-    for mod in "${missing[@]}"; do
-        case $mod in numba_cuda) pkgs+=("numba-cuda[cu12]") ;; *) pkgs+=("$mod") ;; esac
+# ---------------------------------------------------------------- wheels, then the facts
+if ((DRY)); then
+    echo "DRY   install from ${WHEELS:-(no --wheels DIR)} whichever of ${WHEEL_MODULES[*]} python3 lacks (pip --no-index --target)"
+elif [ -n "$WHEELS" ]; then
+    site=$WORK/site
+    for i in "${!WHEEL_MODULES[@]}"; do
+        mod=${WHEEL_MODULES[$i]} name=${WHEELS_LIST[$i]%%==*}
+        have "$mod" && continue
+        whl=$(find "$WHEELS" -maxdepth 1 -name "${name//-/_}-*.whl" | head -n 1)
+        if [ -z "$whl" ]; then echo "note: $mod is missing and $WHEELS has no $name wheel"; continue; fi
+        "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" "$whl" \
+            && echo "installed $(basename "$whl") into $site"
     done
-    check "pip install ${pkgs[*]} from $WHEELS" 300 \
-        "$PY" -m pip install --no-index --find-links "$WHEELS" "${pkgs[@]}"
+    [ -d "$site" ] && export PYTHONPATH=$PYTHONPATH:$site
 fi
-if ! have numba_cuda && ((!DRY)); then
-    line FAIL "numba-cuda" "not installed: pip install 'fuel[cuda]', or --wheels DIR holding its wheels"
-    exit 1
+if [ -z "${CUDA_HOME:-}" ] && ls /usr/local/cuda/nvvm/lib64/libnvvm.so* >/dev/null 2>&1; then
+    export CUDA_HOME=/usr/local/cuda  # where numba-cuda looks for the toolkit's NVVM
 fi
 
-# 2. the device
-check "GPU seen by numba-cuda" 120 "$PY" -c "from fuelcli.backends.cuda.runtime import require; \
-d = require().get_current_device(); print(getattr(d, 'name', b'simulator'), 'compute capability', d.compute_capability)" \
-    || exit 1
-((DRY)) || line INFO "device" "$(head -n 1 "$LOG")"
-
-# 3. the CUDA tests, simulator off (on with --simulator)
-if have pytest && have torch && have transformers; then
-    check "CUDA tests (tests/test_cuda_*.py)" $((SIM ? 900 : 300)) "$PY" -m pytest -q -p no:cacheprovider \
-        tests/test_cuda_kernels.py tests/test_cuda_models.py tests/test_cuda_cli.py
+echo "== facts"
+if ((DRY)); then
+    echo "DRY   python3 -V; versions of numba numba-cuda llvmlite cuda-bindings numpy torch transformers gguf libgguf"
+    echo "DRY   nvidia-smi (name, driver, memory); NVVM's path and version; CUDA_HOME; ptxas --version"
 else
-    line SKIP "CUDA tests" "(needs pytest, torch and transformers: pip install '.[test]')"
-fi
-# each later step is a new process: it loads the kernels from this cache, or compiles them again
-((DRY)) || line INFO "CUDA kernel cache" \
-    "$(find "$NUMBA_CACHE_DIR" -path '*/kernels_*' -name '*.nbi' 2>/dev/null | wc -l) kernels in $NUMBA_CACHE_DIR"
+    {
+        "$PY" -V
+        "$PY" - <<'EOF'
+import importlib.metadata as md
+for name in ("numba", "numba-cuda", "llvmlite", "cuda-bindings", "cuda-core", "numpy", "torch", "transformers",
+             "gguf", "libgguf", "pytest"):
+    try:
+        print(f"{name} {md.version(name)}")
+    except md.PackageNotFoundError:
+        print(f"{name} missing")
+try:
+    from numba.cuda.cudadrv.nvvm import NVVM
+    from numba.cuda.cuda_paths import get_cuda_paths
 
-# 4. fuel bench --device cuda (first: the numbers this script is run for)
-bench() {  # bench NAME MODEL ARGS...
-    local name=$1 model=$2; shift 2
-    if check "bench cuda $name" 300 "${FUEL[@]}" bench "$model" --device cuda --no-progress "$@" && ((!DRY)); then
-        TABLES+=("$(cat "$LOG")")
-    fi
-}
-write_tiny() {  # write_tiny CASE: tests/tiny_models.py's checkpoint in $OUT/tiny/CASE (needs torch, transformers)
-    ((DRY)) || [ -d "$OUT/tiny/$1" ] || "$PY" -c "import sys; sys.path.insert(0, 'tests')
-from tiny_models import write_tiny; write_tiny(sys.argv[1], sys.argv[2])" "$1" "$OUT/tiny" >/dev/null 2>&1
-}
-if ((SIM)); then
-    write_tiny llama31
-    bench "tiny llama31 (simulator)" "$OUT/tiny/llama31" -p 4 -n 2 -r 1
-elif have gguf && have libgguf; then
-    for type in q4_k q8_0; do
-        gguf=$OUT/llama-8b-$type${LAYERS:+-$LAYERS-layers}.gguf
-        written=1
-        { [ -s "$gguf" ] && ((!DRY)); } || check "write synthetic llama-8b $type" 300 "$PY" examples/synthetic_gguf.py \
-            "$gguf" --shape llama-8b --type "$type" ${LAYERS:+--layers "$LAYERS"} || written=0
-        ((written)) && bench "llama-8b $type" "$gguf" -p 512 -n 128 -r 3
-    done
-else
-    line SKIP "bench cuda llama-8b q4_k, q8_0" "(writing the GGUFs needs gguf and libgguf)"
+    print("NVVM", NVVM().get_version(), "from", get_cuda_paths()["nvvm"])
+except Exception as e:
+    print("NVVM not found:", " ".join(str(e).split())[:200])
+EOF
+        echo "CUDA_HOME ${CUDA_HOME:-unset}"
+        command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used \
+            --format=csv,noheader
+        command -v ptxas >/dev/null && ptxas --version | tail -n 1
+    } 2>&1 | tee "$WORK/logs/facts.log"
 fi
 
-# 5. fuel diff --device cuda --oracle self: tiny checkpoints, then the demo GGUFs
+# ---------------------------------------------------------------- the steps
+echo "== steps"
+step gpu 60 "$PY" -c "from fuelcli.backends.cuda.runtime import require; d = require().get_current_device(); \
+print(getattr(d, 'name', b'simulator'), 'compute capability', d.compute_capability)"
+
 TINY=(qwen2_window qwen3_bias_headdim qwen3_moe_norm_false llama31) TOKENS=5,17,200,3,99,42,7,128,64,31
 ((SIM)) && TINY=(qwen2_window llama31) TOKENS=5,17,200,3,99
-if have torch && have transformers; then
-    for case in "${TINY[@]}"; do
-        write_tiny "$case"
-        check "diff cuda/self tiny $case" 180 "${FUEL[@]}" diff "$OUT/tiny/$case" --device cuda --oracle self \
-            --tokens "$TOKENS" --layers
-    done
+# tests/tiny_models.py's random checkpoints (torch, transformers), for the diffs and the simulator's bench
+step write-tiny 90 "$PY" -c "import sys; sys.path.insert(0, 'tests')
+from tiny_models import write_tiny
+for case in sys.argv[2:]: write_tiny(case, sys.argv[1])" "$WORK/tiny" "${TINY[@]}"
+bench() {  # bench NAME MODEL LIMIT ARGS...: the table goes to $WORK/logs/NAME.md too
+    local name=$1 model=$2 limit=$3; shift 3
+    step "$name" "$limit" "${FUEL[@]}" bench "$model" --device cuda --no-progress "$@" \
+        && ((!DRY)) && cp "$WORK/logs/$name.log" "$WORK/logs/$name.md"
+}
+if ((SIM)); then
+    bench bench-tiny-simulator "$WORK/tiny/llama31" 600 -p 4 -n 2 -r 1
 else
-    line SKIP "diff cuda/self on tiny checkpoints" "(writing them needs torch and transformers)"
+    q4=$WORK/llama-8b-q4_k.gguf q8=$WORK/llama-8b-q8_0-8-layers.gguf
+    { [ -s "$q4" ] && ((!DRY)); } || step write-llama-8b-q4_k 120 "$PY" examples/synthetic_gguf.py "$q4" \
+        --shape llama-8b --type q4_k
+    bench bench-llama-8b-q4_k "$q4" 150 -p 512 -n 128 -r 3
+    { [ -s "$q8" ] && ((!DRY)); } || step write-llama-8b-q8_0 60 "$PY" examples/synthetic_gguf.py "$q8" \
+        --shape llama-8b --type q8_0 --layers 8
+    bench bench-llama-8b-q8_0-8L "$q8" 90 -p 512 -n 128 -r 2
 fi
-for alias in smollm2-135m qwen2.5-coder-0.5b; do
-    if ((SIM)); then
-        line SKIP "diff cuda/self $alias" "(too large for the simulator)"
-    elif ((DRY)) || "$PY" -c "import sys; from fuelcli.demo import path_of; sys.exit(not path_of(sys.argv[1]).exists())" "$alias"; then
-        check "diff cuda/self $alias" 180 "${FUEL[@]}" diff "$alias" --device cuda --oracle self \
-            --prompt "The quick brown fox jumps over the lazy dog." --layers
-    else
-        line SKIP "diff cuda/self $alias" "(not pulled: fuel pull $alias)"
-    fi
+
+TESTS=(tests/test_cuda_kernels.py tests/test_cuda_models.py tests/test_cuda_cli.py)
+step tests-cuda $((SIM ? 1500 : 240)) "$PY" -m pytest -q -p no:cacheprovider --no-header -rfE "${TESTS[@]}"
+for case in "${TINY[@]}"; do
+    step "diff-tiny-$case" 60 "${FUEL[@]}" diff "$WORK/tiny/$case" --device cuda --oracle self --tokens "$TOKENS" --layers
 done
 
-for t in "${TABLES[@]}"; do printf '\n%s\n' "$t"; done
-((DRY)) && exit 0
-printf '\n%s in %ds\n' "$( ((FAILED)) && echo "$FAILED check(s) FAILED" || echo "all checks passed")" $((SECONDS - START))
-exit $((FAILED > 0))
+# last: the PTX of every kernel, with ptxas -v's registers and spills (the tests compiled them already)
+step ptx-sm_90 120 env NUMBA_ENABLE_CUDASIM=0 "$PY" -m fuelcli.backends.cuda.ptx sm_90 --facts
+
+# ---------------------------------------------------------------- summary
+TABLE=$(printf '%s\n' "| step | result | s | exit | note |" "| --- | --- | --- | --- | --- |" "${ROWS[@]}")
+printf '\n== summary (%ss)\n%s\n' "$((SECONDS - START))" "$TABLE"
+for md in "$WORK"/logs/bench-*.md; do [ -e "$md" ] && printf '\n%s\n' "$(cat "$md")"; done
+if ((DRY)); then
+    echo "DRY   with \$OUT (or --out DIR): summary.md and gpu-check-logs.tar.gz there"
+    exit 0
+fi
+failed=$(printf '%s\n' "${ROWS[@]}" | grep -c '| FAIL |')
+if [ -n "$OUTDIR" ]; then
+    mkdir -p "$OUTDIR"
+    printf '%s\n' "$TABLE" >"$OUTDIR/summary.md"
+    tar -czf "$OUTDIR/gpu-check-logs.tar.gz" -C "$WORK" logs
+    echo "wrote $OUTDIR/summary.md and $OUTDIR/gpu-check-logs.tar.gz"
+fi
+exit $((failed > 0))

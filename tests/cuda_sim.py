@@ -14,6 +14,9 @@ is enough as long as no module imported numba.cuda before this one (checked).
   - kernels index device arrays' numpy buffers, not two wrapper layers over them;
   - syncthreads is a threading.Barrier instead of a manager thread busy-polling the block;
   - numba scalar types called in kernels (float32(x)) are the numpy types they end at.
+It also gives the simulator the warp shuffle it lacks (numba #8433): `cuda.shfl_down_sync` on an
+exchange shared by the block, the lanes of a warp being linear thread ids 32w..32w+31, as on a GPU.
+Every thread of the block must call it (fuel's kernels do: a row's lanes are summed uniformly).
 """
 
 from __future__ import annotations
@@ -103,6 +106,7 @@ def speed_up():
     def run_block(self, grid_point, *args):
         n = int(np.prod(self._block_dim))
         barrier = threading.Barrier(n)
+        barrier._fuel_xchg = {}  # the block's shuffle exchange (shfl_down_sync)
 
         def target():
             try:
@@ -124,6 +128,20 @@ def speed_up():
             raise t.exception[0].with_traceback(t.exception[1])
 
     K.BlockManager.run = run_block
+
+    def shfl_down_sync(mask, value, delta):
+        """Lane i gets lane i + delta's value (its own when that is past its warp)."""
+        t = threading.current_thread()
+        i = t.thread_id
+        xchg = t.syncthreads.__self__._fuel_xchg  # one dict per block, on its barrier
+        xchg[i] = value
+        t.syncthreads()
+        src = i + delta
+        got = xchg.get(src, value) if (i % 32) + delta < 32 else value
+        t.syncthreads()
+        return got
+
+    kernelapi.FakeCUDAModule.shfl_down_sync = staticmethod(shfl_down_sync)
 
     import importlib
     import pkgutil

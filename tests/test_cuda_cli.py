@@ -72,3 +72,41 @@ def test_no_gpu_is_one_line_exit_4(tiny):
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 4 and len(lines) == 1 and lines[0].startswith("error: --device cuda"), r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_memory_is_checked_on_the_device(tiny, monkeypatch):
+    """The weights, KV cache and activations live on the GPU: the check asks the device, not the
+    host, and names the GPU; the simulator (no device memory info) keeps the host's check."""
+    from fuelcli import sizes
+    from fuelcli.backends import make_engine
+    from fuelcli.backends.cuda.engine import CudaEngine
+    from fuelcli.errors import InputError
+    from fuelcli.loader import open_model
+
+    m = open_model(str(tiny("llama31", legacy_rope=True)))
+    monkeypatch.setattr(sizes, "available_bytes", lambda: 1 << 10)  # a host with no memory to spare
+    monkeypatch.setattr(CudaEngine, "device_free", lambda self: 1 << 40)
+    assert make_engine(m.cfg, m.weights, n_ctx=None, device="cuda").n_ctx == m.cfg.max_position
+    monkeypatch.setattr(CudaEngine, "device_free", lambda self: 1 << 16)
+    with pytest.raises(InputError) as e:
+        make_engine(m.cfg, m.weights, n_ctx=8, device="cuda")
+    assert "GPU memory" in str(e.value) and "\n" not in str(e.value)
+    monkeypatch.setattr(CudaEngine, "device_free", lambda self: None)  # negative control: the host's check
+    with pytest.raises(InputError, match="not enough memory for a context"):
+        make_engine(m.cfg, m.weights, n_ctx=8, device="cuda")
+
+
+def test_default_context_is_the_cpus(tiny, tmp_path):
+    """`run` sizes the context the same way on both devices (the prompt + -n, not the model's)."""
+    import shutil
+
+    from tiny_models import write_byte_tokenizer
+
+    d = shutil.copytree(tiny("llama31", legacy_rope=True), tmp_path / "m")  # the shared checkpoint stays as it is
+    write_byte_tokenizer(d)
+    got = {}
+    for device in ("cpu", "cuda"):
+        code, out, err = invoke("run", d, "hello", "-n", "2", "--json", "--device", device, "--no-chat-template")
+        assert code == 0, err
+        got[device] = json.loads(out)["n_ctx"]
+    assert got["cuda"] == got["cpu"] < 64

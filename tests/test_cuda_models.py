@@ -102,3 +102,40 @@ def test_greedy_id_and_cache_reuse(case_data):
     assert np.abs(last - ref[3]).max() <= TOL
     engine.reset()
     assert np.abs(engine.prefill(ids[:2], all_logits=True) - ref[:2]).max() <= TOL
+
+
+def test_mixed_formats_in_one_layer(case_data):
+    """q, k, v (and gate / up) in different formats, as in Q4_K_M files: the decode step launches one
+    product per run of equal formats and one swiglu per (gate, up) pair. Against fuel's numpy
+    reference on the same weights (f32 activations, as the CUDA kernels; the CPU engine's int16
+    activations differ by ~2e-3 here). Negative control: v's bytes read as another format miss."""
+    from fuelcli import reference
+    from fuelcli.formats import dequantize, quantize
+    from fuelcli.weights.tensor import Tensor
+
+    model, ids, _ = case_data("llama31")
+
+    def as_fmt(t, fmt):
+        return Tensor(t.name, fmt, t.shape, quantize(fmt, dequantize(t)))
+
+    layers = [dataclasses.replace(layer, q=as_fmt(layer.q, "q8_0"), k=as_fmt(layer.k, "f16"),
+                                  v=as_fmt(layer.v, "q8_0"), up=as_fmt(layer.up, "q5_0"))
+              for layer in model.weights.layers]
+    weights = dataclasses.replace(model.weights, layers=layers)
+
+    def logits(w):
+        engine = make_engine(model.cfg, w, n_ctx=len(ids), device="cuda")
+        rows = [engine.prefill(ids[:2], all_logits=True)]
+        rows += [engine.decode(t)[None] for t in ids[2:]]
+        return np.concatenate(rows)
+
+    want = reference.forward(model.cfg, weights, ids)
+    got = logits(weights)
+    print(f"mixed formats: max|Δ| vs the reference {np.abs(got - want).max():.2e}")
+    assert np.abs(got - want).max() <= TOL
+
+    def misread(t):  # the first bytes of each q8_0 row taken as a q4_1 row
+        return Tensor(t.name, "q4_1", t.shape, np.ascontiguousarray(t.data[:, : 20 * (t.shape[1] // 32)]))
+
+    broken = [dataclasses.replace(layer, v=misread(layer.v)) for layer in layers]
+    assert not np.allclose(logits(dataclasses.replace(weights, layers=broken)), want, rtol=0, atol=100 * TOL)

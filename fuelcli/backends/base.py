@@ -27,7 +27,12 @@ class Engine(ABC):
         self.n_ctx = min(n_ctx or cfg.max_position, cfg.max_position)
         self.pos = 0  # tokens in the KV cache
         self.kv_value_bytes = kv_value_bytes  # 4: an f32 KV cache, 2: f16
-        check_engine_fits(cfg, self.n_ctx, kv_value_bytes)  # before a backend allocates its cache and activations
+        self.check_fits()  # before a backend allocates its cache and activations
+
+    def check_fits(self):
+        """Refuse a context whose KV cache and activations exceed the memory they would live in: the
+        host's here; a device backend checks its device's instead."""
+        check_engine_fits(self.cfg, self.n_ctx, self.kv_value_bytes)
 
     @property
     @abstractmethod

@@ -1,11 +1,15 @@
-"""The CUDA engine: the shared decoder (ModelConfig, ModelWeights, the layer plan in cfg.windows and
-cfg.moe_layers) run by numba.cuda kernels on weights kept packed on the device.
+"""The CUDA engine: the shared decoder (ModelConfig, ModelWeights, the layer plan: `layer_plan`, the one
+place that reads cfg.windows and cfg.moe_layers) run by numba.cuda kernels on weights kept packed on the
+device.
 
-A decode step takes the token id as a kernel argument and runs 5 launches per dense layer: the
-q|k|v matvec with the RMSNorm fused; attention with QK-norm, RoPE and the cache store fused; o_proj
-added to the residual; gate|up with the RMSNorm and SiLU fused; down added to the residual. A MoE
-layer runs the router matvec, the chosen experts' gate|up (routing fused) and their down instead of
-the last two (6 launches). Only the logits (`decode`) or one id (`decode_argmax`) come back.
+A decode step takes the token id as a kernel argument: the embedding row (normed for layer 0 in the
+same launch), then 5 launches per dense layer: the q|k|v matvec (one per format when q, k and v
+differ); attention with QK-norm, RoPE and the cache store fused; o_proj added to the residual, its
+last block writing the FFN's normed input; gate|up with SiLU fused; down added to the residual, its
+last block writing the next layer's normed input (the final norm after the last layer). A MoE layer
+runs the router matvec, the chosen experts' gate|up (routing fused), their down and an RMSNorm
+instead of the last two (6 launches). The products are one kernel per weight format (matvec.py). Only
+the logits (`decode`) or one id (`decode_argmax`) come back.
 Prefill runs the tiled matmul on chunks of up to n_batch tokens; activations and the KV cache are
 allocated once per engine.
 """
@@ -19,6 +23,7 @@ from types import SimpleNamespace
 from ...config import ModelConfig
 from ...errors import InputError
 from ...rope import cos_sin
+from ...sizes import engine_bytes, human
 from ...weights.build import ModelWeights
 from ..base import Engine
 from ..kv_cache import KVCache
@@ -42,16 +47,15 @@ class CudaEngine(Engine):
         cuda = require()
         from .kernels import attention, dequant, matmul, matvec, moe, rows  # import numba.cuda: after require()
 
-        super().__init__(cfg, n_ctx)
+        self.cuda, self._weight_bytes, self._rows = cuda, sum(t.nbytes for t in weights.tensors()), n_batch
+        super().__init__(cfg, n_ctx)  # checks the device's memory (check_fits) before anything is allocated
         if cfg.head_dim > attention.MAX_HEAD_DIM:
             raise InputError(f"head_dim {cfg.head_dim} exceeds the cuda backend's {attention.MAX_HEAD_DIM}")
-        self.cuda = cuda
         self.k = SimpleNamespace(att=attention, mm=matmul, mv=matvec, moe=moe, rows=rows, take_rows=dequant.take_rows)
         if cfg.num_experts > moe.MAX_EXPERTS or cfg.experts_per_tok > moe.MAX_TOPK:
             raise InputError(f"{cfg.num_experts} experts, top {cfg.experts_per_tok}: the cuda backend routes at most "
                              f"{moe.MAX_EXPERTS}, top {moe.MAX_TOPK}")
         self.launch = launch or (SIMULATOR if simulator() else GPU)
-        self._check_memory(cfg, weights)
         self.w = DeviceWeights(cuda, cfg, weights)
         cos, sin = cos_sin(cfg.rope, cfg.head_dim, self.n_ctx)
         self.cos, self.sin = cuda.to_device(cos), cuda.to_device(sin)
@@ -60,17 +64,31 @@ class CudaEngine(Engine):
         self.n_batch = max(1, min(n_batch, self.n_ctx))
         self.act = allocate(cuda, cfg, self.n_batch)
         self.eps = np.float32(cfg.rms_norm_eps)
+        self.layer_plan = [(int(cfg.windows[l]), bool(cfg.moe_layers[l])) for l in range(cfg.num_layers)]
+        self._decode_plan()
 
-    def _check_memory(self, cfg, weights):
-        """A one-line error before a model that cannot fit is half uploaded."""
-        need = sum(t.nbytes for t in weights.tensors()) + 2 * 4 * cfg.num_layers * (self.n_ctx or 1) * cfg.kv_dim
+    def device_free(self) -> int | None:
+        """Bytes free on the GPU now; None where the device does not say (the simulator)."""
         try:
-            free, _ = self.cuda.current_context().get_memory_info()
-        except Exception:  # the simulator has no memory info
-            return
-        if need > free:
-            raise InputError(f"the model and its KV cache of {self.n_ctx} positions need {need / 2**30:.1f} GiB on "
-                             f"the GPU; {free / 2**30:.1f} GiB are free")
+            return int(self.cuda.current_context().get_memory_info()[0])
+        except Exception:  # the simulator's context has no memory info
+            return None
+
+    def check_fits(self):
+        """The weights, the KV cache of n_ctx positions, the activations and the RoPE tables live on the
+        GPU: a one-line error before anything is uploaded when they exceed what it has free. The
+        simulator's device memory is the host's: the host check."""
+        free = self.device_free()
+        if free is None:
+            return super().check_fits()
+        kv, rest = engine_bytes(self.cfg, self.n_ctx, rows=self._rows)
+        if self._weight_bytes + kv + rest > free:
+            cfg = self.cfg
+            raise InputError(
+                f"not enough GPU memory for a context of {self.n_ctx} tokens: the weights need "
+                f"{human(self._weight_bytes)}, the KV cache {human(kv)} ({cfg.num_layers} layers × {cfg.num_kv_heads} "
+                f"KV heads × head_dim {cfg.head_dim} × K and V in float32 per token) and the activations and RoPE "
+                f"tables {human(rest)}, but {human(free)} is free on the GPU; ask for fewer tokens (-c, -n, -d)")
 
     @property
     def kv_bytes(self) -> int:
@@ -91,13 +109,14 @@ class CudaEngine(Engine):
                 self._decode_layers(int(chunk[0]), hid)
             else:
                 self._prefill_layers(chunk, hid)
+                self._norm_last(e - s)
             if all_logits:
                 logits[s:e] = self._all_logits(e - s)
             if hidden:
                 states[:, s:e] = hid.copy_to_host()
             self.pos += e - s
         if not all_logits:
-            logits = self._last_logits(e - s).copy_to_host()
+            logits = self._last_logits().copy_to_host()
         return (logits, states) if hidden else logits
 
     def decode(self, token: int, hidden: bool = False):
@@ -105,7 +124,7 @@ class CudaEngine(Engine):
         hid = self.cuda.device_array((self.cfg.num_layers + 1, 1, self.cfg.hidden_size), np.float32) if hidden else None
         self._decode_layers(int(token), hid)
         self.pos += 1
-        logits = self._last_logits(1).copy_to_host()[0]
+        logits = self._last_logits().copy_to_host()[0]
         return (logits, hid.copy_to_host()) if hidden else logits
 
     def decode_argmax(self, token: int) -> int:
@@ -113,43 +132,83 @@ class CudaEngine(Engine):
         self._decode_layers(int(token), None)
         self.pos += 1
         A = self.act
-        self.k.rows.argmax[1, self.launch.row](self._last_logits(1), 0, A.argmax)
+        self.k.rows.argmax[1, self.launch.row](self._last_logits(), 0, A.argmax)
         return int(A.argmax.copy_to_host()[0])
 
     # ------------------------------------------------------------------ forward
 
-    def _embed(self, T: int, token: int):
+    def _embed(self, T: int, token: int, norm: int = -1):
+        """Embedding rows into act.x (token >= 0: one row, that id); norm >= 0: act.xn[0] normed too."""
         w, A = self.w, self.act
         base, _, row_bytes, code = self.w.mats_host[w.embed]
-        self.k.take_rows[T, self.launch.row](w.w8, base, row_bytes, code, A.tokens, token, A.x)
+        self.k.take_rows[T, self.launch.row](w.w8, base, row_bytes, code, A.tokens, token, A.x, w.vecs, norm,
+                                             self.eps, A.xn)
 
     def _keep(self, hid, l: int, T: int):
         if hid is not None:
             hid[l].copy_to_device(self.act.x[:T])
 
+    def _decode_plan(self):
+        """Every product of a decode step, planned once: (kernel, grid, block, arguments) per launch and
+        layer. q, k and v run in one launch when they share a format. (Configured at each launch: the
+        simulator's kernel[grid, block] sets the grid on the one kernel object.)"""
+        mv, cfg, w, A, Lc = self.k.mv, self.cfg, self.w, self.act, self.launch
+        block, code = (Lc.lanes, Lc.rows), lambda m: int(w.mats_host[m, 3])
+        eps, none = self.eps, -1
+
+        def product(m, nm, x, out, bias=-1, accumulate=0, norm=-1):
+            rows = sum(w.rows(m + i) for i in range(nm))
+            return (mv.matvec_kernel(code(m)), _blocks(rows, Lc.rows), block,
+                    (w.w8, w.mats, m, nm, x, w.vecs, bias, out, accumulate, norm, eps, A.xn[0], A.done))
+
+        x, xn = A.x[0], A.xn[0]
+        self.plan = []
+        for l, lw in enumerate(w.layers):
+            norm_next = w.layers[l + 1].attn_norm if l + 1 < len(w.layers) else w.final_norm
+            qkv, col, m = [], 0, lw.q
+            while m < lw.q + 3:  # runs of q, k, v in one format
+                nm = 1
+                while m + nm < lw.q + 3 and code(m + nm) == code(m):
+                    nm += 1
+                bias = none if lw.qkv_bias < 0 else lw.qkv_bias + col
+                qkv.append(product(m, nm, xn, A.qkv[0][col:], bias))
+                col += sum(w.rows(m + i) for i in range(nm))
+                m += nm
+            o = product(lw.o, 1, A.att[0], x, lw.o_bias, 1, lw.ffn_norm)
+            if self.layer_plan[l][1]:
+                ffn = (product(lw.router, 1, xn, A.router[0]), norm_next)
+            else:
+                swiglu = mv.swiglu_kernel(code(lw.gate), code(lw.up))
+                ffn = ((swiglu, _blocks(cfg.intermediate_size, Lc.rows), block, (w.w8, w.mats, lw.gate, lw.up, xn,
+                                                                                 A.gate[0])),
+                       product(lw.down, 1, A.gate[0], x, none, 1, norm_next))
+            self.plan.append((qkv, o, ffn))
+        self.logits_product = product(w.output, 1, xn, A.logits[0])
+
     def _decode_layers(self, token: int, hid):
-        """One token at self.pos through every layer (matvec kernels); leaves it in act.x[0]."""
-        attention, mv = self.k.att, self.k.mv
+        """One token at self.pos through every layer (matvec kernels); leaves it in act.x[0] and its
+        final-normed copy in act.xn[0]."""
+        attention = self.k.att
         cfg, w, A, Lc, kv, eps, pos = self.cfg, self.w, self.act, self.launch, self.kv, self.eps, self.pos
         nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        block = (Lc.lanes, Lc.rows)
-        self._embed(1, token)
+        self._embed(1, token, w.layers[0].attn_norm if w.layers else w.final_norm)
         self._keep(hid, 0, 1)
-        for l, lw in enumerate(w.layers):
-            rows_qkv = cfg.q_dim + 2 * cfg.kv_dim
-            mv.matvec[_blocks(rows_qkv, Lc.rows), block](w.w8, w.mats, lw.q, 3, A.x, 0, w.vecs, lw.attn_norm, eps,
-                                                         lw.qkv_bias, A.qkv, 0)
-            attention.attend_one[nh, Lc.attn](A.qkv, pos, cfg.windows[l], nh, nkv, hd, w.vecs, lw.q_norm, lw.k_norm,
+        for l, (lw, (qkv, o, ffn)) in enumerate(zip(w.layers, self.plan)):
+            window, moe = self.layer_plan[l]
+            for kernel, grid, block, args in qkv:
+                kernel[grid, block](*args)
+            attention.attend_one[nh, Lc.attn](A.qkv, pos, window, nh, nkv, hd, w.vecs, lw.q_norm, lw.k_norm,
                                               eps, self.cos, self.sin, kv.k, kv.v, l, A.att)
-            H = cfg.hidden_size
-            mv.matvec[_blocks(H, Lc.rows), block](w.w8, w.mats, lw.o, 1, A.att, 0, w.vecs, -1, eps, lw.o_bias, A.x, 1)
-            if cfg.moe_layers[l]:
+            kernel, grid, block, args = o
+            kernel[grid, block](*args)
+            if moe:
+                (kernel, grid, block, args), norm_next = ffn
+                kernel[grid, block](*args)
                 self._moe(l, lw, 1)
+                self.k.rows.rmsnorm[1, Lc.row](A.x, w.vecs, norm_next, eps, A.xn)
             else:
-                I = cfg.intermediate_size
-                mv.swiglu[_blocks(I, Lc.rows), block](w.w8, w.mats, lw.gate, lw.up, A.x, 0, w.vecs, lw.ffn_norm, eps,
-                                                      A.gate)
-                mv.matvec[_blocks(H, Lc.rows), block](w.w8, w.mats, lw.down, 1, A.gate, 0, w.vecs, -1, eps, -1, A.x, 1)
+                for kernel, grid, block, args in ffn:
+                    kernel[grid, block](*args)
             self._keep(hid, l + 1, 1)
 
     def _prefill_layers(self, tokens: np.ndarray, hid):
@@ -175,10 +234,10 @@ class CudaEngine(Engine):
             matmul(lw.v, A.h, A.qkv, cfg.q_dim + cfg.kv_dim, -1 if qb < 0 else qb + cfg.q_dim + cfg.kv_dim)
             attention.rope_store[(T, nh + nkv), Lc.head](A.qkv, pos, nh, nkv, hd, w.vecs, lw.q_norm, lw.k_norm, eps,
                                                          self.cos, self.sin, kv.k, kv.v, l)
-            attention.attend[(T, nh), Lc.attn](A.qkv, pos, cfg.windows[l], nh, nkv, hd, kv.k, kv.v, l, A.att)
+            attention.attend[(T, nh), Lc.attn](A.qkv, pos, self.layer_plan[l][0], nh, nkv, hd, kv.k, kv.v, l, A.att)
             matmul(lw.o, A.att, A.x, 0, lw.o_bias, 1)
             rk.rmsnorm[T, Lc.row](A.x, w.vecs, lw.ffn_norm, eps, A.h)
-            if cfg.moe_layers[l]:
+            if self.layer_plan[l][1]:
                 self._moe(l, lw, T)
             else:
                 matmul(lw.gate, A.h, A.gate)
@@ -189,33 +248,35 @@ class CudaEngine(Engine):
             self._keep(hid, l + 1, T)
 
     def _moe(self, l: int, lw, T: int):
-        """Sparse FFN of layer l added to act.x: router logits, then the chosen experts only. Decode
-        fuses the RMSNorm into both products; prefill has act.h normed already."""
-        mm, mv, moe = self.k.mm, self.k.mv, self.k.moe
+        """Sparse FFN of layer l added to act.x: the chosen experts of the router logits in act.router.
+        Decode: the input is act.xn (normed by o_proj's epilogue), the router product ran already;
+        prefill: act.h, normed, and the router product here."""
+        mm, moe = self.k.mm, self.k.moe
         cfg, w, A, Lc, eps = self.cfg, self.w, self.act, self.launch, self.eps
         k, E, block = cfg.experts_per_tok, cfg.num_experts, (Lc.lanes, Lc.rows)
-        if T == 1:
-            x, norm = A.x, lw.ffn_norm
-            mv.matvec[_blocks(E, Lc.rows), block](w.w8, w.mats, lw.router, 1, A.x, 0, w.vecs, norm, eps, -1, A.router,
-                                                  0)
-        else:
-            x, norm = A.h, -1
+        x = A.xn if T == 1 else A.h
+        if T > 1:
             tile = Lc.tile * mm.MT
             mm.matmul[(_blocks(E, tile), _blocks(T, tile)), (Lc.tile, Lc.tile)](w.w8, w.mats, lw.router, A.h, T,
                                                                                  w.vecs, -1, A.router, 0, 0)
         moe.moe_swiglu[(_blocks(cfg.moe_intermediate_size, Lc.rows), k, T), block](
-            w.w8, w.mats, w.etab[l], A.router, k, cfg.norm_topk_prob, x, w.vecs, norm, eps, A.experts, A.expert_w, A.eg)
+            w.w8, w.mats, w.etab[l], A.router, k, cfg.norm_topk_prob, x, w.vecs, -1, eps, A.experts, A.expert_w, A.eg)
         moe.moe_down[(_blocks(cfg.hidden_size, Lc.rows), T), block](w.w8, w.mats, w.etab[l], A.experts, A.expert_w,
                                                                     A.eg, A.x)
 
     # ------------------------------------------------------------------ logits
 
-    def _last_logits(self, T: int):
-        """Logits of the token in act.x[T - 1] (final RMSNorm fused) into act.logits [1, vocab]."""
-        w, A, Lc = self.w, self.act, self.launch
-        self.k.mv.matvec[_blocks(self.cfg.vocab_size, Lc.rows), (Lc.lanes, Lc.rows)](
-            w.w8, w.mats, w.output, 1, A.x, T - 1, w.vecs, w.final_norm, self.eps, -1, A.logits, 0)
-        return A.logits
+    def _last_logits(self):
+        """Logits of the token in act.xn[0] (final-normed: by the decode step's last product, or
+        `_norm_last` after a prefill) into act.logits [1, vocab]."""
+        kernel, grid, block, args = self.logits_product
+        kernel[grid, block](*args)
+        return self.act.logits
+
+    def _norm_last(self, T: int):
+        """act.xn[0] = the final RMSNorm of act.x[T - 1], after a prefill chunk."""
+        A = self.act
+        self.k.rows.rmsnorm[1, self.launch.row](A.x[T - 1 : T], self.w.vecs, self.w.final_norm, self.eps, A.xn)
 
     def _all_logits(self, T: int) -> np.ndarray:
         mm, w, A, Lc = self.k.mm, self.w, self.act, self.launch

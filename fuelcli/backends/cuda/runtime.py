@@ -3,7 +3,8 @@
 `require()` returns the numba.cuda module or raises MissingDependency (exit 4) with one line naming
 what is missing: the numba-cuda package, NVIDIA's CUDA Python bindings, a driver, a GPU or the
 toolkit's NVVM compiler. NUMBA_ENABLE_CUDASIM=1 (set before numba.cuda is imported) runs every kernel
-in numba's CUDA simulator instead: slow (Python per simulated thread), for tests.
+in numba's CUDA simulator instead: slow (Python per simulated thread), for tests; the simulator has no
+warp shuffles, which tests/cuda_sim.py's speed_up() supplies (the decode products sum rows with them).
 """
 
 from __future__ import annotations

@@ -12,11 +12,55 @@ import math
 
 from numba import cuda, float32, int32
 
-from .common import MAX_THREADS, UNIT, lane_sum
-from .matvec import rms_inv, row_dot, row_dot_normed, silu_times
+from .common import MAX_THREADS, UNIT, block_sum, lane_sum
+from .matvec import silu_times
+from .unpack import unpack
 
 MAX_EXPERTS = 512
 MAX_TOPK = 32
+
+
+# The experts' products decode through `unpack` (one kernel for every format: a token's experts may
+# differ in format); the dense decode products are matvec.py's, one kernel per format.
+
+@cuda.jit(device=True)
+def rms_inv(x, xrow, vecs, norm_off, eps, red, tid, nthreads):
+    """1 / rms(x[xrow]) for a fused RMSNorm, or 1 when there is none."""
+    if norm_off < 0:
+        return float32(1.0)
+    K = x.shape[1]
+    ss = float32(0.0)
+    for k in range(tid, K, nthreads):
+        ss += x[xrow, k] * x[xrow, k]
+    ss = block_sum(ss, red, tid, nthreads)
+    return float32(1.0) / math.sqrt(ss / float32(K) + eps)
+
+
+@cuda.jit(device=True)
+def row_dot(w8, p, code, x, xrow, lane, lanes, buf):
+    """This lane's share of dot(row at byte p, x[xrow])."""
+    acc = float32(0.0)
+    for u in range(lane, x.shape[1] // UNIT, lanes):
+        unpack(code, w8, p, u * UNIT, buf)
+        k = u * UNIT
+        for j in range(UNIT):
+            acc += buf[j] * x[xrow, k + j]
+    return acc
+
+
+@cuda.jit(device=True)
+def row_dot_normed(w8, p, code, x, xrow, vecs, norm_off, inv, lane, lanes, buf):
+    """This lane's share of dot(row at byte p, rmsnorm(x[xrow])) with the norm weight at
+    vecs[norm_off:] (none when norm_off < 0), as the CPU's rmsnorm rounds: w * (x * inv)."""
+    if norm_off < 0:
+        return row_dot(w8, p, code, x, xrow, lane, lanes, buf)
+    acc = float32(0.0)
+    for u in range(lane, x.shape[1] // UNIT, lanes):
+        unpack(code, w8, p, u * UNIT, buf)
+        k = u * UNIT
+        for j in range(UNIT):
+            acc += buf[j] * (vecs[norm_off + k + j] * (x[xrow, k + j] * inv))
+    return acc
 
 
 @cuda.jit(device=True)
