@@ -1,6 +1,6 @@
 """The CUDA engine: the shared decoder (ModelConfig, ModelWeights, the layer plan: `layer_plan`, the one
-place that reads cfg.windows and cfg.moe_layers) run by numba.cuda kernels on weights kept packed on the
-device.
+place that reads the blocks' windows and FFN kinds; make_engine refuses the block features it lacks)
+run by numba.cuda kernels on weights kept packed on the device.
 
 A decode step takes the token id as a kernel argument: the embedding row (normed for layer 0 in the
 same launch), then 5 launches per dense layer: the q|k|v matvec (one per format when q, k and v
@@ -64,7 +64,7 @@ class CudaEngine(Engine):
         self.n_batch = max(1, min(n_batch, self.n_ctx))
         self.act = allocate(cuda, cfg, self.n_batch)
         self.eps = np.float32(cfg.rms_norm_eps)
-        self.layer_plan = [(int(cfg.windows[l]), bool(cfg.moe_layers[l])) for l in range(cfg.num_layers)]
+        self.layer_plan = [(b.attention.window, b.ffn.moe) for b in cfg.blocks]
         self._decode_plan()
 
     def device_free(self) -> int | None:
