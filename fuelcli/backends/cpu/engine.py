@@ -22,7 +22,7 @@ from .attention import KEY_BLOCK
 from .jit import load_cached
 from .kernels import is_quant
 from .llvm import host_isa
-from .matmul import ACT_GELU_TANH, ACT_SILU, N_KERNEL_COLS
+from .matmul import ACTIVATION_CODES, N_KERNEL_COLS
 from .tables import KernelTables
 
 N_BATCH = 512  # tokens per forward call of a long prefill
@@ -133,7 +133,7 @@ class CpuEngine(Engine):
             self.lay[l, F.L_ROPE] = -1 if a.rope is None else ropes.index(a.rope)
             # q times scale * sqrt(head_dim): the attention kernel divides by sqrt(head_dim)
             self.lay[l, F.L_QSCALE] = 0 if a.scale is None else _bits(a.scale * np.sqrt(cfg.head_dim), 1.0)
-            self.lay[l, F.L_ACT] = {"silu": ACT_SILU, "gelu_tanh": ACT_GELU_TANH}[b.ffn.activation]
+            self.lay[l, F.L_ACT] = ACTIVATION_CODES[b.ffn.activation]
         self.cos, self.sin = cos_sin_tables(ropes, cfg.head_dim, self.n_ctx)
         self.kv = KVCache(L, self.n_ctx, cfg.num_kv_heads, cfg.head_dim, key_block=KEY_BLOCK, cache_type=cache_type)
         self.n_batch = max(1, min(n_batch, self.n_ctx))

@@ -121,6 +121,7 @@ def split_rows(x, planes, core):
 
 
 ACT_SILU, ACT_GELU_TANH = 0, 1  # the activation codes of forward.py's layer table
+ACTIVATION_CODES = {"silu": ACT_SILU, "gelu_tanh": ACT_GELU_TANH}  # block.ACTIVATIONS' names
 
 
 @helper()
