@@ -23,7 +23,8 @@ import time
 from ..generate import Sampler, Stats, StopMatcher, common_prefix, sample_steps
 from .errors import APIError
 from .jobs import Delta, Done, Failed, Job
-from .logprobs import TokenBytes, logprobs_of
+from ..token_bytes import TokenBytes
+from .logprobs import logprobs_of
 
 log = logging.getLogger("fuel.serve")
 
