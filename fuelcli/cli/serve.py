@@ -10,7 +10,8 @@ import typer
 
 from ..errors import InputError, MissingDependency
 from .app import app
-from .options import CacheType, Device, HfFile, ModelArg, Revision, Threads, ctx_size_option, err
+from .options import (CacheType, ChatTemplateKwargs, Device, HfFile, ModelArg, Revision, Threads, ctx_size_option,
+                      err)
 
 DEFAULT_CTX = 4096  # as llama-server: the KV cache of a model's full context can be far larger
 
@@ -26,6 +27,10 @@ def serve(
     threads: Optional[int] = Threads,
     queue: int = typer.Option(32, "--queue", help="requests that may wait for the engine; more get 503"),
     log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error"),
+    chat_template_kwargs: Optional[str] = ChatTemplateKwargs,
+    reasoning_format: str = typer.Option("auto", "--reasoning-format", help="auto: a reply's <think>...</think> "
+                                         "goes to reasoning_content (models whose template knows <think>); none: "
+                                         "it stays in content. A request's reasoning_format wins"),
     device: Optional[str] = Device,
     cache_type: str = CacheType,
     revision: Optional[str] = Revision,
@@ -44,6 +49,8 @@ def serve(
         raise InputError(f"--queue must be at least 1, got {queue}")
     if log_level.lower() not in ("debug", "info", "warning", "error"):
         raise InputError(f"--log-level must be debug, info, warning or error, got {log_level!r}")
+    if reasoning_format not in ("auto", "none", "deepseek"):
+        raise InputError(f"--reasoning-format must be auto, deepseek or none, got {reasoning_format!r}")
     api_key = api_key if api_key is not None else os.environ.get("FUEL_API_KEY") or None
 
     from ..loader import open_model
@@ -51,7 +58,7 @@ def serve(
     from ..serve.server import bind, run, url
     from ..serve.worker import EngineWorker
     from ..threads import set_threads
-    from .textgen import ready_engine
+    from .textgen import ready_engine, template_options
 
     set_threads(threads)  # checked before loading; the engine thread applies it again (numba's is per thread)
     m = open_model(model, revision, hf_file)
@@ -62,9 +69,11 @@ def serve(
     sock = bind(host, port)  # before loading: a port in use fails fast
     m.prefetch()
     tok = m.tokenizer
+    kwargs = template_options(tok, None, chat_template_kwargs)
     engine, _ = ready_engine(m, n_ctx, device, quiet=False, cache_type=cache_type)  # loads or compiles the kernels before serving
     served = ServedModel(id=m.source.name, names={m.source.name, model}, tokenizer=tok, n_ctx=n_ctx,
-                         vocab_size=m.cfg.vocab_size, eos_ids=m.eos_ids(), created=int(time.time()))
+                         vocab_size=m.cfg.vocab_size, eos_ids=m.eos_ids(), created=int(time.time()),
+                         template_kwargs=kwargs, reasoning_format=reasoning_format)
     worker = EngineWorker(engine, tok, served.eos_ids, queue_size=queue, threads=threads)
     err(f"fuel serve: {served.id} on {url(sock)} (context {n_ctx} tokens"
         + (", API key required" if api_key else "") + "); Ctrl-C stops")

@@ -114,13 +114,13 @@ def create_app(model: ServedModel, worker: EngineWorker, api_key: str | None = N
             raise model_not_found(name)
         return JSONResponse(model_card())
 
-    async def complete(request: Request, schema, build, fmt_class):
+    async def complete(request: Request, schema, build, make_format):
         req = parse(schema, await read_body(request))
         if req.model not in model.names:
             raise model_not_found(req.model)
         job = build(req, model, asyncio.get_running_loop())
         worker.submit(job)
-        fmt = fmt_class(model.id, req.n_logprobs)
+        fmt = make_format(req, job)
         if req.stream:
             include_usage = req.stream_options is not None and req.stream_options.include_usage
             return StreamingResponse(sse_stream(job, fmt, include_usage), media_type="text/event-stream",
@@ -134,10 +134,12 @@ def create_app(model: ServedModel, worker: EngineWorker, api_key: str | None = N
         return JSONResponse(fmt.response(text, lps, done.finish_reason, done.stats))
 
     async def chat(request: Request):
-        return await complete(request, ChatRequest, chat_job, ChatFormat)
+        return await complete(request, ChatRequest, chat_job,
+                              lambda req, job: ChatFormat(model.id, req.n_logprobs, job.parser()))
 
     async def completions(request: Request):
-        return await complete(request, CompletionRequest, completion_job, CompletionFormat)
+        return await complete(request, CompletionRequest, completion_job,
+                              lambda req, job: CompletionFormat(model.id, req.n_logprobs))
 
     routes = [Route("/health", endpoint(health, auth=False), methods=["GET"])]
     for prefix in ("/v1", ""):

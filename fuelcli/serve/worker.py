@@ -38,6 +38,7 @@ class EngineWorker:
                  prefill_chunk: int = PREFILL_CHUNK):
         self.engine, self.tokenizer, self.eos_ids, self.threads = engine, tokenizer, set(eos_ids), threads
         self.prefill_chunk = prefill_chunk
+        self.vocab_size = engine.cfg.vocab_size
         self.jobs: queue.Queue = queue.Queue(maxsize=queue_size)
         self.cached: list[int] = []  # the tokens whose KV the engine holds; len == engine.pos
         self.token_bytes = TokenBytes(tokenizer)
@@ -135,7 +136,13 @@ class EngineWorker:
             job.emit(Done("cancelled", stats))
             self._log(job, stats, "cancelled")
             return
-        steps = sample_steps(self.engine, ids, job.max_tokens, Sampler(job.params), self.eos_ids, stats, ahead)
+        constraint = None
+        if job.grammar is not None:
+            from ..grammar import Constraint
+
+            constraint = Constraint(job.grammar, self.tokenizer, self.vocab_size, self.eos_ids)
+        steps = sample_steps(self.engine, ids, job.max_tokens, Sampler(job.params, constraint), self.eos_ids, stats,
+                             ahead)
         stream, matcher = self.tokenizer.stream(skip_special_tokens=True), StopMatcher(job.stops)
         pending, sent, entries_len = [], 0, 0  # logprobs not yet sent; characters sent; their tokens' length
         finish = None

@@ -1,0 +1,106 @@
+"""Tool calls in the two formats open chat models are trained on, found from the chat template.
+
+The template renders the tools and the earlier calls and results itself (transformers'
+apply_chat_template(tools=...)); this module knows how each format writes a call, so that the reply
+can be parsed back into OpenAI's `tool_calls` and, when a call is demanded (`tool_choice` required or
+a named function) or a tool is `strict`, constrained by a grammar to the functions' parameter schemas.
+
+    hermes       Qwen2.5, Qwen3, Hermes: <tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>, one or more
+    llama3_json  Llama 3.1-3.3: the whole reply is {"name": ..., "parameters": {...}}
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+
+from .. import grammar as g
+
+EMPTY_PARAMETERS = {"type": "object", "properties": {}}
+
+
+@dataclass(frozen=True)
+class Function:
+    name: str
+    parameters: dict
+    strict: bool
+
+
+def call_id() -> str:
+    return f"call_{uuid.uuid4().hex[:24]}"
+
+
+def openai_call(name: str, arguments) -> dict:
+    """A call as OpenAI returns it: arguments as a JSON string."""
+    if not isinstance(arguments, str):
+        arguments = json.dumps(arguments, ensure_ascii=False)
+    return {"id": call_id(), "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def _call_schema(functions: list[Function], args_key: str, strict: bool) -> dict:
+    one = [{"type": "object", "properties": {"name": {"const": f.name}, args_key: f.parameters},
+            "required": ["name", args_key], "additionalProperties": False} for f in functions]
+    schema = one[0] if len(one) == 1 else {"anyOf": one}
+    return {**schema, "x-guidance": g.schema_options(strict)}
+
+
+class Hermes:
+    name = "hermes"
+    open, close = "<tool_call>", "</tool_call>"
+    args_key = "arguments"
+
+    def grammar(self, functions: list[Function], parallel: bool, lazy: bool, strict: bool) -> g.Grammar:
+        body = json.dumps(_call_schema(functions, self.args_key, strict))
+        repeat = ' ("\\n" call)*' if parallel else ""
+        text = (f"start: call{repeat}\n"
+                f'call: "{self.open}\\n" body "\\n{self.close}"\n'
+                f"body: %json {body}\n")
+        return g.lark(text, "the tools' parameter schemas", trigger=self.open if lazy else None)
+
+    def parse_call(self, block: str) -> dict | None:
+        """The JSON between <tool_call> and </tool_call>, or None when it is not a call."""
+        try:
+            obj = json.loads(block)
+        except ValueError:
+            return None
+        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+            return None
+        args = obj.get("arguments", obj.get("parameters", {}))
+        return openai_call(obj["name"], args)
+
+
+class Llama3Json:
+    name = "llama3_json"
+    python_tag = "<|python_tag|>"
+    args_key = "parameters"
+
+    def grammar(self, functions: list[Function], parallel: bool, lazy: bool, strict: bool) -> g.Grammar:
+        body = json.dumps(_call_schema(functions, self.args_key, strict))
+        # lazy (tool_choice auto): a reply that does not open with `{` is free text, as llguidance's
+        # own example of Llama 3.1's format; parallel calls are not part of the format
+        text = (f"start: TEXT | call\nTEXT: /[^{{](.|\\n)*/\ncall: %json {body}\n" if lazy
+                else f"start: %json {body}\n")
+        return g.lark(text, "the tools' parameter schemas")
+
+    def parse_reply(self, text: str) -> dict | None:
+        s = text.strip().removeprefix(self.python_tag).strip()
+        try:
+            obj = json.loads(s)
+        except ValueError:
+            return None
+        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+            return None
+        args = obj.get("parameters", obj.get("arguments", {}))
+        return openai_call(obj["name"], args)
+
+
+def detect(template: str | None):
+    """The tool-call format a chat template writes, or None."""
+    if not template or "tools" not in template:
+        return None
+    if Hermes.open in template:
+        return Hermes()
+    if "<|start_header_id|>" in template and ("<|python_tag|>" in template or '"parameters"' in template):
+        return Llama3Json()
+    return None
