@@ -65,10 +65,15 @@ def schema_options(strict: bool = True) -> dict:
     return {"whitespace_pattern": WHITESPACE, "lenient": not strict}
 
 
-def json_schema(schema, strict: bool = True, what: str = "the JSON schema") -> Grammar:
+def json_schema(schema, strict: bool = True, what: str = "the JSON schema", after: str | None = None) -> Grammar:
+    """`after`: the grammar holds only once this text has come (a reasoning model's </think>)."""
     if not isinstance(schema, (dict, bool)):
         raise InputError(f"{what} must be a JSON object (or true/false), got {type(schema).__name__}")
     llg = require()
+    if after is not None:
+        body = schema if isinstance(schema, dict) else ({} if schema else {"not": {}})
+        return lark(f"start: {json.dumps(after)} /[ \t\n]*/ body\nbody: %json "
+                    f"{json.dumps({**body, 'x-guidance': schema_options(strict)})}\n", what, trigger=after)
     try:
         spec = llg.LLMatcher.grammar_from_json_schema(json.dumps(schema), defaults=schema_options(strict))
     except (ValueError, TypeError) as e:
@@ -76,9 +81,9 @@ def json_schema(schema, strict: bool = True, what: str = "the JSON schema") -> G
     return Grammar(_check(spec, what), what)
 
 
-def json_object() -> Grammar:
+def json_object(after: str | None = None) -> Grammar:
     """OpenAI's JSON mode: any JSON object."""
-    return json_schema({"type": "object"}, what="response_format json_object")
+    return json_schema({"type": "object"}, what="response_format json_object", after=after)
 
 
 def gbnf(text: str, what: str = "the grammar") -> Grammar:

@@ -276,3 +276,18 @@ def test_mask_cost_per_token_on_qwen_vocabulary(qwen_coder_gguf):
     print(f"\nmask per token on {n} tokens: median {med:.0f} us, p90 {p90:.0f} us; "
           f"advance median {np.median(accept_s) * 1e6:.0f} us ({len(ids)} tokens)")
     assert med < 3000 and np.median(accept_s) < 1000
+
+
+def test_schema_after_the_reasoning(model):
+    """json_schema(after="</think>"): free while the model reasons, JSON once </think> has come."""
+    m, _ = model
+    tok = m.tokenizer
+    c = g.Constraint(g.json_schema(SCHEMA, after="</think>"), tok, m.cfg.vocab_size, m.eos_ids())
+    scores = np.zeros(m.cfg.vocab_size)
+    for t in tok.encode("I think {not json} </think>", add_special_tokens=False):
+        c.mask(scores)
+        assert np.isfinite(scores).all()
+        c.accept(t)
+    c.mask(scores)
+    allowed = {tok.decode([int(i)]) for i in np.flatnonzero(np.isfinite(scores))}
+    assert "{" in allowed and allowed <= {"{", " ", "\t", "\n"}

@@ -18,7 +18,7 @@ from ..errors import FuelError, InputError
 from ..generate import SamplerParams, Stats
 from . import tools as tool_formats
 from .errors import APIError, bad_request
-from .reply import THINK, ReplyParser
+from .reply import END_THINK, THINK, ReplyParser
 from .schemas import ChatRequest, CompletionRequest, NamedToolChoice
 
 COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions; chat runs until EOS or the context
@@ -118,10 +118,11 @@ def _compiled(build, param: str) -> g.Grammar:
         raise bad_request(str(e), param=param) from None
 
 
-def _output_grammar(req: ChatRequest, fmt, tools: list) -> g.Grammar | None:
+def _output_grammar(req: ChatRequest, fmt, tools: list, after: str | None) -> g.Grammar | None:
     """What constrains the reply: the tools' schemas when a call is demanded (tool_choice required or
     a named function: from the first token) or a tool is strict (lazily, from the call's opening tag:
-    the model may also answer in text); else response_format's schema."""
+    the model may also answer in text); else response_format's schema. `after`: a reply that starts
+    inside the reasoning is constrained once that has ended (</think>)."""
     choice = req.tool_choice or "auto"
     rf = req.response_format
     if tools and choice != "none":
@@ -135,16 +136,18 @@ def _output_grammar(req: ChatRequest, fmt, tools: list) -> g.Grammar | None:
                               "tool format of the template", param="response_format")
         if forced or strict:
             parallel = req.parallel_tool_calls is not False and not isinstance(choice, NamedToolChoice)
-            return _compiled(lambda: fmt.grammar(chosen, parallel, lazy=not forced, strict=strict), "tools")
+            return _compiled(lambda: fmt.grammar(chosen, parallel, lazy=not forced, strict=strict, after=after),
+                             "tools")
         return None
     if rf is None or rf.type == "text":
         return None
     if rf.type == "json_object":
-        return _compiled(g.json_object, "response_format")
+        return _compiled(lambda: g.json_object(after), "response_format")
     js = rf.json_schema
     schema = {"type": "object"} if js.schema_ is None else js.schema_
     return _compiled(lambda: g.json_schema(schema, strict=bool(js.strict),
-                                           what="response_format.json_schema.schema"), "response_format.json_schema")
+                                           what="response_format.json_schema.schema", after=after),
+                     "response_format.json_schema")
 
 
 def chat_job(req: ChatRequest, model: ServedModel, loop) -> Job:
@@ -160,7 +163,6 @@ def chat_job(req: ChatRequest, model: ServedModel, loop) -> Job:
                               "<tool_call> blocks, Llama 3.1 JSON calls)", param="tools")
         tools = [tool_formats.Function(t.function.name, t.function.parameters or tool_formats.EMPTY_PARAMETERS,
                                        bool(t.function.strict)) for t in req.tools]
-    grammar = _output_grammar(req, fmt, tools)
     kwargs = {**(model.template_kwargs or {}), **(req.chat_template_kwargs or {})} or None
     try:
         text = tok.render_chat([m.as_template_message() for m in req.messages], add_generation_prompt=True,
@@ -171,9 +173,12 @@ def chat_job(req: ChatRequest, model: ServedModel, loop) -> Job:
     ids = tok.encode(text, add_special_tokens=False)
     _check_length(ids, model, "messages")
     # reasoning is read out of the reply where the template knows <think> (Qwen3, DeepSeek-R1, QwQ);
-    # a prompt that ends inside <think> (the template opened it) starts the reply in the reasoning
+    # a prompt that ends inside <think> (the template opened it) starts the reply in the reasoning,
+    # and a grammar then holds from its end
     reasoning = (req.reasoning_format or model.reasoning_format) != "none" and THINK in tok.chat_template
-    reply = {"tools": fmt, "reasoning": reasoning, "in_reasoning": reasoning and text.rstrip().endswith(THINK)}
+    thinking = text.rstrip().endswith(THINK)
+    grammar = _output_grammar(req, fmt, tools, END_THINK if thinking else None)
+    reply = {"tools": fmt, "reasoning": reasoning, "in_reasoning": reasoning and thinking}
     return Job("chat", ids, req.max_new or model.n_ctx, _sampler_params(req), req.stop, req.n_logprobs, loop,
                grammar=grammar, reply=reply)
 

@@ -116,7 +116,7 @@ class ReplyParser:
             self.calls.append(call)
             out.append(("tool_call", call))
         self.buf = self.buf[end + len(t.close):] if end >= 0 else ""
-        self.phase, self.strip = "content", True
+        self.phase, self.strip = "content", call is not None
 
     def _llama3_call(self, out, final):
         if not final:

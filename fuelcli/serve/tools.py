@@ -50,13 +50,17 @@ class Hermes:
     open, close = "<tool_call>", "</tool_call>"
     args_key = "arguments"
 
-    def grammar(self, functions: list[Function], parallel: bool, lazy: bool, strict: bool) -> g.Grammar:
+    def grammar(self, functions: list[Function], parallel: bool, lazy: bool, strict: bool,
+                after: str | None = None) -> g.Grammar:
+        """`lazy`: from the first call's opening tag on (the model may answer in text instead); `after`:
+        a call comes once this text has (a reasoning model's </think>)."""
         body = json.dumps(_call_schema(functions, self.args_key, strict))
         repeat = ' ("\\n" call)*' if parallel else ""
-        text = (f"start: call{repeat}\n"
+        lead = f'{json.dumps(after)} /[ \\t\\n]*/ ' if after is not None and not lazy else ""
+        text = (f"start: {lead}call{repeat}\n"
                 f'call: "{self.open}\\n" body "\\n{self.close}"\n'
                 f"body: %json {body}\n")
-        return g.lark(text, "the tools' parameter schemas", trigger=self.open if lazy else None)
+        return g.lark(text, "the tools' parameter schemas", trigger=self.open if lazy else after)
 
     def parse_call(self, block: str) -> dict | None:
         """The JSON between <tool_call> and </tool_call>, or None when it is not a call."""
@@ -75,13 +79,15 @@ class Llama3Json:
     python_tag = "<|python_tag|>"
     args_key = "parameters"
 
-    def grammar(self, functions: list[Function], parallel: bool, lazy: bool, strict: bool) -> g.Grammar:
+    def grammar(self, functions: list[Function], parallel: bool, lazy: bool, strict: bool,
+                after: str | None = None) -> g.Grammar:
         body = json.dumps(_call_schema(functions, self.args_key, strict))
         # lazy (tool_choice auto): a reply that does not open with `{` is free text, as llguidance's
         # own example of Llama 3.1's format; parallel calls are not part of the format
-        text = (f"start: TEXT | call\nTEXT: /[^{{](.|\\n)*/\ncall: %json {body}\n" if lazy
-                else f"start: %json {body}\n")
-        return g.lark(text, "the tools' parameter schemas")
+        lead = f'{json.dumps(after)} /[ \\t\\n]*/ ' if after is not None else ""
+        text = (f"start: {lead}(TEXT | call)\nTEXT: /[^{{](.|\\n)*/\ncall: %json {body}\n" if lazy
+                else f"start: {lead}call\ncall: %json {body}\n")
+        return g.lark(text, "the tools' parameter schemas", trigger=after)
 
     def parse_reply(self, text: str) -> dict | None:
         s = text.strip().removeprefix(self.python_tag).strip()
