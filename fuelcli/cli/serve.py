@@ -27,6 +27,8 @@ def serve(
     threads: Optional[int] = Threads,
     queue: int = typer.Option(32, "--queue", help="requests that may wait for the engine; more get 503"),
     log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error"),
+    metrics: bool = typer.Option(False, "--metrics", help="serve /metrics in Prometheus' text format (off by "
+                                 "default, as llama-server's: it tells whoever reaches the port how the server is used)"),
     chat_template_kwargs: Optional[str] = ChatTemplateKwargs,
     reasoning_format: str = typer.Option("auto", "--reasoning-format", help="auto: a reply's <think>...</think> "
                                          "goes to reasoning_content (models whose template knows <think>); none: "
@@ -36,7 +38,8 @@ def serve(
     revision: Optional[str] = Revision,
     hf_file: Optional[str] = HfFile,
 ):
-    """Serve MODEL over HTTP with OpenAI's API: /v1/chat/completions, /v1/completions, /v1/models."""
+    """Serve MODEL over HTTP with OpenAI's API: /v1/chat/completions, /v1/completions, /v1/models
+    (and /metrics with --metrics)."""
     try:
         import pydantic  # noqa: F401
         import starlette  # noqa: F401
@@ -77,4 +80,4 @@ def serve(
     worker = EngineWorker(engine, tok, served.eos_ids, queue_size=queue, threads=threads)
     err(f"fuel serve: {served.id} on {url(sock)} (context {n_ctx} tokens"
         + (", API key required" if api_key else "") + "); Ctrl-C stops")
-    run(served, worker, sock, api_key, log_level.lower())
+    run(served, worker, sock, api_key, log_level.lower(), metrics)

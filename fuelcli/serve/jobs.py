@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from dataclasses import dataclass, field
 
 from .. import grammar as g
@@ -67,6 +68,7 @@ class Job:
     loop: asyncio.AbstractEventLoop
     grammar: g.Grammar | None = None  # the worker starts its matcher (building the vocabulary may take a second)
     reply: dict = field(default_factory=dict)  # ReplyParser's arguments (chat): how the text is read back
+    arrived: float = field(default_factory=time.perf_counter)  # for the time to first token (/metrics)
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     _cancelled: threading.Event = field(default_factory=threading.Event)
 
