@@ -38,6 +38,18 @@ def openai_call(name: str, arguments) -> dict:
     return {"id": call_id(), "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
+def _parse_call(text: str, args_key: str) -> dict | None:
+    """{"name": ..., args_key: {...}} (the other format's key is taken too) as an OpenAI call, or None."""
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        return None
+    other = "parameters" if args_key == "arguments" else "arguments"
+    return openai_call(obj["name"], obj.get(args_key, obj.get(other, {})))
+
+
 def _call_schema(functions: list[Function], args_key: str, strict: bool) -> dict:
     one = [{"type": "object", "properties": {"name": {"const": f.name}, args_key: f.parameters},
             "required": ["name", args_key], "additionalProperties": False} for f in functions]
@@ -64,14 +76,7 @@ class Hermes:
 
     def parse_call(self, block: str) -> dict | None:
         """The JSON between <tool_call> and </tool_call>, or None when it is not a call."""
-        try:
-            obj = json.loads(block)
-        except ValueError:
-            return None
-        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-            return None
-        args = obj.get("arguments", obj.get("parameters", {}))
-        return openai_call(obj["name"], args)
+        return _parse_call(block, self.args_key)
 
 
 class Llama3Json:
@@ -90,15 +95,8 @@ class Llama3Json:
         return g.lark(text, "the tools' parameter schemas", trigger=after)
 
     def parse_reply(self, text: str) -> dict | None:
-        s = text.strip().removeprefix(self.python_tag).strip()
-        try:
-            obj = json.loads(s)
-        except ValueError:
-            return None
-        if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
-            return None
-        args = obj.get("parameters", obj.get("arguments", {}))
-        return openai_call(obj["name"], args)
+        """The whole reply as one call, or None when it is not one."""
+        return _parse_call(text.strip().removeprefix(self.python_tag), self.args_key)
 
 
 def detect(template: str | None):
