@@ -2,8 +2,8 @@
 
 The grammar engine is llguidance (an Earley parser over a derivative-based lexer, walking the
 vocabulary as a byte trie; the engine behind llama.cpp's `%llguidance` grammars, vLLM's and
-SGLang's `guidance` backend). On Qwen2.5-Coder's 151,936-token vocabulary one mask costs tens of
-microseconds (measured in tests/test_grammar.py and in the README), against ~16 ms a decode step.
+SGLang's `guidance` backend). On Qwen2.5-Coder's 151,936-token vocabulary one mask costs tens to a
+few hundred microseconds (tests/test_grammar.py; the README's figures), against ~16 ms a decode step.
 
 Each step the matcher writes a bitmask (one bit per token id) and `apply_mask` sets the disallowed
 scores to -inf in place, in the float64 scores the chain already copies from the logits once; the
@@ -164,7 +164,7 @@ class Constraint:
 
     def __init__(self, grammar: Grammar, tokenizer, n_vocab: int, eos_ids):
         llg = require()
-        self.grammar, self.n_vocab = grammar, n_vocab
+        self.grammar = grammar
         self._tok = ll_tokenizer(tokenizer, n_vocab, eos_ids)
         self.matcher = llg.LLMatcher(self._tok, grammar.spec, log_level=0)
         if self.matcher.is_error():
@@ -201,8 +201,3 @@ class Constraint:
         ids = self._tok.tokenize_bytes(text[at:])
         if not self.matcher.consume_tokens(ids):
             raise InputError(f"{self.grammar.what}: {_one_line(self.matcher.get_error())}")
-
-    @property
-    def accepting(self) -> bool:
-        """Whether the text so far is complete under the grammar (EOS allowed)."""
-        return not self.active or self.matcher.is_accepting()

@@ -21,9 +21,9 @@ import threading
 import time
 
 from ..generate import Sampler, Stats, StopMatcher, common_prefix, sample_steps
+from ..token_bytes import TokenBytes
 from .errors import APIError
 from .jobs import Delta, Done, Failed, Job
-from ..token_bytes import TokenBytes
 from .logprobs import logprobs_of
 from .metrics import Metrics
 
