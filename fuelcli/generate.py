@@ -1,7 +1,8 @@
 """Sampling and stopping, llama-cli / mlx_lm style: yields text as it is generated.
 
 The sampler chain is llama.cpp's default (common/sampling.cpp), restricted to the samplers fuel
-offers: repetition penalty over the last `repeat_last_n` tokens -> top-k -> top-p -> min-p ->
+offers: a grammar's mask (fuelcli/grammar.py: JSON schema, GBNF, tool calls; tokens it refuses get
+-inf) -> repetition penalty over the last `repeat_last_n` tokens -> top-k -> top-p -> min-p ->
 temperature -> a draw. So top-p and min-p see the distribution at temperature 1, and the
 temperature only reshapes what survives them; transformers divides by the temperature first, and
 the same flags then keep a different set of tokens. Temperature 0 is greedy: argmax after the penalty.
@@ -60,13 +61,24 @@ def _top_k_ids(logits: np.ndarray, k: int) -> np.ndarray:
 
 
 class Sampler:
-    def __init__(self, params: SamplerParams):
+    def __init__(self, params: SamplerParams, constraint=None):
         self.p = params
         self.rng = np.random.default_rng(params.seed)
+        self.constraint = constraint  # a grammar.Constraint, or None
+
+    def scores(self, logits: np.ndarray, history: list[int]) -> np.ndarray:
+        """The chain's one copy of the logits (float64): the grammar's mask, then the penalty, in place."""
+        x = logits.astype(np.float64)
+        if self.constraint is not None:
+            self.constraint.mask(x)
+        return self._penalize(x, history)
 
     def penalize(self, logits: np.ndarray, history: list[int]) -> np.ndarray:
         """Repetition penalty (CTRL / llama.cpp): makes every recently seen token less likely."""
-        p, logits = self.p, logits.astype(np.float64)
+        return self._penalize(logits.astype(np.float64), history)
+
+    def _penalize(self, logits: np.ndarray, history: list[int]) -> np.ndarray:
+        p = self.p
         if p.repeat_penalty == 1.0 or p.repeat_last_n == 0 or not history:
             return logits
         recent = np.unique(np.asarray(history if p.repeat_last_n < 0 else history[-p.repeat_last_n:]))
@@ -78,7 +90,7 @@ class Sampler:
     def probs(self, logits: np.ndarray, history: list[int]) -> np.ndarray:
         """The distribution a token is drawn from (temp > 0), after the whole chain."""
         p = self.p
-        logits = self.penalize(logits, history)
+        logits = self.scores(logits, history)
         n = logits.size
         ids = _top_k_ids(logits, p.top_k) if 0 < p.top_k < n else np.arange(n)
         cand = logits[ids]  # the candidates' logits, at temperature 1 until the last step
@@ -110,9 +122,14 @@ class Sampler:
 
     def __call__(self, logits: np.ndarray, history: list[int]) -> int:
         if self.p.temp == 0:
-            return int(np.argmax(self.penalize(logits, history)))
+            return int(np.argmax(self.scores(logits, history)))
         probs = self.probs(logits, history)
         return int(self.rng.choice(probs.size, p=probs))
+
+    def accept(self, token: int) -> None:
+        """The drawn token, kept (not EOS): the grammar advances."""
+        if self.constraint is not None:
+            self.constraint.accept(token)
 
 
 @dataclass
@@ -218,6 +235,7 @@ def sample_steps(engine, prompt_ids: list[int], max_tokens: int, sampler: Sample
             if token in eos_ids:
                 stats.stop_reason = "eos"
                 break
+            sampler.accept(token)
             history.append(token)
             stats.tokens.append(token)
             stats.generated += 1

@@ -246,11 +246,11 @@ class Tokenizer:
     # --- chat -----------------------------------------------------------------------------------
 
     def render_chat(self, messages: list[dict], add_generation_prompt: bool = True,
-                    template_kwargs: dict | None = None) -> str:
+                    template_kwargs: dict | None = None, tools: list[dict] | None = None) -> str:
         """`template_kwargs`: extra template variables (transformers' apply_chat_template **kwargs,
         llama-server's chat_template_kwargs), e.g. Qwen3's enable_thinking; they win over the
-        special-token strings."""
-        reserved = {"messages", "add_generation_prompt"} & set(template_kwargs or {})
+        special-token strings. `tools`: OpenAI's tool definitions, as transformers passes them."""
+        reserved = {"messages", "add_generation_prompt", "tools"} & set(template_kwargs or {})
         if reserved:
             raise InputError(f"chat template kwargs cannot set {', '.join(sorted(reserved))}")
         if self.chat_template is None:
@@ -262,7 +262,7 @@ class Tokenizer:
             return template.render(
                 messages=messages,
                 add_generation_prompt=add_generation_prompt,
-                tools=None,
+                tools=tools or None,
                 documents=None,
                 **{**self._template_tokens, **(template_kwargs or {})},
             )

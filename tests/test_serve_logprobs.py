@@ -4,7 +4,8 @@ import numpy as np
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers
 
-from fuelcli.serve.logprobs import TokenBytes, logprobs_of
+from fuelcli.serve.logprobs import logprobs_of
+from fuelcli.token_bytes import TokenBytes
 from fuelcli.tokenizer import Tokenizer
 from serve_helpers import char_tokenizer
 

@@ -87,3 +87,36 @@ def test_template_refusal_is_a_400(model):
     no_template = Tokenizer(char_tokenizer(), None, "<s>", "</s>")
     with pytest.raises(APIError, match="no chat template"):
         job(chat_job, chat(), ServedModel("m", {"m"}, no_template, 64, 256, {2}, 0))
+
+
+def test_without_llguidance_the_grammar_fields_are_400s_naming_it(model, monkeypatch):
+    import sys
+
+    from test_serve_agents import QWEN3_SHAPED, WEATHER
+
+    monkeypatch.setitem(sys.modules, "llguidance", None)  # import llguidance raises ImportError
+    tools_model = ServedModel("m", {"m"}, Tokenizer(char_tokenizer(), QWEN3_SHAPED, "<s>", "</s>"), 4096, 256, {2}, 0)
+    cases = [(model, chat(response_format={"type": "json_object"}), "response_format"),
+             (model, chat(response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}),
+              "response_format.json_schema"),
+             (tools_model, chat(tools=[WEATHER], tool_choice="required"), "tools")]
+    for m, req, param in cases:
+        with pytest.raises(APIError) as e:
+            job(chat_job, req, m)
+        assert e.value.status == 400 and e.value.param == param
+        assert "llguidance" in e.value.message and "fuel[grammar]" in e.value.message
+    job(chat_job, chat(tools=[WEATHER]), tools_model)  # a call neither demanded nor strict needs no grammar
+
+
+def test_server_defaults_for_template_kwargs_and_reasoning():
+    from test_serve_agents import QWEN3_SHAPED
+
+    tok = Tokenizer(char_tokenizer(), QWEN3_SHAPED, "<s>", "</s>")
+    served = ServedModel("m", {"m"}, tok, 4096, 256, {2}, 0, template_kwargs={"enable_thinking": False})
+    off = job(chat_job, chat(), served)
+    on = job(chat_job, chat(chat_template_kwargs={"enable_thinking": True}), served)  # the request's wins
+    assert tok.decode(off.prompt_ids).endswith("<think>\n\n</think>\n\n") and tok.decode(on.prompt_ids).endswith("<think>\n")
+    assert (off.reply["in_reasoning"], on.reply["in_reasoning"]) == (False, True)
+    none = ServedModel("m", {"m"}, tok, 4096, 256, {2}, 0, reasoning_format="none")
+    assert not job(chat_job, chat(), none).reply["reasoning"]
+    assert job(chat_job, chat(reasoning_format="auto"), none).reply["reasoning"]

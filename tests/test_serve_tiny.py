@@ -232,6 +232,77 @@ def _with(base, **changes):
 
 
 _DROP = object()
+F = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+CALL = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+
+
+def _chat(**changes):
+    return ("/v1/chat/completions", _with(CHAT, **changes))
+
+
+def _turn(**message):
+    return _chat(messages=[{"role": "user", "content": "hi"}, message])
+
+
+# the fields of issue 32 (tools, structured output, reasoning, OpenAI's bookkeeping): a wrong type or
+# value is a 400 naming the field
+NEW_FIELDS = [
+    ("store a string", *_chat(store="yes"), 400, "store"),
+    ("metadata a list", *_chat(metadata=["a"]), 400, "metadata"),
+    ("metadata value a number", *_chat(metadata={"k": 1}), 400, "metadata"),
+    ("metadata too many pairs", *_chat(metadata={f"k{i}": "v" for i in range(17)}), 400, "metadata", "16"),
+    ("metadata key too long", *_chat(metadata={"k" * 65: "v"}), 400, "metadata"),
+    ("service_tier unknown", *_chat(service_tier="fast"), 400, "service_tier"),
+    ("service_tier a number", *_chat(service_tier=1), 400, "service_tier"),
+    ("prediction type", *_chat(prediction={"type": "text", "content": "x"}), 400, "prediction.type"),
+    ("prediction content a number", *_chat(prediction={"type": "content", "content": 5}), 400, "prediction.content"),
+    ("prediction unknown field", *_chat(prediction={"type": "content", "content": "x", "x": 1}), 400, "prediction.x"),
+    ("message without content", *_chat(messages=[{"role": "user"}]), 400, "'messages[0].content'"),
+    ("assistant null content without calls", *_turn(role="assistant", content=None), 400, "messages[1].content"),
+    ("tool_calls arguments not JSON", *_turn(role="assistant", content=None, tool_calls=[
+        {**CALL, "function": {"name": "f", "arguments": "{oops"}}]), 400, "messages[1].tool_calls[0].function.arguments"),
+    ("tool_calls arguments an object", *_turn(role="assistant", content=None, tool_calls=[
+        {**CALL, "function": {"name": "f", "arguments": {}}}]), 400, "arguments"),
+    ("tool_calls type", *_turn(role="assistant", content=None, tool_calls=[{**CALL, "type": "call"}]), 400,
+     "messages[1].tool_calls[0].type"),
+    ("tool_calls without id", *_turn(role="assistant", content=None, tool_calls=[
+        {k: v for k, v in CALL.items() if k != "id"}]), 400, "messages[1].tool_calls[0].id"),
+    ("tool_calls on a user turn", *_turn(role="user", content="x", tool_calls=[CALL]), 400, "messages[1].tool_calls"),
+    ("tool_call_id on a user turn", *_turn(role="user", content="x", tool_call_id="c1"), 400, "messages[1].tool_call_id"),
+    ("tool_call_id a number", *_turn(role="tool", content="x", tool_call_id=1), 400, "messages[1].tool_call_id"),
+    ("reasoning_content on a user turn", *_turn(role="user", content="x", reasoning_content="r"), 400,
+     "reasoning_content"),
+    ("tools an object", *_chat(tools=F), 400, "tools"),
+    ("tool type", *_chat(tools=[{**F, "type": "retrieval"}]), 400, "tools[0].type"),
+    ("tool name with a space", *_chat(tools=[{"type": "function", "function": {"name": "get weather"}}]), 400,
+     "tools[0].function.name"),
+    ("tool parameters a string", *_chat(tools=[{"type": "function", "function": {"name": "f", "parameters": "x"}}]),
+     400, "tools[0].function.parameters"),
+    ("tool strict a string", *_chat(tools=[{"type": "function", "function": {"name": "f", "strict": "yes"}}]), 400,
+     "tools[0].function.strict"),
+    ("two tools of one name", *_chat(tools=[F, F]), 400, "same name"),
+    ("tool_choice unknown", *_chat(tools=[F], tool_choice="sometimes"), 400, "tool_choice"),
+    ("tool_choice names no tool", *_chat(tools=[F], tool_choice={"type": "function", "function": {"name": "g"}}), 400,
+     "not in tools"),
+    ("tool_choice required without tools", *_chat(tool_choice="required"), 400, "tool_choice"),
+    ("parallel_tool_calls a string", *_chat(parallel_tool_calls="yes"), 400, "parallel_tool_calls"),
+    ("response_format type", *_chat(response_format={"type": "xml"}), 400, "response_format.type"),
+    ("response_format a string", *_chat(response_format="json"), 400, "response_format"),
+    ("json_schema missing", *_chat(response_format={"type": "json_schema"}), 400, "response_format.json_schema"),
+    ("json_schema without a name", *_chat(response_format={"type": "json_schema", "json_schema": {"schema": {}}}),
+     400, "response_format.json_schema.name"),
+    ("json_schema schema a string", *_chat(response_format={"type": "json_schema", "json_schema": {
+        "name": "x", "schema": "object"}}), 400, "response_format.json_schema.schema"),
+    ("json_schema not a schema", *_chat(response_format={"type": "json_schema", "json_schema": {
+        "name": "x", "schema": {"type": "strin"}}}), 400, "strin"),
+    ("json_schema strict a string", *_chat(response_format={"type": "json_schema", "json_schema": {
+        "name": "x", "strict": "yes"}}), 400, "response_format.json_schema.strict"),
+    ("chat_template_kwargs a list", *_chat(chat_template_kwargs=["x"]), 400, "chat_template_kwargs"),
+    ("chat_template_kwargs sets messages", *_chat(chat_template_kwargs={"messages": []}), 400, "messages"),
+    ("reasoning_format unknown", *_chat(reasoning_format="xml"), 400, "reasoning_format"),
+    ("reasoning_effort", *_chat(reasoning_effort="low"), 400, "reasoning_effort"),
+    ("functions", *_chat(functions=[{"name": "f"}]), 400, "functions"),
+]
 
 BAD = [
     # (id, path, body, status, words the message must contain)
@@ -251,7 +322,8 @@ BAD = [
     ("message not an object", "/v1/chat/completions", _with(CHAT, messages=["hi"]), 400, "messages[0]"),
     ("unknown role", "/v1/chat/completions", _with(CHAT, messages=[{"role": "robot", "content": "x"}]), 400,
      "messages[0].role"),
-    ("tool role", "/v1/chat/completions", _with(CHAT, messages=[{"role": "tool", "content": "x"}]), 400, "role"),
+    ("tool role without tool_call_id", "/v1/chat/completions", _with(CHAT, messages=[{"role": "tool", "content": "x"}]),
+     400, "messages[0].tool_call_id"),
     ("content a number", "/v1/chat/completions", _with(CHAT, messages=[{"role": "user", "content": 5}]), 400,
      "messages[0].content"),
     ("content null", "/v1/chat/completions", _with(CHAT, messages=[{"role": "user", "content": None}]), 400,
@@ -284,10 +356,9 @@ BAD = [
     ("n two", "/v1/chat/completions", _with(CHAT, n=2), 400, "n must be 1"),
     ("presence_penalty", "/v1/chat/completions", _with(CHAT, presence_penalty=0.5), 400, "presence_penalty"),
     ("logit_bias", "/v1/completions", _with(TEXT, logit_bias={"5": 10}), 400, "logit_bias"),
-    ("tools", "/v1/chat/completions", _with(CHAT, tools=[{"type": "function", "function": {"name": "f"}}]), 400,
-     "tools"),
-    ("json mode", "/v1/chat/completions", _with(CHAT, response_format={"type": "json_object"}), 400,
-     "response_format"),
+    ("tools on a template without them", "/v1/chat/completions",
+     _with(CHAT, tools=[{"type": "function", "function": {"name": "f"}}]), 400, "tool-call format"),
+    *NEW_FIELDS,
     ("echo", "/v1/completions", _with(TEXT, echo=True), 400, "echo"),
     ("best_of", "/v1/completions", _with(TEXT, best_of=3), 400, "best_of"),
     ("stream_options without stream", "/v1/chat/completions", _with(CHAT, stream_options={"include_usage": True}),

@@ -61,14 +61,14 @@ class ScriptedEngine(Engine):
 class Served:
     """The app + worker on a uvicorn thread at a free port."""
 
-    def __init__(self, engine, queue=8, api_key=None, prefill_chunk=256):
+    def __init__(self, engine, queue=8, api_key=None, prefill_chunk=256, metrics=False):
         tok = Tokenizer(char_tokenizer(), CHAT_TEMPLATE, "<s>", "</s>")
         self.engine = engine
         self.model = ServedModel("scripted", {"scripted"}, tok, engine.n_ctx, VOCAB, {EOS}, 0)
         self.worker = EngineWorker(engine, tok, {EOS}, queue_size=queue, prefill_chunk=prefill_chunk)
         sock = bind("127.0.0.1", 0)
         self.url, self.port = url(sock), sock.getsockname()[1]
-        self.server = make_server(self.model, self.worker, api_key, log_level="info")
+        self.server = make_server(self.model, self.worker, api_key, log_level="info", metrics=metrics)
         # fuel.serve's records (set up by make_server's logging config; it does not propagate to pytest's)
         self.records: list[logging.LogRecord] = []
         self._handler = logging.Handler()

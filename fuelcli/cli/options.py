@@ -53,6 +53,10 @@ ChatTemplate = typer.Option(None, "--chat-template", metavar="FILE", help="a Jin
                             "of the model's")
 ChatTemplateKwargs = typer.Option(None, "--chat-template-kwargs", metavar="JSON", help="extra variables for the chat "
                                   "template, a JSON object, e.g. '{\"enable_thinking\": false}'")
+JsonSchemaFile = typer.Option(None, "--json-schema", metavar="FILE", help="constrain the output to JSON that "
+                              "validates against the JSON schema in FILE (pip install 'fuel[grammar]')")
+GrammarFile = typer.Option(None, "--grammar", metavar="FILE", help="constrain the output to a GBNF grammar (llama.cpp's "
+                           "format; llguidance's Lark syntax too) in FILE (pip install 'fuel[grammar]')")
 VerbosePrompt = typer.Option(False, "--verbose-prompt", help="print the rendered prompt and its token ids to stderr")
 
 

@@ -10,8 +10,8 @@ import typer
 from ..errors import InputError
 from .app import app
 from .options import (CacheType, ChatTemplate, ChatTemplateKwargs, Device, HfFile, MinKeep, MinP, ModelArg, RepeatLastN,
-                      RepeatPenalty, Revision, Seed, Stop, System, SystemFile, Temp, Threads, TopK, TopP,
-                      VerbosePrompt, ctx_size_option, err, unescape)
+                      GrammarFile, JsonSchemaFile, RepeatPenalty, Revision, Seed, Stop, System, SystemFile, Temp, Threads,
+                      TopK, TopP, VerbosePrompt, ctx_size_option, err, unescape)
 
 
 @app.command(short_help="Generate text from a prompt, streamed.")
@@ -30,6 +30,8 @@ def run(
     repeat_last_n: int = RepeatLastN,
     seed: Optional[int] = Seed,
     stop: list[str] = Stop,
+    json_schema: Optional[Path] = JsonSchemaFile,
+    grammar: Optional[Path] = GrammarFile,
     system: Optional[str] = System,
     system_file: Optional[Path] = SystemFile,
     no_chat_template: bool = typer.Option(False, "--no-chat-template", help="send the prompt as raw text"),
@@ -54,16 +56,21 @@ def run(
     Sampling follows llama.cpp's chain: repetition penalty -> top-k -> top-p -> min-p ->
     temperature, so top-p and min-p see the probabilities at temperature 1; --temp 0 is greedy.
     Generation stops at an EOS token, a --stop string, -n tokens or a full context.
+
+    --json-schema FILE or --grammar FILE (GBNF) constrain the output: a token the grammar refuses
+    is never drawn, and EOS only comes where the grammar may end (so -n can still cut it short).
     """
     from ..generate import Sampler, SamplerParams, Stats, generate
     from ..loader import open_model
     from ..memory import peak_rss_bytes
     from ..threads import set_threads
-    from .textgen import context_size, prompt_text, ready_engine, show_prompt, system_text, template_options
+    from .textgen import (context_size, output_grammar, prompt_text, ready_engine, show_prompt, system_text,
+                          template_options)
 
     if max_tokens < 1:
         raise InputError(f"--max-tokens must be at least 1, got {max_tokens}")
-    sampler = Sampler(SamplerParams(temp, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed, min_keep))
+    params = SamplerParams(temp, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed, min_keep)
+    wanted = output_grammar(json_schema, grammar)
     text = prompt_text(prompt, file)
     system = system_text(system, system_file)
     n_threads = set_threads(threads)
@@ -83,6 +90,12 @@ def run(
                          + ("" if n_ctx < m.cfg.max_position else " (the model's)"))
     if verbose_prompt:
         show_prompt(tok, ids)
+    constraint = None
+    if wanted is not None:
+        from ..grammar import Constraint
+
+        constraint = Constraint(wanted, tok, m.cfg.vocab_size, m.eos_ids())
+    sampler = Sampler(params, constraint)
     engine, compile_s = ready_engine(m, n_ctx, device, quiet, cache_type)
     stats = Stats(compile_s=compile_s)
     pieces, interrupted = [], False

@@ -10,7 +10,8 @@ import typer
 
 from ..errors import InputError, MissingDependency
 from .app import app
-from .options import CacheType, Device, HfFile, ModelArg, Revision, Threads, ctx_size_option, err
+from .options import (CacheType, ChatTemplateKwargs, Device, HfFile, ModelArg, Revision, Threads, ctx_size_option,
+                      err)
 
 DEFAULT_CTX = 4096  # as llama-server: the KV cache of a model's full context can be far larger
 
@@ -26,12 +27,19 @@ def serve(
     threads: Optional[int] = Threads,
     queue: int = typer.Option(32, "--queue", help="requests that may wait for the engine; more get 503"),
     log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error"),
+    metrics: bool = typer.Option(False, "--metrics", help="serve /metrics in Prometheus' text format (off by "
+                                 "default, as llama-server's: it tells whoever reaches the port how the server is used)"),
+    chat_template_kwargs: Optional[str] = ChatTemplateKwargs,
+    reasoning_format: str = typer.Option("auto", "--reasoning-format", help="auto: a reply's <think>...</think> "
+                                         "goes to reasoning_content (models whose template knows <think>); none: "
+                                         "it stays in content. A request's reasoning_format wins"),
     device: Optional[str] = Device,
     cache_type: str = CacheType,
     revision: Optional[str] = Revision,
     hf_file: Optional[str] = HfFile,
 ):
-    """Serve MODEL over HTTP with OpenAI's API: /v1/chat/completions, /v1/completions, /v1/models."""
+    """Serve MODEL over HTTP with OpenAI's API: /v1/chat/completions, /v1/completions, /v1/models
+    (and /metrics with --metrics)."""
     try:
         import pydantic  # noqa: F401
         import starlette  # noqa: F401
@@ -44,6 +52,8 @@ def serve(
         raise InputError(f"--queue must be at least 1, got {queue}")
     if log_level.lower() not in ("debug", "info", "warning", "error"):
         raise InputError(f"--log-level must be debug, info, warning or error, got {log_level!r}")
+    if reasoning_format not in ("auto", "none", "deepseek"):
+        raise InputError(f"--reasoning-format must be auto, deepseek or none, got {reasoning_format!r}")
     api_key = api_key if api_key is not None else os.environ.get("FUEL_API_KEY") or None
 
     from ..loader import open_model
@@ -51,7 +61,7 @@ def serve(
     from ..serve.server import bind, run, url
     from ..serve.worker import EngineWorker
     from ..threads import set_threads
-    from .textgen import ready_engine
+    from .textgen import ready_engine, template_options
 
     set_threads(threads)  # checked before loading; the engine thread applies it again (numba's is per thread)
     m = open_model(model, revision, hf_file)
@@ -62,10 +72,12 @@ def serve(
     sock = bind(host, port)  # before loading: a port in use fails fast
     m.prefetch()
     tok = m.tokenizer
+    kwargs = template_options(tok, None, chat_template_kwargs)
     engine, _ = ready_engine(m, n_ctx, device, quiet=False, cache_type=cache_type)  # loads or compiles the kernels before serving
     served = ServedModel(id=m.source.name, names={m.source.name, model}, tokenizer=tok, n_ctx=n_ctx,
-                         vocab_size=m.cfg.vocab_size, eos_ids=m.eos_ids(), created=int(time.time()))
+                         vocab_size=m.cfg.vocab_size, eos_ids=m.eos_ids(), created=int(time.time()),
+                         template_kwargs=kwargs, reasoning_format=reasoning_format)
     worker = EngineWorker(engine, tok, served.eos_ids, queue_size=queue, threads=threads)
     err(f"fuel serve: {served.id} on {url(sock)} (context {n_ctx} tokens"
         + (", API key required" if api_key else "") + "); Ctrl-C stops")
-    run(served, worker, sock, api_key, log_level.lower())
+    run(served, worker, sock, api_key, log_level.lower(), metrics)

@@ -76,6 +76,26 @@ def template_options(tok, template_file: Path | None, kwargs_json: str | None) -
     return kwargs
 
 
+def output_grammar(json_schema: Path | None, grammar: Path | None):
+    """--json-schema FILE / --grammar FILE as a grammar.Grammar (None without either); checked, with
+    llguidance's presence, before any model is loaded."""
+    if json_schema is not None and grammar is not None:
+        raise InputError("give --json-schema or --grammar, not both")
+    if json_schema is None and grammar is None:
+        return None
+    from .. import grammar as g
+
+    g.require()
+    if grammar is not None:
+        return g.gbnf(read_text(grammar, "--grammar", strip_newline=False), what=f"--grammar {grammar}")
+    text = read_text(json_schema, "--json-schema", strip_newline=False)
+    try:
+        schema = json.loads(text)
+    except ValueError as e:
+        raise InputError(f"--json-schema {json_schema}: not valid JSON: {e}") from None
+    return g.json_schema(schema, what=f"--json-schema {json_schema}")
+
+
 def context_size(ctx_size: int | None, model_ctx: int, default: int) -> int:
     """-c: None = `default` (at most the model's), 0 = the model's, else at most the model's."""
     if ctx_size is None:

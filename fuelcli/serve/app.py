@@ -1,4 +1,4 @@
-"""The routes (starlette): /health, /v1/models, /v1/chat/completions, /v1/completions.
+"""The routes (starlette): /health, /v1/models, /v1/chat/completions, /v1/completions, /metrics.
 
 Every route answers errors in OpenAI's shape and never lets an exception reach the server: an
 unexpected one becomes a 500 with one line in the log, not a traceback. With an API key set, every
@@ -15,7 +15,7 @@ import logging
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
 from starlette.routing import Route
 
 from .errors import APIError
@@ -73,7 +73,8 @@ async def collect(job):
             return "".join(text), lps, event
 
 
-def create_app(model: ServedModel, worker: EngineWorker, api_key: str | None = None) -> Starlette:
+def create_app(model: ServedModel, worker: EngineWorker, api_key: str | None = None,
+               metrics: bool = False) -> Starlette:
     def authorize(request: Request) -> None:
         if api_key is None:
             return
@@ -114,13 +115,13 @@ def create_app(model: ServedModel, worker: EngineWorker, api_key: str | None = N
             raise model_not_found(name)
         return JSONResponse(model_card())
 
-    async def complete(request: Request, schema, build, fmt_class):
+    async def complete(request: Request, schema, build, make_format):
         req = parse(schema, await read_body(request))
         if req.model not in model.names:
             raise model_not_found(req.model)
         job = build(req, model, asyncio.get_running_loop())
         worker.submit(job)
-        fmt = fmt_class(model.id, req.n_logprobs)
+        fmt = make_format(req, job)
         if req.stream:
             include_usage = req.stream_options is not None and req.stream_options.include_usage
             return StreamingResponse(sse_stream(job, fmt, include_usage), media_type="text/event-stream",
@@ -134,12 +135,22 @@ def create_app(model: ServedModel, worker: EngineWorker, api_key: str | None = N
         return JSONResponse(fmt.response(text, lps, done.finish_reason, done.stats))
 
     async def chat(request: Request):
-        return await complete(request, ChatRequest, chat_job, ChatFormat)
+        return await complete(request, ChatRequest, chat_job,
+                              lambda req, job: ChatFormat(model.id, req.n_logprobs, job.parser()))
 
     async def completions(request: Request):
-        return await complete(request, CompletionRequest, completion_job, CompletionFormat)
+        return await complete(request, CompletionRequest, completion_job,
+                              lambda req, job: CompletionFormat(model.id, req.n_logprobs))
 
-    routes = [Route("/health", endpoint(health, auth=False), methods=["GET"])]
+    async def show_metrics(request: Request):
+        if not metrics:  # as llama-server without --metrics
+            raise APIError(501, "metrics are off: start fuel serve with --metrics", type="not_supported_error",
+                           code="not_supported")
+        text = worker.metrics.render(waiting=worker.jobs.qsize(), running=int(worker.current is not None))
+        return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    routes = [Route("/health", endpoint(health, auth=False), methods=["GET"]),
+              Route("/metrics", endpoint(show_metrics), methods=["GET"])]
     for prefix in ("/v1", ""):
         routes += [
             Route(f"{prefix}/models", endpoint(list_models), methods=["GET"]),

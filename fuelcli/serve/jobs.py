@@ -3,18 +3,24 @@
 The prompt is built exactly as `fuel run` builds it: the model's chat template rendered with
 add_generation_prompt and encoded without added special tokens (the template writes BOS where the
 model wants one); a completions prompt is encoded with them, as `fuel run --no-chat-template`.
+A chat job also says how its reply is read back (reasoning, tool calls: reply.py) and what grammar
+constrains it: response_format's schema, or the tools' when a call is demanded or a tool is strict.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from dataclasses import dataclass, field
 
-from ..errors import InputError
+from .. import grammar as g
+from ..errors import FuelError, InputError
 from ..generate import SamplerParams, Stats
+from . import tools as tool_formats
 from .errors import APIError, bad_request
-from .schemas import ChatRequest, CompletionRequest
+from .reply import END_THINK, THINK, ReplyParser
+from .schemas import ChatRequest, CompletionRequest, NamedToolChoice
 
 COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions; chat runs until EOS or the context
 
@@ -30,6 +36,8 @@ class ServedModel:
     vocab_size: int
     eos_ids: set
     created: int
+    template_kwargs: dict | None = None  # fuel serve --chat-template-kwargs: each request's defaults
+    reasoning_format: str = "auto"  # fuel serve --reasoning-format: "auto" splits <think> out, "none" keeps it
 
 
 @dataclass
@@ -58,6 +66,9 @@ class Job:
     stops: list[str]
     n_logprobs: int | None  # None: no logprobs; k: the chosen token's and k alternatives
     loop: asyncio.AbstractEventLoop
+    grammar: g.Grammar | None = None  # the worker starts its matcher (building the vocabulary may take a second)
+    reply: dict = field(default_factory=dict)  # ReplyParser's arguments (chat): how the text is read back
+    arrived: float = field(default_factory=time.perf_counter)  # for the time to first token (/metrics)
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     _cancelled: threading.Event = field(default_factory=threading.Event)
 
@@ -75,6 +86,9 @@ class Job:
     @property
     def cancelled(self) -> bool:
         return self._cancelled.is_set()
+
+    def parser(self) -> ReplyParser:
+        return ReplyParser(**self.reply)
 
 
 def _sampler_params(req) -> SamplerParams:
@@ -98,17 +112,77 @@ def _check_length(ids: list[int], model: ServedModel, param: str) -> None:
                           code="context_length_exceeded")
 
 
+def _compiled(build, param: str) -> g.Grammar:
+    """A grammar, or a 400 naming the field: a bad schema, or llguidance missing (named with its extra)."""
+    try:
+        return build()
+    except FuelError as e:
+        raise bad_request(str(e), param=param) from None
+
+
+def _output_grammar(req: ChatRequest, fmt, tools: list, after: str | None) -> g.Grammar | None:
+    """What constrains the reply: the tools' schemas when a call is demanded (tool_choice required or
+    a named function: from the first token) or a tool is strict (lazily, from the call's opening tag:
+    the model may also answer in text); else response_format's schema. `after`: a reply that starts
+    inside the reasoning is constrained once that has ended (</think>)."""
+    choice = req.tool_choice or "auto"
+    rf = req.response_format
+    if tools and choice != "none":
+        if isinstance(choice, NamedToolChoice):
+            chosen, forced = [f for f in tools if f.name == choice.function.name], True
+        else:
+            chosen, forced = tools, choice == "required"
+        strict = any(f.strict for f in chosen)
+        if rf is not None and rf.type != "text":
+            raise bad_request("response_format with tools is not supported: the reply is a call or text in the "
+                              "tool format of the template", param="response_format")
+        if forced or strict:
+            parallel = req.parallel_tool_calls is not False and not isinstance(choice, NamedToolChoice)
+            return _compiled(lambda: fmt.grammar(chosen, parallel, lazy=not forced, strict=strict, after=after),
+                             "tools")
+        return None
+    if rf is None or rf.type == "text":
+        return None
+    if rf.type == "json_object":
+        return _compiled(lambda: g.json_object(after), "response_format")
+    js = rf.json_schema
+    schema = {"type": "object"} if js.schema_ is None else js.schema_
+    return _compiled(lambda: g.json_schema(schema, strict=bool(js.strict),
+                                           what="response_format.json_schema.schema", after=after),
+                     "response_format.json_schema")
+
+
 def chat_job(req: ChatRequest, model: ServedModel, loop) -> Job:
     tok = model.tokenizer
     if tok.chat_template is None:
         raise bad_request("this model has no chat template; use /v1/completions with a raw prompt", param="messages")
+    choice = req.tool_choice or "auto"
+    fmt, tools = None, []
+    if req.tools and choice != "none":  # tool_choice none: the tools are left out of the prompt
+        fmt = tool_formats.detect(tok.chat_template)
+        if fmt is None:
+            raise bad_request("this model's chat template has no tool-call format fuel knows (Qwen2.5/Qwen3 "
+                              "<tool_call> blocks, Llama 3.1 JSON calls)", param="tools")
+        tools = [tool_formats.Function(t.function.name, t.function.parameters or tool_formats.EMPTY_PARAMETERS,
+                                       bool(t.function.strict)) for t in req.tools]
+    kwargs = {**(model.template_kwargs or {}), **(req.chat_template_kwargs or {})} or None
     try:
-        text = tok.render_chat([m.as_template_message() for m in req.messages], add_generation_prompt=True)
+        text = tok.render_chat([m.as_template_message() for m in req.messages], add_generation_prompt=True,
+                               template_kwargs=kwargs,
+                               tools=[t.model_dump(exclude_none=True) for t in req.tools] if tools else None)
     except InputError as e:  # the template refused the conversation (raise_exception) or failed
         raise bad_request(str(e), param="messages") from None
     ids = tok.encode(text, add_special_tokens=False)
     _check_length(ids, model, "messages")
-    return Job("chat", ids, req.max_new or model.n_ctx, _sampler_params(req), req.stop, req.n_logprobs, loop)
+    # reasoning is read out of the reply where the template knows <think> (Qwen3, DeepSeek-R1, QwQ);
+    # a prompt that ends inside <think> (the template opened it) starts the reply in the reasoning,
+    # and a grammar then holds from its end
+    reasoning = (req.reasoning_format or model.reasoning_format) != "none" and THINK in tok.chat_template
+    thinking = text.rstrip().endswith(THINK)
+    grammar = _output_grammar(req, fmt, tools, END_THINK if thinking else None)
+    reply = {"tools": fmt, "reasoning": reasoning, "in_reasoning": reasoning and thinking}
+    return Job("chat", ids, req.max_new or model.n_ctx, _sampler_params(req), req.stop, req.n_logprobs, loop,
+               grammar=grammar, reply=reply)
 
 
 def completion_job(req: CompletionRequest, model: ServedModel, loop) -> Job:

@@ -10,6 +10,7 @@ import uuid
 
 from ..generate import Stats
 from .logprobs import TokenLogprob
+from .reply import ReplyParser, whole
 
 
 def usage(s: Stats) -> dict:
@@ -35,11 +36,18 @@ class _Format:
 
 
 class ChatFormat(_Format):
+    """The reply goes through a ReplyParser: reasoning as `reasoning_content`, tool calls as
+    `tool_calls` (finish_reason "tool_calls"), the rest as `content`; streamed the same way, each
+    call in one delta once it is complete (OpenAI's clients join deltas by the call's index)."""
+
     object, chunk_object, prefix = "chat.completion", "chat.completion.chunk", "chatcmpl"
 
-    def __init__(self, model_id: str, n_logprobs: int | None):
+    def __init__(self, model_id: str, n_logprobs: int | None, parser: ReplyParser | None = None):
         super().__init__(model_id)
         self.logprobs = n_logprobs is not None
+        self.parser = parser or ReplyParser()
+        self.n_calls = 0
+        self.pending: list[TokenLogprob] = []  # logprobs of text held back by the parser
 
     @staticmethod
     def _entry(lp: TokenLogprob) -> dict:
@@ -49,19 +57,45 @@ class ChatFormat(_Format):
     def _logprobs(self, lps: list[TokenLogprob]) -> dict | None:
         return {"content": [self._entry(lp) for lp in lps], "refusal": None} if self.logprobs else None
 
+    @staticmethod
+    def _finish(finish: str, calls) -> str:
+        return "tool_calls" if calls and finish == "stop" else finish
+
     def response(self, text: str, lps: list[TokenLogprob], finish: str, s: Stats) -> dict:
-        choice = {"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
-                  "logprobs": self._logprobs(lps), "finish_reason": finish}
+        content, reasoning, calls = whole(self.parser, text)
+        message = {"role": "assistant", "content": content, "refusal": None}
+        if reasoning is not None:
+            message["reasoning_content"] = reasoning
+        if calls:
+            message["tool_calls"] = calls
+        choice = {"index": 0, "message": message, "logprobs": self._logprobs(lps),
+                  "finish_reason": self._finish(finish, calls)}
         return self._body(self.object, [choice], usage=usage(s))
 
     def start_chunk(self) -> dict | None:
         return self._chunk({"role": "assistant", "content": ""}, None, None)
 
-    def delta_chunk(self, text: str, lps: list[TokenLogprob]) -> dict:
-        return self._chunk({"content": text}, self._logprobs(lps), None)
+    def delta_chunks(self, text: str, lps: list[TokenLogprob]) -> list[dict]:
+        self.pending += lps
+        return self._parts(self.parser.feed(text))
 
-    def finish_chunk(self, finish: str) -> dict:
-        return self._chunk({}, None, finish)
+    def finish_chunks(self, finish: str) -> list[dict]:
+        chunks = self._parts(self.parser.finish())
+        rest, self.pending = self.pending, []
+        return chunks + [self._chunk({}, self._logprobs(rest) if rest else None,
+                                     self._finish(finish, self.parser.calls))]
+
+    def _parts(self, parts) -> list[dict]:
+        out = []
+        for kind, value in parts:
+            if kind == "tool_call":
+                delta = {"tool_calls": [{"index": self.n_calls, **value}]}
+                self.n_calls += 1
+            else:
+                delta = {"content" if kind == "content" else "reasoning_content": value}
+            lps, self.pending = self.pending, []
+            out.append(self._chunk(delta, self._logprobs(lps), None))
+        return out
 
     def _chunk(self, delta: dict, logprobs, finish) -> dict:
         return self._body(self.chunk_object, [{"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish}])
@@ -92,11 +126,11 @@ class CompletionFormat(_Format):
     def start_chunk(self) -> dict | None:
         return None
 
-    def delta_chunk(self, text: str, lps: list[TokenLogprob]) -> dict:
-        return self._body(self.chunk_object, [self._choice(text, lps, None)])
+    def delta_chunks(self, text: str, lps: list[TokenLogprob]) -> list[dict]:
+        return [self._body(self.chunk_object, [self._choice(text, lps, None)])]
 
-    def finish_chunk(self, finish: str) -> dict:
-        return self._body(self.chunk_object, [self._choice("", [], finish)])
+    def finish_chunks(self, finish: str) -> list[dict]:
+        return [self._body(self.chunk_object, [self._choice("", [], finish)])]
 
     def _choice(self, text: str, lps: list[TokenLogprob], finish) -> dict:
         return {"index": 0, "text": text, "logprobs": self._logprobs(lps), "finish_reason": finish}

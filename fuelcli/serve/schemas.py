@@ -1,14 +1,17 @@
 """The request bodies of /v1/chat/completions and /v1/completions, checked strictly.
 
 Types are strict (a string is not a number, 1 is not true), unknown fields are refused as OpenAI
-refuses them, and OpenAI fields fuel cannot honour (tools, logit_bias, n > 1, ...) are refused by
+refuses them, and OpenAI fields fuel cannot honour (logit_bias, n > 1, audio, ...) are refused by
 name unless they hold their neutral value: a request never silently gets less than it asked for.
-Sampling fields left out take `fuel run`'s defaults, as llama-server does; top_k, min_p,
-repeat_penalty and repeat_last_n are accepted as extensions under llama-server's names.
+OpenAI's bookkeeping fields (store, metadata, service_tier, and prediction until fuel has lookup
+decoding) are checked and accepted without effect. Sampling fields left out take `fuel run`'s
+defaults, as llama-server does; top_k, min_p, repeat_penalty, repeat_last_n, chat_template_kwargs
+and reasoning_format are accepted as extensions under llama-server's names.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -22,32 +25,132 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
+def _text(v):
+    """A string, or a list of text parts joined."""
+    if isinstance(v, str):
+        return v
+    if not isinstance(v, list):
+        raise ValueError("must be a string or a list of text parts")
+    for i, part in enumerate(v):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind != "text":
+            raise ValueError(f"part {i}: only text parts are supported" + (f" (got type {kind!r})" if kind else ""))
+        if not isinstance(part.get("text"), str):
+            raise ValueError(f"part {i}: text must be a string")
+        if set(part) - {"type", "text"}:
+            raise ValueError(f"part {i}: unrecognized field {sorted(set(part) - {'type', 'text'})[0]!r}")
+    return "".join(part["text"] for part in v)
+
+
+class FunctionCall(_Strict):
+    name: str = Field(min_length=1)
+    arguments: str  # JSON text, as OpenAI sends it
+
+    @field_validator("arguments")
+    @classmethod
+    def _json(cls, v):
+        try:
+            json.loads(v)
+        except ValueError as e:
+            raise ValueError(f"must be a JSON text ({e})") from None
+        return v
+
+
+class ToolCall(_Strict):
+    id: str
+    type: Literal["function"]
+    function: FunctionCall
+
+    def as_template_call(self) -> dict:
+        # templates write the arguments with `| tojson`: they want the object, as transformers passes it
+        return {"id": self.id, "type": "function",
+                "function": {"name": self.function.name, "arguments": json.loads(self.function.arguments)}}
+
+
+_NOT_SET = object()
+
+
 class Message(_Strict):
-    role: Literal["system", "developer", "user", "assistant"]
-    content: Any
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: Any = Field(default_factory=lambda: _NOT_SET)
     name: str | None = None
+    tool_calls: list[ToolCall] | None = None  # assistant
+    tool_call_id: str | None = None  # tool
+    reasoning_content: str | None = None  # assistant (llama-server's; templates drop or keep it)
+    refusal: str | None = None  # assistant, echoed back by clients: kept out of the prompt
 
     @field_validator("content")
     @classmethod
     def _content(cls, v):
-        if isinstance(v, str):
-            return v
-        if not isinstance(v, list):
-            raise ValueError("must be a string or a list of text parts")
-        for i, part in enumerate(v):
-            kind = part.get("type") if isinstance(part, dict) else None
-            if kind != "text":
-                raise ValueError(f"part {i}: only text parts are supported" + (f" (got type {kind!r})" if kind else ""))
-            if not isinstance(part.get("text"), str):
-                raise ValueError(f"part {i}: text must be a string")
-            if set(part) - {"type", "text"}:
-                raise ValueError(f"part {i}: unrecognized field {sorted(set(part) - {'type', 'text'})[0]!r}")
-        return "".join(part["text"] for part in v)
+        return None if v is None else _text(v)
+
+    def problem(self) -> tuple[str, str] | None:
+        """(field, what is wrong) across fields, or None."""
+        if self.content is _NOT_SET:
+            return "content", "Missing required parameter"
+        if self.content is None and not (self.role == "assistant" and (self.tool_calls or self.refusal is not None)):
+            return "content", "must be a string or a list of text parts (null only in an assistant turn with tool_calls)"
+        if self.tool_calls is not None and self.role != "assistant":
+            return "tool_calls", "only an assistant message has tool_calls"
+        if (self.role == "tool") != (self.tool_call_id is not None):
+            return "tool_call_id", ("a tool message needs the tool_call_id it answers" if self.role == "tool"
+                                    else "only a tool message has a tool_call_id")
+        if self.role != "assistant" and (self.reasoning_content is not None or self.refusal is not None):
+            return ("reasoning_content" if self.reasoning_content is not None else "refusal"), \
+                "only an assistant message has it"
+        return None
 
     def as_template_message(self) -> dict:
         # "developer" is OpenAI's newer name for the system role; chat templates know "system"
-        msg = {"role": "system" if self.role == "developer" else self.role, "content": self.content}
-        return msg | ({"name": self.name} if self.name is not None else {})
+        msg = {"role": "system" if self.role == "developer" else self.role,
+               "content": "" if self.content is None else self.content}
+        if self.tool_calls:
+            msg["tool_calls"] = [c.as_template_call() for c in self.tool_calls]
+        extra = {"name": self.name, "tool_call_id": self.tool_call_id, "reasoning_content": self.reasoning_content}
+        return msg | {k: v for k, v in extra.items() if v is not None}
+
+
+class FunctionDef(_Strict):
+    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
+    description: str | None = None
+    parameters: dict | None = None
+    strict: bool | None = None
+
+
+class Tool(_Strict):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(_Strict):
+    name: str
+
+
+class NamedToolChoice(_Strict):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class JsonSchemaFormat(_Strict):
+    name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
+    description: str | None = None
+    schema_: dict | bool | None = Field(None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Strict):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
+class Prediction(_Strict):
+    type: Literal["content"]
+    content: Any
+
+    @field_validator("content")
+    @classmethod
+    def _content(cls, v):
+        return _text(v)
 
 
 class StreamOptions(_Strict):
@@ -108,31 +211,65 @@ class ChatRequest(_Sampling):
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
-    tools: Any = None
-    tool_choice: Any = None
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: ResponseFormat | None = None
     functions: Any = None
     function_call: Any = None
-    parallel_tool_calls: bool | None = None  # meaningless without tools: accepted
-    response_format: Any = None
     modalities: Any = None
     audio: Any = None
     reasoning_effort: Any = None
+    # OpenAI's bookkeeping: checked, then without effect (fuel keeps no logs, has one tier)
+    store: bool | None = None
+    metadata: dict[str, str] | None = None
+    service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
+    prediction: Prediction | None = None  # accepted and unused until fuel has lookup decoding
+    # extensions (llama-server's and vLLM's names)
+    chat_template_kwargs: dict | None = None
+    reasoning_format: Literal["none", "auto", "deepseek"] | None = None
 
     UNSUPPORTED: ClassVar[dict] = _Sampling.UNSUPPORTED | {
-        "tools": (lambda v: not v, "tools are not supported by fuel serve"),
-        "tool_choice": (lambda v: v in (None, "none"), "tool_choice is not supported by fuel serve"),
-        "functions": (lambda v: not v, "functions are not supported by fuel serve"),
-        "function_call": (lambda v: v in (None, "none"), "function_call is not supported by fuel serve"),
-        "response_format": (lambda v: v in (None, {"type": "text"}), "response_format other than text is not supported"),
+        "functions": (lambda v: not v, "functions are not supported by fuel serve (use tools)"),
+        "function_call": (lambda v: v in (None, "none"), "function_call is not supported by fuel serve (use tool_choice)"),
         "modalities": (lambda v: v in (None, ["text"]), "only the text modality is supported"),
         "audio": (lambda v: v is None, "audio output is not supported"),
-        "reasoning_effort": (lambda v: v is None, "reasoning_effort is not supported"),
+        "reasoning_effort": (lambda v: v is None, "reasoning_effort is not supported (chat_template_kwargs "
+                             "{\"enable_thinking\": false} turns a Qwen3 model's thinking off)"),
     }
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata(cls, v):
+        # OpenAI's limits: 16 pairs, keys of at most 64 characters, values of at most 512
+        if v is not None and (len(v) > 16 or any(len(k) > 64 or len(x) > 512 for k, x in v.items())):
+            raise ValueError("at most 16 pairs, keys of at most 64 characters and values of at most 512")
+        return v
 
     def check(self):
         super().check()
         if self.top_logprobs is not None and not self.logprobs:
             raise bad_request("top_logprobs needs logprobs set to true", param="top_logprobs")
+        for i, m in enumerate(self.messages):
+            problem = m.problem()
+            if problem is not None:
+                field, what = problem
+                where = f"messages[{i}].{field}"
+                raise bad_request(f"{what}: '{where}'." if what.startswith("Missing") else f"{where}: {what}",
+                                  param=where)
+        names = [t.function.name for t in self.tools or []]
+        if len(set(names)) < len(names):
+            raise bad_request("tools: two functions have the same name", param="tools")
+        choice = self.tool_choice
+        if isinstance(choice, NamedToolChoice) and choice.function.name not in names:
+            raise bad_request(f"tool_choice names the function {choice.function.name!r}, which is not in tools",
+                              param="tool_choice")
+        if choice in ("required",) and not names:
+            raise bad_request("tool_choice required needs tools", param="tool_choice")
+        rf = self.response_format
+        if rf is not None and (rf.type == "json_schema") != (rf.json_schema is not None):
+            raise bad_request("response_format.json_schema goes with type json_schema (and only there)",
+                              param="response_format.json_schema")
         return self
 
     @property

@@ -61,8 +61,9 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def make_server(model: ServedModel, worker: EngineWorker, api_key: str | None, log_level: str = "info") -> _Server:
-    app = create_app(model, worker, api_key)
+def make_server(model: ServedModel, worker: EngineWorker, api_key: str | None, log_level: str = "info",
+                metrics: bool = False) -> _Server:
+    app = create_app(model, worker, api_key, metrics)
     config = uvicorn.Config(app, log_config=log_config(log_level), log_level=log_level,
                             timeout_graceful_shutdown=GRACEFUL_S, lifespan="off")
     return _Server(config, worker)
@@ -74,9 +75,9 @@ def url(sock: socket.socket) -> str:
 
 
 def run(model: ServedModel, worker: EngineWorker, sock: socket.socket, api_key: str | None,
-        log_level: str = "info") -> None:
+        log_level: str = "info", metrics: bool = False) -> None:
     """Serves until Ctrl-C (KeyboardInterrupt propagates once the server has shut down)."""
-    server = make_server(model, worker, api_key, log_level)
+    server = make_server(model, worker, api_key, log_level, metrics)
     worker.start()
     try:
         server.run(sockets=[sock])

@@ -34,7 +34,8 @@ async def sse_stream(job: Job, fmt, include_usage: bool):
         while True:
             event = await job.events.get()
             if isinstance(event, Delta):
-                yield frame(fmt.delta_chunk(event.text, event.logprobs))
+                for chunk in fmt.delta_chunks(event.text, event.logprobs):
+                    yield frame(chunk)
             elif isinstance(event, Failed):
                 yield frame(event.error.body())
                 break
@@ -42,7 +43,8 @@ async def sse_stream(job: Job, fmt, include_usage: bool):
                 yield frame(shutting_down().body())
                 break
             else:
-                yield frame(fmt.finish_chunk(event.finish_reason))
+                for chunk in fmt.finish_chunks(event.finish_reason):
+                    yield frame(chunk)
                 if include_usage:
                     yield frame(fmt.usage_chunk(event.stats))
                 break

@@ -21,9 +21,11 @@ import threading
 import time
 
 from ..generate import Sampler, Stats, StopMatcher, common_prefix, sample_steps
+from ..token_bytes import TokenBytes
 from .errors import APIError
 from .jobs import Delta, Done, Failed, Job
-from .logprobs import TokenBytes, logprobs_of
+from .logprobs import logprobs_of
+from .metrics import Metrics
 
 log = logging.getLogger("fuel.serve")
 
@@ -34,9 +36,11 @@ FINISH = {"eos": "stop", "stop string": "stop", "max tokens": "length", "context
 
 class EngineWorker:
     def __init__(self, engine, tokenizer, eos_ids: set, queue_size: int, threads: int | None = None,
-                 prefill_chunk: int = PREFILL_CHUNK):
+                 prefill_chunk: int = PREFILL_CHUNK, metrics: Metrics | None = None):
         self.engine, self.tokenizer, self.eos_ids, self.threads = engine, tokenizer, set(eos_ids), threads
         self.prefill_chunk = prefill_chunk
+        self.vocab_size = engine.cfg.vocab_size
+        self.metrics = metrics or Metrics()
         self.jobs: queue.Queue = queue.Queue(maxsize=queue_size)
         self.cached: list[int] = []  # the tokens whose KV the engine holds; len == engine.pos
         self.token_bytes = TokenBytes(tokenizer)
@@ -93,6 +97,7 @@ class EngineWorker:
                 return
             if job.cancelled:
                 job.emit(Done("cancelled", Stats()))
+                self.metrics.finished(job.kind, "cancelled", Stats(), time.perf_counter() - job.arrived)
                 continue
             self.current = job
             t0 = time.perf_counter()
@@ -104,6 +109,7 @@ class EngineWorker:
                 self.engine.reset()
                 self.cached = []
                 job.emit(Failed(APIError(500, f"generation failed: {type(e).__name__}: {e}", type="server_error")))
+                self.metrics.finished(job.kind, "error", Stats(), time.perf_counter() - job.arrived)
             finally:
                 self.current = None
             self._job_seconds = 0.8 * self._job_seconds + 0.2 * (time.perf_counter() - t0)
@@ -132,14 +138,22 @@ class EngineWorker:
         if job.cancelled:
             stats.prompt_tokens, stats.cached_tokens, stats.prefill_s = len(ids), hit, ahead_s
             job.emit(Done("cancelled", stats))
-            self._log(job, stats, "cancelled")
+            self._finished(job, stats, "cancelled")
             return
-        steps = sample_steps(self.engine, ids, job.max_tokens, Sampler(job.params), self.eos_ids, stats, ahead)
+        constraint = None
+        if job.grammar is not None:
+            from ..grammar import Constraint
+
+            constraint = Constraint(job.grammar, self.tokenizer, self.vocab_size, self.eos_ids)
+        steps = sample_steps(self.engine, ids, job.max_tokens, Sampler(job.params, constraint), self.eos_ids, stats,
+                             ahead)
         stream, matcher = self.tokenizer.stream(skip_special_tokens=True), StopMatcher(job.stops)
         pending, sent, entries_len = [], 0, 0  # logprobs not yet sent; characters sent; their tokens' length
         finish = None
         try:
             for step in steps:
+                if len(stats.tokens) == 1:
+                    self.metrics.first_token(time.perf_counter() - job.arrived)
                 if job.cancelled:
                     finish = "cancelled"
                     break
@@ -174,9 +188,10 @@ class EngineWorker:
                 job.emit(Delta(tail, pending))
             finish = FINISH[stats.stop_reason]
         job.emit(Done(finish, stats))
-        self._log(job, stats, finish)
+        self._finished(job, stats, finish)
 
-    def _log(self, job: Job, s: Stats, finish: str) -> None:
+    def _finished(self, job: Job, s: Stats, finish: str) -> None:
+        self.metrics.finished(job.kind, finish, s, time.perf_counter() - job.arrived)
         fresh = s.prompt_tokens - s.cached_tokens
         pp = fresh / s.prefill_s if s.prefill_s else 0.0
         tg = s.decode_steps / s.decode_s if s.decode_s else 0.0
