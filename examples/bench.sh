@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The commands behind the README's performance tables (llama-bench style: pp512 / tg128 after a
-# warm-up, random token ids; fuel and the peer interleaved run by run in one process, so the ratios
-# hold on a noisy machine even when the absolute figures move).
+# The commands behind the performance tables (README, docs/performance.md; llama-bench style: pp512
+# / tg128 after a warm-up, random token ids; fuel and the peer, in a process of its own, interleaved
+# run by run, so the ratios hold on a noisy machine even when the absolute figures move).
 #
 #   examples/bench.sh [OUT_DIR]          # writes OUT_DIR/NAME.md and NAME.json (default ./bench-results)
 #
@@ -15,7 +15,7 @@
 #   dirs     both demos as bf16 safetensors directories against transformers (float32)
 #   first    seconds to the first token of `fuel run` (empty and warm kernel cache) against
 #            llama.cpp's load + first token, on the Qwen demo
-# The llama.cpp comparisons need llama-cpp-python (`pip install 'fuel[llama-cpp]'`), the random-weight
+# The llama.cpp comparisons need llama-cpp-python (`pip install 'fuel-llm[llama-cpp]'`; on AMX CPUs see the README's Peers), the random-weight
 # files `pip install libgguf gguf` (examples/synthetic_gguf.py writes them into SYNTH, once), the
 # safetensors directories transformers (examples/gguf_to_safetensors.py writes them, once).
 # Env: FUEL (default `fuel`), THREADS (-t), REPS (-r, default 3), PP / TG (defaults 512 / 128),

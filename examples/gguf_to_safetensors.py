@@ -12,6 +12,7 @@ fixture (tests/real_models.py). The directory is written beside OUT and renamed 
 """
 
 import copy
+import importlib.util
 import json
 import shutil
 import sys
@@ -59,12 +60,30 @@ def convert(gguf_path: Path, out: Path) -> Path:
     return out
 
 
-if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit("usage: python examples/gguf_to_safetensors.py GGUF_FILE_OR_DEMO_ALIAS OUT_DIR")
+def main(argv: list) -> int:
+    from fuelcli.errors import FuelError
+    from fuelcli.extras import pip_install
     from fuelcli.source import resolve
 
-    src = resolve(sys.argv[1])  # a .gguf path or a pulled demo alias (fuel pull ALIAS)
+    if len(argv) != 2:
+        print("usage: python examples/gguf_to_safetensors.py GGUF_FILE_OR_DEMO_ALIAS OUT_DIR", file=sys.stderr)
+        return 2
+    absent = [m for m in ("torch", "transformers", "gguf") if importlib.util.find_spec(m) is None]
+    if absent:  # the conversion is transformers': a one-line answer, not a traceback
+        print(f"error: the conversion needs {', '.join(absent)} (fuel's test extra): pip install -e '.[test]' "
+              f"in a checkout, or {pip_install('test')}", file=sys.stderr)
+        return 4
+    try:
+        src = resolve(argv[0])  # a .gguf path or a pulled demo alias (fuel pull ALIAS)
+    except FuelError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
     if src.kind != "gguf":
-        sys.exit(f"error: {sys.argv[1]} is not a GGUF file")
-    print(convert(src.path, Path(sys.argv[2])))
+        print(f"error: {argv[0]} is not a GGUF file", file=sys.stderr)
+        return 2
+    print(convert(src.path, Path(argv[1])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,3 +1,3 @@
 """fuel: run, inspect, check and measure decoder LLMs on the CPU."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -21,9 +21,8 @@ First token (`first_token_runs`, `fuel bench --first-token`): what a user waits 
 `fuel run` to the first token, in fresh processes: with an empty kernel cache (a fresh install: every
 kernel compiles), with a warm one, and llama.cpp's load + first token in its own process, interleaved.
 
-Peers (`--compare`) live here too: `LlamaCppRunner` (llama-cpp-python, GGUF only) and
-`TransformersRunner` (HF transformers, float32). Both are imported lazily and raise MissingDependency
-naming the pip package when absent.
+Peers (`--compare`): llama.cpp (GGUF only) and transformers (float32), each in a process of its own
+(fuelcli/peers/): its threads never share fuel's process, and its crash is an error line (exit 5).
 """
 
 from __future__ import annotations
@@ -41,9 +40,7 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import InputError, MissingDependency
-
-PEERS = ("llama.cpp", "transformers")
+from .errors import InputError
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -124,134 +121,50 @@ class FuelRunner:
         return time.perf_counter() - t0
 
 
-class LlamaCppRunner:
-    """llama-cpp-python on the same GGUF file: `Llama.eval` for pp (one batch: n_batch >= N), one-token
-    `eval` calls for tg, `reset()` (n_tokens = 0; the next eval drops the cache past it) between runs."""
+class PeerRunner:
+    """A peer (fuelcli/peers/) in a process of its own: prepare, pp and tg run there and time only
+    their own calls, so neither the messages nor fuel's thread pool are in its seconds."""
 
-    name = "llama.cpp"
-    pip = "llama-cpp-python"
+    def __init__(self, kind, threads: int, **kwargs):
+        from .peers.child import PeerProcess
 
-    def __init__(self, path, threads: int, n_ctx: int, n_batch: int):
-        llama_cpp = import_peer("llama.cpp")
-        self.version = getattr(llama_cpp, "__version__", "?")
-        self.threads = threads
-        self.detail = f"llama-cpp-python {self.version}, n_batch {n_batch}, KV cache f16 (its default)"
-        self.llm = llama_cpp.Llama(model_path=str(path), n_threads=threads, n_threads_batch=threads, n_ctx=n_ctx,
-                                   n_batch=n_batch, n_ubatch=n_batch, verbose=False)
+        self.process = PeerProcess(kind, threads, **kwargs)
+        info = self.process.info
+        self.name, self.detail, self.threads = kind.name, info["detail"], info["threads"]
 
     def prepare(self, depth_ids: np.ndarray):
-        self.llm.reset()
-        if len(depth_ids):
-            self.llm.eval([int(t) for t in depth_ids])
+        self.process.call("prepare", depth_ids)
 
     def pp(self, ids: np.ndarray) -> float:
-        toks = [int(t) for t in ids]
-        t0 = time.perf_counter()
-        self.llm.eval(toks)
-        return time.perf_counter() - t0
+        return self.process.call("pp", ids)
 
     def tg(self, ids: np.ndarray) -> float:
-        ev = self.llm.eval
-        toks = [[int(t)] for t in ids]
-        t0 = time.perf_counter()
-        for t in toks:
-            ev(t)
-        return time.perf_counter() - t0
+        return self.process.call("tg", ids)
+
+    def peak_rss_bytes(self) -> int:
+        return self.process.peak_rss_bytes()
+
+    def close(self):
+        self.process.close()
 
 
-class TransformersRunner:
-    """HF transformers in float32 (the directory, or `gguf_file=` for a GGUF, which it dequantises):
-    pp = one forward over N ids (logits of the last position only, as fuel), tg = N one-token forwards
-    through `past_key_values`, all under torch.inference_mode(); a fresh cache per run."""
-
-    name = "transformers"
-    pip = "transformers torch"
-
-    def __init__(self, source, threads: int):
-        import_peer("transformers")
-        import torch
-        import transformers
-        from transformers import AutoModelForCausalLM
-
-        transformers.utils.logging.disable_progress_bar()  # its own bars would fight ours on stderr
-
-        self.torch = torch
-        torch.set_num_threads(threads)
-        self.threads = torch.get_num_threads()
-        kw = dict(dtype=torch.float32)
-        if source.kind == "gguf":
-            self.model = AutoModelForCausalLM.from_pretrained(str(source.path.parent), gguf_file=source.path.name, **kw)
-        else:
-            self.model = AutoModelForCausalLM.from_pretrained(str(source.path), **kw)
-        self.model.eval()
-        # transformers >= 5.2x names the KV cache argument `cache` (`past_key_values` is deprecated)
-        import inspect
-
-        self.cache_kw = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
-        attn = getattr(self.model.config, "_attn_implementation", None) or "default"
-        self.version = transformers.__version__
-        self.detail = f"transformers {self.version}, torch {torch.__version__}, float32, attn {attn}"
-        self.past = None
-
-    def _ids(self, ids: np.ndarray):
-        return self.torch.from_numpy(np.ascontiguousarray(ids, np.int64).reshape(1, -1))
-
-    def _forward(self, ids_2d, past):
-        out = self.model(input_ids=ids_2d, use_cache=True, logits_to_keep=1, **{self.cache_kw: past})
-        return getattr(out, self.cache_kw)
-
-    def prepare(self, depth_ids: np.ndarray):
-        self.past = None  # the model starts a fresh DynamicCache
-        if len(depth_ids):
-            with self.torch.inference_mode():
-                self.past = self._forward(self._ids(depth_ids), self.past)
-
-    def pp(self, ids: np.ndarray) -> float:
-        x = self._ids(ids)
-        with self.torch.inference_mode():
-            t0 = time.perf_counter()
-            self.past = self._forward(x, self.past)
-            return time.perf_counter() - t0
-
-    def tg(self, ids: np.ndarray) -> float:
-        xs = [self._ids(ids[i:i + 1]) for i in range(len(ids))]
-        fwd, past = self._forward, self.past
-        with self.torch.inference_mode():
-            t0 = time.perf_counter()
-            for x in xs:
-                past = fwd(x, past)
-            dt = time.perf_counter() - t0
-        self.past = past
-        return dt
-
-
-def import_peer(peer: str):
-    """Import the peer's package or raise MissingDependency naming what to pip install."""
-    try:
-        if peer == "llama.cpp":
-            import llama_cpp
-
-            return llama_cpp
-        if peer == "transformers":
-            import torch  # noqa: F401
-            import transformers
-
-            return transformers
-    except ImportError as e:
-        pip = "llama-cpp-python" if peer == "llama.cpp" else "transformers torch"
-        raise MissingDependency(f"--compare {peer} needs the Python package(s) `{pip}` "
-                                f"({e.name or e} is not installed): pip install {pip}") from None
-    raise InputError(f"--compare takes one of {', '.join(PEERS)}, got {peer!r}")
+def start_peer(kind, source, threads: int, n_ctx: int, tests: list[TestSpec]) -> PeerRunner:
+    """The peer's runner on the model: llama.cpp with a batch that holds the largest pp test."""
+    if kind.name == "llama.cpp":
+        n_batch = max([512] + [t.n_tokens for t in tests if t.kind == "pp"])
+        return PeerRunner(kind, threads, path=str(source.path), name=source.name, n_ctx=n_ctx, n_batch=n_batch)
+    return PeerRunner(kind, threads, path=str(source.path), source_kind=source.kind, name=source.name)
 
 
 def check_peer(peer: str, source_kind: str):
-    """Validate --compare before anything heavy loads."""
-    if peer not in PEERS:
-        raise InputError(f"--compare takes one of {', '.join(PEERS)}, got {peer!r}")
+    """--compare's peer, installed and able to read the model, before anything heavy loads."""
+    from .peers import require
+
+    kind = require(peer, "--compare")
     if peer == "llama.cpp" and source_kind != "gguf":
         raise InputError("--compare llama.cpp needs a GGUF model (llama.cpp reads only GGUF); "
                          "use --compare transformers for a model directory")
-    import_peer(peer)
+    return kind
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -331,10 +244,9 @@ class Report:
     seed: int
     n_ctx: int
     tests: list
-    peak_rss_bytes: int = 0
-    peak_rss_fuel_bytes: int = 0  # before any peer was loaded
+    peak_rss_bytes: int = 0  # fuel's process (a peer runs in its own: peer["peak_rss_bytes"])
     kv_bytes: int = 0
-    peer: dict | None = None  # {"name", "detail", "threads"}
+    peer: dict | None = None  # {"name", "detail", "threads", "peak_rss_bytes"}
     backend: str = "cpu numba"
     bandwidth: dict | None = None  # {"bytes": working set, "threads", "bytes_per_s"}: the roofline
 
@@ -349,8 +261,8 @@ class Report:
     def to_dict(self) -> dict:
         return {"model": asdict(self.model), "backend": self.backend, "threads": self.threads,
                 "repetitions": self.repetitions, "seed": self.seed, "n_ctx": self.n_ctx,
-                "kv_bytes": self.kv_bytes, "peak_rss_bytes": self.peak_rss_bytes,
-                "peak_rss_fuel_bytes": self.peak_rss_fuel_bytes, "peer": self.peer, "bandwidth": self.bandwidth,
+                "kv_bytes": self.kv_bytes, "peak_rss_bytes": self.peak_rss_bytes, "peer": self.peer,
+                "bandwidth": self.bandwidth,
                 "tests": [t.to_dict(self.peer_name, self.bandwidth_bps) for t in self.tests]}
 
 
@@ -363,7 +275,7 @@ def report_from_dict(d: dict) -> Report:
         tests.append(TestResult(spec, Series(spec.n_tokens, list(t["fuel"]["samples_s"])), peer,
                                 t.get("bytes_per_token", 0)))
     return Report(ModelInfo(**d["model"]), d["threads"], d["repetitions"], d["seed"], d["n_ctx"], tests,
-                  d["peak_rss_bytes"], d["peak_rss_fuel_bytes"], d["kv_bytes"], d["peer"], d["backend"],
+                  d["peak_rss_bytes"], d["kv_bytes"], d["peer"], d["backend"],
                   d.get("bandwidth"))
 
 
@@ -419,12 +331,11 @@ def measure_bandwidth(nbytes: int, threads: int) -> float:
 
 def run_bench(fuel, tests: list[TestSpec], repetitions: int, vocab_size: int, seed: int = 0,
               peer_factory: Callable[[], object] | None = None,
-              on_step: Callable[[str], None] | None = None, after_fuel_warmup: Callable[[], None] | None = None):
+              on_step: Callable[[str], None] | None = None):
     """Warm up fuel on every test, then (if any) build the peer and warm it up, then the timed runs,
     interleaved per repetition. Returns (list of TestResult, peer runner or None).
 
     on_step(description) is called after every run (warm-ups included): the progress bar's tick.
-    after_fuel_warmup() is called once fuel is warm and before the peer loads (the fuel-only RSS mark).
     """
     if repetitions < 1:
         raise InputError(f"-r must be at least 1, got {repetitions}")
@@ -443,8 +354,6 @@ def run_bench(fuel, tests: list[TestSpec], repetitions: int, vocab_size: int, se
     for spec, (d, x) in zip(tests, warm_ids):
         once(fuel, spec, d, x)
         tick(f"fuel warm-up {spec.name}")
-    if after_fuel_warmup:
-        after_fuel_warmup()
     peer = None
     if peer_factory is not None:
         peer = peer_factory()
@@ -521,8 +430,9 @@ def render_md(rep: Report) -> str:
     notes = [f"formats: {formats_text(m.formats)}", f"r={rep.repetitions}, seed {rep.seed}, n_ctx {rep.n_ctx}",
              f"KV cache {human_bytes(rep.kv_bytes)}", f"peak RSS {human_bytes(rep.peak_rss_bytes)}"]
     if peer:
-        notes[-1] += f" (fuel alone {human_bytes(rep.peak_rss_fuel_bytes)})"
-        notes.append(f"peer: {rep.peer['detail']}, threads {rep.peer['threads']}")
+        notes.append(f"peer: {rep.peer['detail']}, threads {rep.peer['threads']}, in its own process"
+                     + (f" (peak RSS {human_bytes(rep.peer['peak_rss_bytes'])})" if rep.peer.get("peak_rss_bytes")
+                        else ""))
     if roof:
         b = rep.bandwidth
         notes.append(f"roofline: read bandwidth {b['bytes_per_s'] / 1e9:.2f} GB/s over {human_bytes(b['bytes'])} "
@@ -577,19 +487,9 @@ RENDERERS = {"md": render_md, "json": render_json, "csv": render_csv}
 # first token: fresh processes, the user's wait
 
 
-_LLAMA_FIRST_TOKEN = r"""
-import sys
-import llama_cpp
-llm = llama_cpp.Llama(model_path=sys.argv[1], n_threads=int(sys.argv[2]), n_threads_batch=int(sys.argv[2]),
-                      n_ctx=512, verbose=False)
-out = llm.create_chat_completion([{"role": "user", "content": sys.argv[3]}], max_tokens=1, temperature=0)
-sys.stdout.write(out["choices"][0]["message"]["content"] or "-")
-sys.stdout.flush()
-"""
-
-
-def time_to_first_output(cmd: list, env: dict) -> float:
-    """Seconds from starting `cmd` to its first byte on stdout (or its exit); raises on failure."""
+def time_to_first_output(cmd: list, env: dict, peer=None) -> float:
+    """Seconds from starting `cmd` to its first byte on stdout (or its exit). A failing fuel is a bug
+    (RuntimeError); a failing peer (its PeerKind) is PeerFailed, one line naming it and the signal."""
     import subprocess
 
     t0 = time.perf_counter()
@@ -598,14 +498,20 @@ def time_to_first_output(cmd: list, env: dict) -> float:
     dt = time.perf_counter() - t0
     rest, err = p.communicate()
     if p.returncode != 0 or not (first + rest):
+        if peer is not None:
+            from .errors import PeerFailed
+            from .peers.child import describe_exit
+
+            raise PeerFailed(f"the {peer.name} peer ({peer.package}) {describe_exit(p.returncode)} before its "
+                             f"first token; {peer.crash}")
         raise RuntimeError(f"{' '.join(map(str, cmd[:4]))}... failed ({p.returncode}): {err.decode()[-500:]}")
     return dt
 
 
-def first_token_runs(model: str, source, prompt: str, repetitions: int, threads: int, llama: bool,
+def first_token_runs(model: str, source, prompt: str, repetitions: int, threads: int, llama,
                      tick: Callable[[str], None]) -> dict:
     """`fuel run MODEL PROMPT -n 1` in fresh processes: `cold` with an empty kernel cache (a fresh
-    install compiles every kernel), `warm` with the cache the warm-up filled; with llama=True also
+    install compiles every kernel), `warm` with the cache the warm-up filled; with llama (its PeerKind) also
     llama.cpp's load + first token (llama-cpp-python, same prompt through the chat template, same
     threads). Interleaved per repetition; one untimed warm-up each (files in the page cache)."""
     import shutil
@@ -613,7 +519,7 @@ def first_token_runs(model: str, source, prompt: str, repetitions: int, threads:
     import tempfile
 
     # Both sides run with this process's OpenMP settings (threads.py: the default wait unless the
-    # user chose one), as the pp/tg tests do, the peer running in fuel's process. Both import
+    # user chose one), as the pp/tg tests do. Both import
     # their Python modules from .pyc files, as after a pip install: PYTHONDONTWRITEBYTECODE in this
     # environment would have every start compile fuel's sources anew (~0.1 s here), so the children
     # write and read theirs under a prefix of their own, filled by the warm-ups.
@@ -625,12 +531,14 @@ def first_token_runs(model: str, source, prompt: str, repetitions: int, threads:
     series = {"fuel_cold": [], "fuel_warm": []}
     if llama:
         series["llama.cpp"] = []
-        peer = [sys.executable, "-c", _LLAMA_FIRST_TOKEN, str(source.path), str(threads), prompt]
+        from .peers.llama_cpp import FIRST_TOKEN
+
+        peer = [sys.executable, "-c", FIRST_TOKEN, str(source.path), str(threads), prompt]
     try:
         time_to_first_output(fuel, dict(base, NUMBA_CACHE_DIR=warm_dir))
         tick("fuel warm-up (fills the kernel cache)")
         if llama:
-            time_to_first_output(peer, base)
+            time_to_first_output(peer, base, llama)
             tick("llama.cpp warm-up")
         for rep in range(repetitions):
             cold_dir = tempfile.mkdtemp(prefix="fuel-first-token-cold-")
@@ -642,16 +550,16 @@ def first_token_runs(model: str, source, prompt: str, repetitions: int, threads:
             series["fuel_warm"].append(time_to_first_output(fuel, dict(base, NUMBA_CACHE_DIR=warm_dir)))
             tick(f"fuel, warm cache {rep + 1}/{repetitions}")
             if llama:
-                series["llama.cpp"].append(time_to_first_output(peer, base))
+                series["llama.cpp"].append(time_to_first_output(peer, base, llama))
                 tick(f"llama.cpp {rep + 1}/{repetitions}")
     finally:
         shutil.rmtree(warm_dir, ignore_errors=True)
     out = {"model": source.name, "path": str(source.path), "prompt": prompt, "threads": threads,
            "repetitions": repetitions, "seconds": series}
     if llama:
-        import llama_cpp
+        from importlib.metadata import version
 
-        out["peer"] = f"llama-cpp-python {getattr(llama_cpp, '__version__', '?')}"
+        out["peer"] = f"llama-cpp-python {version('llama-cpp-python')}"
     return out
 
 

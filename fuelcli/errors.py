@@ -57,3 +57,10 @@ class FetchError(FuelError):
     """A download failed or its checksum did not match (not the input's fault)."""
 
     exit_code = 5
+
+
+class PeerFailed(FuelError):
+    """A peer (llama.cpp, transformers) crashed or failed in its own process: fuel is fine, the
+    comparison cannot go on."""
+
+    exit_code = 5

@@ -20,8 +20,9 @@ import numba
 import numpy as np
 
 from .errors import InputError, MissingDependency
+from .extras import pip_install
 
-INSTALL = "pip install 'fuel[grammar]'"
+INSTALL = pip_install("grammar")
 # llama.cpp's json-schema-to-grammar `space` rule: a space, or one or two newlines and some indent.
 # Bounded, so a model cannot pad forever, yet loose enough for the way models lay JSON out.
 WHITESPACE = r"( |\n{1,2}[ \t]{0,20})?"

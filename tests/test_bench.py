@@ -189,7 +189,7 @@ def test_json_report(tiny):
     assert rep["n_ctx"] == 3 + 8 + 1
     # K and V: layers, ctx (K in whole blocks of 16 positions), kv heads, head_dim, f32
     assert rep["kv_bytes"] == 2 * (16 + rep["n_ctx"]) * 4 * 16 * 4
-    assert rep["peak_rss_bytes"] >= rep["peak_rss_fuel_bytes"] > 0
+    assert rep["peak_rss_bytes"] > 0
     assert [(t["test"], t["kind"], t["n_tokens"], t["depth"]) for t in rep["tests"]] == [
         ("pp8", "pp", 8, 0), ("tg4", "tg", 4, 0), ("pp8 @ d3", "pp", 8, 3), ("tg4 @ d3", "tg", 4, 3)]
     for t in rep["tests"]:
@@ -247,58 +247,64 @@ def test_compare_transformers(tiny):
     cells = [c.strip() for c in row.strip("|").split("|")]
     fuel_mean, peer_mean = (float(c.split(" ± ")[0]) for c in cells[6:8])
     assert float(cells[8]) == pytest.approx(fuel_mean / peer_mean, abs=0.01 + 1e-3 * fuel_mean / peer_mean)
-    assert "peer: transformers" in md and "fuel alone" in md
+    assert "peer: transformers" in md and "in its own process (peak RSS" in md
+    assert rep["peer"]["peak_rss_bytes"] > 0 and "peak_rss_fuel_bytes" not in rep
 
 
-def test_transformers_runner_keeps_cache(tiny):
+def test_transformers_peer_keeps_cache(tiny):
+    """In its own process the transformers peer keeps its KV cache across a run and drops it in prepare."""
     pytest.importorskip("transformers")
+    from fuelcli.peers import PEERS
     from fuelcli.source import resolve
 
-    r = B.TransformersRunner(resolve(str(tiny)), threads=1)
-    r.prepare(np.arange(3))
-    r.tg(np.arange(4))
-    assert r.past.get_seq_length() == 7
-    r.prepare(np.zeros(0, np.int64))
-    r.pp(np.arange(5))
-    assert r.past.get_seq_length() == 5
+    src = resolve(str(tiny))
+    r = B.start_peer(PEERS["transformers"], src, 1, 32, [])
+    try:
+        assert r.threads == 1 and r.process.proc.pid != os.getpid()
+        r.prepare(np.arange(3))
+        assert r.tg(np.arange(4)) > 0
+        assert r.process.call("cache_length") == 7
+        r.prepare(np.zeros(0, np.int64))
+        r.pp(np.arange(5))
+        assert r.process.call("cache_length") == 5
+    finally:
+        r.close()
+    assert r.process.proc.returncode == 0  # closed on request, not killed
 
 
 # ---------------------------------------------------------------------------------------------------
 # a missing peer: one line, exit 4, naming the pip package
 
 
-@pytest.mark.parametrize("peer,module,pip", [("transformers", "transformers", "pip install transformers torch"),
-                                             ("llama.cpp", "llama_cpp", "pip install llama-cpp-python")])
-def test_missing_peer_in_process(tiny, monkeypatch, peer, module, pip):
-    import builtins
+@pytest.mark.parametrize("peer,module,pip", [("transformers", "transformers", "pip install torch transformers"),
+                                             ("llama.cpp", "llama_cpp", "pip install 'fuel-llm[llama-cpp]'")])
+def test_missing_peer(tiny, monkeypatch, peer, module, pip):
+    import re
 
-    real_import = builtins.__import__
+    from fuelcli.peers import require
 
-    def fake_import(name, *a, **kw):
-        if name == module or name.startswith(module + "."):
-            raise ImportError(f"No module named {module!r}", name=module)
-        return real_import(name, *a, **kw)
-
-    monkeypatch.setattr(builtins, "__import__", fake_import)
-    with pytest.raises(MissingDependency, match=pip.replace(".", r"\.")):
-        B.import_peer(peer)
+    monkeypatch.setitem(sys.modules, module, None)  # as if it were not installed
+    with pytest.raises(MissingDependency, match=re.escape(pip)):
+        require(peer, "--compare")
     r = CliRunner().invoke(app, ["bench", str(tiny), "--no-progress", "--compare", peer])
     assert isinstance(r.exception, MissingDependency) and r.exception.exit_code == 4
 
 
 def test_missing_peer_exit_code(tiny, tmp_path):
-    # a `transformers` package on PYTHONPATH that fails to import, as if it were not installed
+    """A `transformers` package on PYTHONPATH that fails to import, as if it were not installed: the
+    peer's own process finds out, and fuel says so in one line, exit 4."""
     shadow = tmp_path / "shadow" / "transformers"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError(\"No module named 'transformers'\", name='transformers')\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(shadow.parent), str(Path(__file__).parents[1])]))
-    p = subprocess.run([sys.executable, "-m", "fuelcli", "bench", str(tiny), "--compare", "transformers"],
+    p = subprocess.run([sys.executable, "-m", "fuelcli", "bench", str(tiny), "-p", "8", "-n", "4", "-r", "1",
+                        "--no-progress", "--compare", "transformers"],
                        capture_output=True, text=True, env=env, timeout=300)
     assert p.returncode == 4, p.stderr
     assert p.stdout == ""
     lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: --compare transformers needs")
-    assert "pip install transformers torch" in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("error: the transformers peer needs"), lines
+    assert "pip install torch transformers" in lines[0]
 
 
 # ---------------------------------------------------------------------------------------------------

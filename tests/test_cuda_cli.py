@@ -58,7 +58,7 @@ def test_missing_package_is_exit_4(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "numba_cuda" else find_spec(name, *a))
     with pytest.raises(MissingDependency) as e:
         runtime.require()
-    assert e.value.exit_code == 4 and "pip install 'fuel[cuda]'" in str(e.value)
+    assert e.value.exit_code == 4 and "pip install 'fuel-llm[cuda]'" in str(e.value)
 
 
 def test_no_gpu_is_one_line_exit_4(tiny):

@@ -1,5 +1,5 @@
 """Every CUDA kernel compiles to PTX for sm_90 with NVVM, no GPU needed (the simulator runs Python
-and accepts code NVVM rejects). Skipped where the toolkit wheels (fuel[cuda]) are not installed."""
+and accepts code NVVM rejects). Skipped where the toolkit wheels (fuel-llm[cuda]) are not installed."""
 
 import os
 import subprocess

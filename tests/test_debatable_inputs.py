@@ -1,4 +1,4 @@
-"""The debatable inputs of issue 9, each decided once (README, "What fuel refuses") and tested here.
+"""The debatable inputs of issue 9, each decided once (docs/bad-input.md, "Debatable inputs") and tested here.
 
 refused: an unknown extra tensor, model_type disagreeing with architectures, a duplicate GGUF key,
          a GGUF tensor count lower than the tensors written, a BOS/EOS id beyond the vocabulary,

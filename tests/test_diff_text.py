@@ -219,13 +219,13 @@ def test_input_errors(model_dir, text_file, tmp_path, tiny):
 def test_missing_packages(model_dir, text_file, monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     code, _, err = invoke("diff", model_dir, "--tokens", "1,2", "--plot", tmp_path / "kl.png")
-    assert code == 4 and "fuel[plot]" in err
+    assert code == 4 and "fuel-llm[plot]" in err
     monkeypatch.setitem(sys.modules, "llama_cpp", None)
-    from fuelcli.oracle.oracles import import_llama_cpp
+    from fuelcli.peers import require
 
     with pytest.raises(Exception) as e:
-        import_llama_cpp()
-    assert e.value.exit_code == 4 and "fuel[llama-cpp]" in str(e.value) and "GGML_NATIVE=OFF" in str(e.value)
+        require("llama.cpp", "--oracle")
+    assert e.value.exit_code == 4 and "fuel-llm[llama-cpp]" in str(e.value) and "GGML_NATIVE=OFF" in str(e.value)
 
 
 # ---------------------------------------------------------------- llama.cpp on a real GGUF

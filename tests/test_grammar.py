@@ -232,7 +232,7 @@ def test_without_llguidance_exit_4(model, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "llguidance", None)  # import llguidance raises ImportError
     with pytest.raises(MissingDependency) as e:
         g.require()
-    assert e.value.exit_code == 4 and "llguidance" in str(e.value) and "fuel[grammar]" in str(e.value)
+    assert e.value.exit_code == 4 and "llguidance" in str(e.value) and "fuel-llm[grammar]" in str(e.value)
     (tmp_path / "s.json").write_text("{}")
     block = "import sys; sys.modules['llguidance'] = None; from fuelcli.__main__ import main; sys.exit(main())"
     r = subprocess.run([sys.executable, "-c", block, "run", str(model[0].source.path), "hi", "--json-schema",

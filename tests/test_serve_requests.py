@@ -104,7 +104,7 @@ def test_without_llguidance_the_grammar_fields_are_400s_naming_it(model, monkeyp
         with pytest.raises(APIError) as e:
             job(chat_job, req, m)
         assert e.value.status == 400 and e.value.param == param
-        assert "llguidance" in e.value.message and "fuel[grammar]" in e.value.message
+        assert "llguidance" in e.value.message and "fuel-llm[grammar]" in e.value.message
     job(chat_job, chat(tools=[WEATHER]), tools_model)  # a call neither demanded nor strict needs no grammar
 
 

@@ -20,13 +20,12 @@ import random
 import shutil
 import subprocess
 import sys
-import tarfile
 from importlib import resources
 from pathlib import Path
 
 import pytest
 from conftest import cached
-from test_tokenizer_vectors import SDIST, SEP, download_sdist, vocab_dir  # noqa: F401 (a fixture)
+from test_tokenizer_vectors import SDIST, SEP, vocab_dir  # noqa: F401 (a fixture)
 
 from fuelcli.gguf_tokenizer import tokenizer_from_gguf
 from fuelcli.weights.gguf import read_gguf
@@ -39,7 +38,6 @@ VOCAB = "tekken_240911.json"
 # Mistral-Nemo's params.json: the converter wants one (its hyperparameters go into the file, no tensors)
 PARAMS = {"dim": 5120, "n_layers": 40, "head_dim": 128, "hidden_dim": 14336, "n_heads": 32, "n_kv_heads": 8,
           "norm_eps": 1e-05, "vocab_size": 131072, "rope_theta": 1000000.0}
-CONVERTER = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/")  # under vendor/llama.cpp/ in the sdist
 
 SAMPLES = [
     "def parse_json(path: str) -> dict:\n    with open(path) as f:\n        return json.load(f)\n",
@@ -81,19 +79,11 @@ def tekken_json() -> Path:
 
 
 @pytest.fixture(scope="session")
-def tekken_gguf(tekken_json) -> Path:
+def tekken_gguf(tekken_json, llama_converter) -> Path:
     """A vocabulary-only GGUF of tekken_240911.json written by llama.cpp's converter (8 MB kept)."""
 
     def build(out: Path):
-        work = out.parent
-        lcpp = work / "llama.cpp"
-        with tarfile.open(download_sdist(work / "sdist")) as tar:
-            for m in tar.getmembers():
-                _, sep, rel = m.name.partition("/vendor/llama.cpp/")
-                if sep and m.isfile() and rel.startswith(CONVERTER):
-                    (lcpp / rel).parent.mkdir(parents=True, exist_ok=True)
-                    with tar.extractfile(m) as src:
-                        (lcpp / rel).write_bytes(src.read())
+        work, lcpp = out.parent, llama_converter
         model = work / "model"
         model.mkdir()
         shutil.copyfile(tekken_json, model / "tekken.json")

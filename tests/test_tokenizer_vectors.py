@@ -17,14 +17,14 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from conftest import cached
+from conftest import LLAMA_CPP_SDIST, cached, llama_cpp_sdist
 
 from fuelcli import gguf_tokenizer
 from fuelcli.errors import InputError
 from fuelcli.gguf_tokenizer import tokenizer_from_gguf
 from fuelcli.weights.gguf import read_gguf
 
-SDIST = "llama-cpp-python==0.3.36"
+SDIST = LLAMA_CPP_SDIST
 SEP = "\n__ggml_vocab_test__\n"
 # every vocabulary with vectors in that sdist, accepted (matched case for case) or refused
 ACCEPTED = ["command-r", "deepseek-coder", "deepseek-llm", "falcon", "gpt-2", "llama-bpe", "llama-spm", "mpt",
@@ -34,21 +34,12 @@ REFUSED = {"bert-bge": "'bert'", "gemma-4": "'gemma4'"}
 OTHER_ORACLES = {"tekken": "test_tekken.py"}  # mistral-common's Tekkenizer on a real Tekken vocabulary
 
 
-def download_sdist(dest: Path) -> Path:
-    """The llama-cpp-python source package (75 MB) downloaded into dest: llama.cpp's vocabularies,
-    converter and gguf-py."""
-    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-q",
-                    SDIST, "-d", str(dest)], check=True)
-    (sdist,) = dest.glob("*.tar.gz")
-    return sdist
-
-
 @pytest.fixture(scope="session")
 def vocab_dir() -> Path:
     """models/ggml-vocab-* from the llama-cpp-python sdist (60 MB of vocabularies kept)."""
 
     def build(out: Path):
-        sdist = download_sdist(out.parent / "sdist")
+        sdist = llama_cpp_sdist()
         out.mkdir()
         with tarfile.open(sdist) as tar:
             for m in tar.getmembers():

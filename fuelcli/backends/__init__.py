@@ -1,7 +1,7 @@
 """Backends: `make_engine` is the one way the commands get an engine (base.Engine).
 
     cpu   numba njit kernels over the weights as stored (backends/cpu)
-    cuda  numba.cuda kernels over the weights uploaded as stored (backends/cuda; pip install 'fuel[cuda]')
+    cuda  numba.cuda kernels over the weights uploaded as stored (backends/cuda; pip install 'fuel-llm[cuda]')
 
 The device comes from the argument, else FUEL_DEVICE, else "cpu"; the KV cache holds float32
 values, or float16 with cache_type "f16" (CPU only; kv_cache.CACHE_TYPES).

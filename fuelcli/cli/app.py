@@ -18,8 +18,8 @@ from .options import err
 
 EXIT_CODES = ("Exit codes: 0 success, 2 bad input (missing model, broken file, bad config, unknown "
               "architecture, prompt too long, bad option, NaN logits), 3 oracle mismatch (diff), 4 missing "
-              "optional dependency, 5 download failed (pull), 70 internal error (a bug; FUEL_DEBUG=1 shows "
-              "it), 130 interrupted.")
+              "optional dependency, 5 download failed (pull) or peer crashed (bench --compare, diff --oracle), "
+              "70 internal error (a bug; FUEL_DEBUG=1 shows it), 130 interrupted.")
 
 app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_enable=False,
                   rich_markup_mode=None, context_settings={"help_option_names": ["-h", "--help"]},
@@ -28,9 +28,9 @@ app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_e
 
 def _version(value: bool):
     if value:
-        from .. import __version__
+        from ..doctor import version_text
 
-        print(f"fuel {__version__}")
+        print(version_text())
         raise typer.Exit()
 
 
@@ -40,7 +40,8 @@ STARTS_LATE = ("run", "chat", "serve")
 
 @app.callback()
 def _main(ctx: typer.Context, version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                                           help="print the version and exit")):
+                                                           help="print fuel's, numba's and llvmlite's versions "
+                                                           "and the CPU kernels' instruction set, and exit")):
     if ctx.invoked_subcommand not in STARTS_LATE:
         collector.resume()
 

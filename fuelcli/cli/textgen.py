@@ -129,7 +129,9 @@ def ready_engine(m, n_ctx: int, device: str | None, quiet: bool, cache_type: str
 
         compiling = not kernels_cached(m.weights)
     if compiling and not quiet:
-        err("compiling fuel's kernels (first run only; cached afterwards)...")
+        formats = ", ".join(sorted({t.fmt for t in m.weights.tensors()}))
+        err(f"compiling fuel's CPU kernels for {formats} weights (once per weight format on this machine, "
+            "cached afterwards)...")
     t0 = time.perf_counter()
     engine.warm_up()
     compile_s = time.perf_counter() - t0 if compiling else 0.0

@@ -8,6 +8,8 @@
                 .gguf file through `gguf_file=`), fed slices through its KV cache.
   llama.cpp     llama-cpp-python on the same .gguf file: llama_decode over slices, logits of every
                 token, the KV cache cleared between windows.
+The two peers run in processes of their own (fuelcli/peers/): their threads never share fuel's
+process, and a peer that crashes is one error line (exit 5), not fuel's death.
   PATH          saved logits [rows, vocab]: .npy (memory-mapped), .npz (key `logits` or the first
                 array), .safetensors (key `logits` or the only tensor), or .bin, llama.cpp's raw
                 float32 dump (model-conversion scripts); rows = every position of every window.
@@ -15,26 +17,18 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import time
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import InputError, MissingDependency, NonFinite
+from ..errors import InputError
 from ..files import is_present, open_regular
 from ..finite import check_reference_logits, first_bad_row
 from . import tolerances
 
 LLAMA_CPP_NAMES = ("llama.cpp", "llama-cpp", "llamacpp")
-LLAMA_CPP_INSTALL = (
-    "pip install 'fuel[llama-cpp]' (llama-cpp-python; it compiles llama.cpp, about 5 minutes). On CPUs with "
-    "AMX a native build dies with SIGILL: build it portable, "
-    "CMAKE_ARGS=\"-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_AVX512=ON -DGGML_FMA=ON -DGGML_F16C=ON\" "
-    "pip install --no-binary llama-cpp-python llama-cpp-python"
-)
 
 
 class Oracle:
@@ -90,7 +84,14 @@ class SelfOracle(Oracle):
                 "device": "cpu"}
 
 
-# ---------------------------------------------------------------- transformers
+# ---------------------------------------------------------------- peers: each in a process of its own
+
+
+def _peer_threads() -> int:
+    from .. import threads  # noqa: F401  (numba's threading environment, before numba is imported)
+    import numba
+
+    return numba.get_num_threads()  # fuel's own thread count, so the sides compare fairly
 
 
 class TransformersOracle(Oracle):
@@ -98,160 +99,55 @@ class TransformersOracle(Oracle):
     layer_name = "transformers"
 
     def __init__(self, model):
+        from ..peers import require
+        from ..peers.child import PeerProcess
+
         super().__init__()
-        self.hf = _hf_load(model)
-        import inspect
-
-        import torch
-
-        self.torch = torch
-        # transformers >= 5.2x names the KV cache argument `cache` (`past_key_values` before)
-        params = inspect.signature(self.hf.forward).parameters
-        self.cache_kw = "cache" if "cache" in params else "past_key_values"
+        src = model.source
+        self.peer = PeerProcess(require("transformers", "--oracle"), _peer_threads(), path=str(src.path),
+                                source_kind=src.kind, name=src.name, attention="eager")
 
     def window(self, ids, hidden=False):
-        """The window in slices through transformers' own KV cache; the states are
-        output_hidden_states[:-1] (embeddings, after layers 0..L-2) plus the last decoder layer's own
-        output taken with a forward hook (hidden_states[-1] is after the final norm)."""
-        torch, hf = self.torch, self.hf
-        captured, handle = {}, None
-        if hidden:
-            def hook(_mod, _inp, out):
-                captured["last"] = out[0] if isinstance(out, (tuple, list)) else out
-
-            handle = hf.model.layers[-1].register_forward_hook(hook)
-        cache, step = None, tolerances.SLICE
-        try:
-            for s in range(0, len(ids), step):
-                block = torch.tensor([list(ids[s:s + step])], dtype=torch.long)
-                with torch.inference_mode():
-                    out = self._timed(lambda: hf(input_ids=block, use_cache=True, output_hidden_states=hidden,
-                                                 **{self.cache_kw: cache}), block.shape[1])
-                cache = getattr(out, self.cache_kw, None)
-                if cache is None:
-                    cache = out.past_key_values
-                logits = out.logits[0].float().numpy().astype(np.float32)
-                bad = first_bad_row(logits)
-                if bad is not None:
-                    raise NonFinite(f"the transformers oracle's logits at position {s + bad} are NaN or inf")
-                states = None
-                if hidden:
-                    last = captured["last"]
-                    hs = [h[0].float().numpy() for h in out.hidden_states[:-1]]
-                    hs.append((last[0] if last.dim() == 3 else last).float().numpy())
-                    states = np.stack(hs).astype(np.float32)
-                del out
-                yield s, logits, states
-        finally:
-            if handle is not None:
-                handle.remove()
+        """The window in slices through transformers' own KV cache (peers/transformers.py)."""
+        self.peer.call("reset")
+        for s in range(0, len(ids), tolerances.SLICE):
+            block = np.asarray(ids[s:s + tolerances.SLICE], np.int64)
+            logits, states, dt = self.peer.call("window_slice", block, s, hidden)
+            self.seconds, self.tokens = self.seconds + dt, self.tokens + len(block)
+            yield s, logits, states
 
     def provenance(self):
-        import transformers
-
-        return {"oracle": "transformers", "version": transformers.__version__,
-                "torch": self.torch.__version__, "dtype": "float32", "attention": "eager", "device": "cpu"}
-
-
-def _hf_load(model):
-    try:
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
-    except ImportError as e:
-        pkg = "torch" if "torch" in str(e) else "transformers"
-        raise MissingDependency(
-            f"--oracle transformers needs the `{pkg}` package: pip install torch transformers"
-            + (" gguf" if model.source.kind == "gguf" else "")
-        ) from None
-    import torch
-    from transformers import AutoModelForCausalLM
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()  # "Loading weights" bars on stderr
-    kw = dict(dtype=torch.float32, attn_implementation="eager")
-    src = model.source
-    try:
-        if src.kind == "gguf":
-            try:
-                import gguf  # noqa: F401
-            except ImportError:
-                raise MissingDependency("--oracle transformers on a .gguf file needs the `gguf` package: "
-                                        "pip install gguf") from None
-            # its GGUF loader draws a tqdm bar on stderr that disable_progress_bar() does not reach
-            with contextlib.redirect_stderr(io.StringIO()):
-                hf = AutoModelForCausalLM.from_pretrained(str(src.path.parent), gguf_file=src.path.name, **kw)
-        else:
-            hf = AutoModelForCausalLM.from_pretrained(str(src.path), **kw)
-    except MissingDependency:
-        raise
-    except Exception as e:  # an architecture transformers does not know, a broken file, ...
-        first = (str(e).strip().splitlines() or [""])[0][:200]
-        raise InputError(f"transformers could not load {src.name}: {type(e).__name__}: {first}") from None
-    hf.eval()
-    return hf
-
-
-# ---------------------------------------------------------------- llama.cpp
-
-
-def import_llama_cpp():
-    try:
-        import llama_cpp
-    except ImportError:
-        raise MissingDependency("--oracle llama.cpp needs the `llama-cpp-python` package: "
-                                + LLAMA_CPP_INSTALL) from None
-    return llama_cpp
+        i = self.peer.info
+        return {"oracle": "transformers", "version": i["version"], "torch": i["torch"], "dtype": "float32",
+                "attention": i["attention"], "device": "cpu", "threads": i["threads"]}
 
 
 class LlamaCppOracle(Oracle):
     name = "llama.cpp (llama-cpp-python)"
 
     def __init__(self, model, n_ctx: int):
+        from ..peers import require
+        from ..peers.child import PeerProcess
+
         super().__init__()
         if model.source.kind != "gguf":
             raise InputError("--oracle llama.cpp reads .gguf files; this model is a safetensors directory")
-        lc = self.lc = import_llama_cpp()
-        from .. import threads  # noqa: F401  (numba's threading environment, before numba is imported)
-        import numba
-
-        self.threads = numba.get_num_threads()  # fuel's own thread count, so the sides compare fairly
-        self.step = tolerances.SLICE
-        try:
-            self.llm = lc.Llama(model_path=str(model.source.path), n_ctx=n_ctx, n_batch=self.step, n_ubatch=self.step,
-                                n_threads=self.threads, n_threads_batch=self.threads, logits_all=False,
-                                verbose=False)
-        except Exception as e:  # llama.cpp refuses the file (an architecture it lacks, ...)
-            first = (str(e).strip().splitlines() or [""])[0][:200]
-            raise InputError(f"llama.cpp could not load {model.source.name}: {first}") from None
-        self.ctx = self.llm.ctx
-        self.n_vocab = lc.llama_vocab_n_tokens(lc.llama_model_get_vocab(self.llm.model))
-        self.batch = lc.llama_batch_init(self.step, 0, 1)
-
-    def __del__(self):
-        batch = getattr(self, "batch", None)
-        if batch is not None:
-            self.lc.llama_batch_free(batch)
+        src = model.source
+        self.peer = PeerProcess(require("llama.cpp", "--oracle"), _peer_threads(), path=str(src.path),
+                                name=src.name, n_ctx=n_ctx, n_batch=tolerances.SLICE)
 
     def window(self, ids, hidden=False):
-        lc, b = self.lc, self.batch
-        lc.llama_memory_clear(lc.llama_get_memory(self.ctx), True)
-        for s in range(0, len(ids), self.step):
-            block = ids[s:s + self.step]
-            b.n_tokens = len(block)
-            for k, t in enumerate(block):
-                b.token[k], b.pos[k], b.n_seq_id[k], b.logits[k] = int(t), s + k, 1, 1
-                b.seq_id[k][0] = 0
-            rc = self._timed(lambda: lc.llama_decode(self.ctx, b), len(block))
-            if rc != 0:
-                raise InputError(f"llama.cpp llama_decode failed (code {rc}) at position {s}")
-            ptr = lc.llama_get_logits(self.ctx)
-            logits = np.ctypeslib.as_array(ptr, shape=(len(block), self.n_vocab)).copy()
+        self.peer.call("clear")
+        for s in range(0, len(ids), tolerances.SLICE):
+            block = np.asarray(ids[s:s + tolerances.SLICE], np.int64)
+            logits, dt = self.peer.call("logits", block, s)
+            self.seconds, self.tokens = self.seconds + dt, self.tokens + len(block)
             yield s, logits, None
 
     def provenance(self):
-        info = self.lc.llama_print_system_info().decode("utf-8", "replace").strip()
-        return {"oracle": "llama.cpp", "llama_cpp_python": getattr(self.lc, "__version__", "?"),
-                "system_info": info, "threads": self.threads, "dtype": "as stored (GGUF)", "device": "cpu"}
+        i = self.peer.info
+        return {"oracle": "llama.cpp", "llama_cpp_python": i["version"], "system_info": i["system_info"],
+                "threads": i["threads"], "dtype": "as stored (GGUF)", "device": "cpu"}
 
 
 # ---------------------------------------------------------------- saved logits

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError, MissingDependency
+from ..extras import pip_install
 
 FORMATS = (".png", ".svg")
 
@@ -25,7 +26,7 @@ def check(path: str | Path) -> Path:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise MissingDependency("--plot needs matplotlib: pip install 'fuel[plot]' (or pip install matplotlib)") from None
+        raise MissingDependency(f"--plot needs matplotlib: {pip_install('plot')} (or pip install matplotlib)") from None
     return path
 
 

@@ -11,7 +11,7 @@ from ...formats import ACTIVATION_BLOCK
 from .llvm import Isa
 
 G = ACTIVATION_BLOCK  # elements per group (one activation block)
-I1, I8, I16, I32, I64 = (ir.IntType(n) for n in (1, 8, 16, 32, 64))
+I8, I16, I32, I64 = (ir.IntType(n) for n in (8, 16, 32, 64))
 F32T = ir.FloatType()
 
 
@@ -116,17 +116,6 @@ def prefetch(bd, p, locality=3):
     every level (prefetcht0), 2 into L2 and below (prefetcht1)."""
     call_intrinsic(bd, "llvm.prefetch.p0", ir.VoidType(), [p, ir.Constant(I32, 0), ir.Constant(I32, locality),
                                                            ir.Constant(I32, 1)])
-
-
-def in_memory(bd, v, slot):
-    """Stores vector v to the stack slot and returns a float pointer to it, read back as memory:
-    an empty asm that may read the slot keeps LLVM from forwarding the store, so that a splat of
-    one element becomes a load-broadcast operand ({1to16}: a load port) instead of a shuffle
-    (vpermps: port 5, which the decode kernels' unpack already keeps busy)."""
-    bd.store(v, slot, align=slot.align)
-    barrier = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [slot.type]), "", "r,~{memory}", side_effect=True)
-    bd.call(barrier, [slot])
-    return bd.bitcast(slot, v.type.element.as_pointer())
 
 
 def transpose(bd, rows):

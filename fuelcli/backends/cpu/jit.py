@@ -42,7 +42,6 @@ def _import_arraymath_without_blas_probe():
 
 _import_arraymath_without_blas_probe()
 
-EXACT = dict(cache=True, fastmath=False, error_model="numpy")  # bit-exact decodes: no reassociation, no FMA
 FAST = dict(cache=True, fastmath={"reassoc", "contract", "arcp", "nsz", "afn"}, error_model="numpy")
 PARALLEL = dict(FAST, parallel=True)
 OWN_FLAGS = dict(fastmath=FAST["fastmath"], error_model="numpy")  # a helper's or an overload's: FAST's liberties

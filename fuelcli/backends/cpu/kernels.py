@@ -43,7 +43,7 @@ from . import unpack as U
 from .llvm import ISAS, Isa, compile_module, is_cached, planes_isa
 from .core import TASK_ARGS
 from .irgen import (F32T, G, I8, I16, I32, I64, Loop, Var, func, call_intrinsic, ptr_to, as_i64, c64, const,
-                    dpb, dpw, fmuladd, hadd, hsum, in_memory, in_steps, load, prefetch, splat, splat_c, transpose,
+                    dpb, dpw, fmuladd, hadd, hsum, in_steps, load, prefetch, splat, splat_c, transpose,
                     vec)
 
 DECODE_ROWS = 16  # rows of one decode task
@@ -786,8 +786,6 @@ def amx_module(code: int, isa: Isa) -> tuple[ir.Module, list[str]]:
     amx.unpack_task(mod, code, name)
     return mod, [name]
 
-
-DRIVERS = ("quant", "quant_min", "float", "amx")  # the format-independent prefill drivers
 
 
 def driver_module(kind: str, isa: Isa) -> tuple[ir.Module, list[str]]:

@@ -34,10 +34,6 @@ def f16(bd, base, off):
     return bd.fpext(bd.bitcast(load(bd, base, off, I16), ir.HalfType()), F32T)
 
 
-def u8(bd, base, off):
-    return bd.zext(load(bd, base, off, I8), I32)
-
-
 def nibbles(bd, qs16):
     """<16 x i8> packed bytes -> <32 x i8>: low nibbles (elements 0..15), then high (16..31)."""
     lo = bd.and_(qs16, splat_c(I8, 15, 16))

@@ -19,6 +19,8 @@ import sys
 import tempfile
 import time
 
+from ...extras import pip_install
+
 U8 = "uint8[::1]"
 I32V = "int32[::1]"
 I32M = "int32[:, ::1]"
@@ -148,7 +150,7 @@ def main(argv) -> int:
 
         NVVM()
     except Exception as e:  # ImportError, NvvmSupportError, OSError: say which, check nothing
-        print(f"no NVVM here ({' '.join(str(e).split())[:200]}): pip install 'fuel[cuda]'")
+        print(f"no NVVM here ({' '.join(str(e).split())[:200]}): {pip_install('cuda')}")
         return NO_NVVM
     texts = {}
     results = compile_all(cc, texts)

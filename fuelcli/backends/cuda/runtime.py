@@ -13,8 +13,9 @@ import importlib.util
 from typing import NamedTuple
 
 from ...errors import MissingDependency
+from ...extras import pip_install
 
-INSTALL = "pip install 'fuel[cuda]'"
+INSTALL = pip_install("cuda")
 
 
 class Launch(NamedTuple):

@@ -1,0 +1,95 @@
+"""llama.cpp (llama-cpp-python) on the same .gguf file, in its own process (child.py).
+
+For bench: `Llama.eval` of the whole prompt for pp (one batch: n_batch >= N), one-token `eval`
+calls for tg, `reset()` (n_tokens = 0: the next eval drops the cache past it) between runs; the
+seconds are timed here, around the calls alone.
+For the oracle: llama_decode over slices of at most n_batch tokens with the logits of every token,
+the KV cache cleared at the start of each window.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ..errors import InputError
+
+
+class LlamaCppPeer:
+    def __init__(self, path: str, name: str, threads: int, n_ctx: int, n_batch: int = 512):
+        import llama_cpp
+
+        self.lc, self.threads, self.n_batch = llama_cpp, threads, n_batch
+        try:
+            self.llm = llama_cpp.Llama(model_path=path, n_ctx=n_ctx, n_batch=n_batch, n_ubatch=n_batch,
+                                       n_threads=threads, n_threads_batch=threads, verbose=False)
+        except Exception as e:  # llama.cpp refuses the file (an architecture it lacks, ...)
+            first = (str(e).strip().splitlines() or [""])[0][:200]
+            raise InputError(f"llama.cpp could not load {name}: {first}") from None
+        self.version = getattr(llama_cpp, "__version__", "?")
+        self._batch = None
+
+    def info(self) -> dict:
+        return {"version": self.version, "threads": self.threads,
+                "detail": f"llama-cpp-python {self.version}, n_batch {self.n_batch}, KV cache f16 (its default)",
+                "system_info": self.lc.llama_print_system_info().decode("utf-8", "replace").strip()}
+
+    # ---------------------------------------------------------------- bench
+
+    def prepare(self, depth_ids):
+        self.llm.reset()
+        if len(depth_ids):
+            self.llm.eval([int(t) for t in depth_ids])
+
+    def pp(self, ids) -> float:
+        toks = [int(t) for t in ids]
+        t0 = time.perf_counter()
+        self.llm.eval(toks)
+        return time.perf_counter() - t0
+
+    def tg(self, ids) -> float:
+        ev = self.llm.eval
+        toks = [[int(t)] for t in ids]
+        t0 = time.perf_counter()
+        for t in toks:
+            ev(t)
+        return time.perf_counter() - t0
+
+    # ---------------------------------------------------------------- oracle
+
+    def clear(self):
+        lc = self.lc
+        lc.llama_memory_clear(lc.llama_get_memory(self.llm.ctx), True)
+
+    def logits(self, block, start: int):
+        """(logits [len(block), vocab] float32 of every token of block at positions start.., seconds)."""
+        lc = self.lc
+        if self._batch is None:
+            self._batch = lc.llama_batch_init(self.n_batch, 0, 1)
+            self._n_vocab = lc.llama_vocab_n_tokens(lc.llama_model_get_vocab(self.llm.model))
+        b = self._batch
+        b.n_tokens = len(block)
+        for k, t in enumerate(block):
+            b.token[k], b.pos[k], b.n_seq_id[k], b.logits[k] = int(t), start + k, 1, 1
+            b.seq_id[k][0] = 0
+        t0 = time.perf_counter()
+        rc = lc.llama_decode(self.llm.ctx, b)
+        dt = time.perf_counter() - t0
+        if rc != 0:
+            raise InputError(f"llama.cpp llama_decode failed (code {rc}) at position {start}")
+        ptr = lc.llama_get_logits(self.llm.ctx)
+        return np.ctypeslib.as_array(ptr, shape=(len(block), self._n_vocab)).copy(), dt
+
+
+# `fuel bench --first-token --compare llama.cpp`: llama.cpp's load + first token in a fresh process
+# (python -c FIRST_TOKEN PATH THREADS PROMPT), nothing of fuel imported
+FIRST_TOKEN = r"""
+import sys
+import llama_cpp
+llm = llama_cpp.Llama(model_path=sys.argv[1], n_threads=int(sys.argv[2]), n_threads_batch=int(sys.argv[2]),
+                      n_ctx=512, verbose=False)
+out = llm.create_chat_completion([{"role": "user", "content": sys.argv[3]}], max_tokens=1, temperature=0)
+sys.stdout.write(out["choices"][0]["message"]["content"] or "-")
+sys.stdout.flush()
+"""
