@@ -32,7 +32,7 @@ class ScriptedEngine(Engine):
 
     def __init__(self, n_ctx=256, delay_s=0.0, fail_on_call=None):
         sizes = dict(num_layers=0, hidden_size=0, q_dim=0, kv_dim=0, head_dim=0, intermediate_size=0,
-                     moe_intermediate_size=0, num_experts=0)  # nothing to allocate
+                     moe_intermediate_size=0, num_experts=0, blocks=())  # nothing to allocate
         super().__init__(SimpleNamespace(max_position=n_ctx, vocab_size=VOCAB, **sizes), n_ctx)
         self.delay_s, self.fail_on_call = delay_s, fail_on_call
         self.prefills: list[list[int]] = []
