@@ -131,6 +131,13 @@ def attention(q, k_cache, v_cache, pos0, window, n_heads, n_kv, out, part, core)
     M.attention(q, k_cache, v_cache, pos0, window, n_heads, n_kv, out, part, core)
 
 ISAS = [pytest.param(n, marks=pytest.mark.skipif(not llvm.supported(n), reason=f"CPU lacks {n}")) for n in llvm.ISAS]
+# without AVX-512 VNNI its kernels' logic (the planes decode, 16 lanes) still runs, its dots as portable IR
+EMULATED = "avx512vnni-emulated"
+ISAS += [EMULATED] * (not llvm.supported("avx512vnni"))
+
+
+def _isa(name):
+    return llvm.emulated("avx512vnni") if name == EMULATED else llvm.ISAS[name]
 QUANT = [f for f in FORMATS if record(FORMATS[f].code).quant]
 FLOATS = [f for f in FORMATS if f not in QUANT]
 # int16 activations: |x - xq*xs| <= xs/2 = amax/65278 per element, so |err| <= sum|w| * amax / 65534 (+ f32
@@ -141,7 +148,7 @@ F32_REL_TOL = 1e-5  # float formats: f32 products, only the summation order diff
 
 
 def _kern(isa_name, fmts):
-    isa = llvm.ISAS[isa_name]
+    isa = _isa(isa_name)
     return M.kernel_table([FORMATS[f].code for f in fmts], isa), M.core_table(isa, 64)
 
 
@@ -230,7 +237,7 @@ def test_quantize_one_token_layout(isa):
     qx = _prepared(x[1:], core)
     xq = qx.xq.astype(np.int32)
     assert xq.min() == -Q_MAX
-    if llvm.planes_isa(llvm.ISAS[isa]):
+    if llvm.planes_isa(_isa(isa)):
         hi, lo = qx.xp[:512].astype(np.int32), qx.xp[512:1024].astype(np.int32)
         assert np.array_equal(256 * hi + lo, xq)
         k_layout = lambda plane: plane.reshape(-1, 16, 4, 4).transpose(0, 2, 1, 3).ravel()  # noqa: E731
@@ -440,7 +447,7 @@ def test_attention(isa, hd):
     """Causal and windowed, GQA, a query at the cache's last position (no row past it is read),
     key counts that are not a multiple of the vector."""
 
-    core = M.core_table(llvm.ISAS[isa], hd)
+    core = M.core_table(_isa(isa), hd)
     rng = np.random.default_rng(hd)
     nh, nkv, n_ctx = 6, 2, 300
     k = rng.standard_normal((n_ctx, nkv, hd)).astype(np.float32)
@@ -485,6 +492,18 @@ def test_isa_instructions(isa):
         assert "zmm" in asm
     else:
         assert "zmm" not in asm and "ymm" in asm
+
+
+def test_emulated_isa_instructions():
+    """The emulated avx512vnni (EMULATED above) runs the planes decode kernels with portable dots:
+    the real one's module has vpdpbusd, the emulated one's (on a host without it) none."""
+    from fuelcli.backends.cpu.kernels import format_module
+
+    real, emu = llvm.ISAS["avx512vnni"], llvm.emulated("avx512vnni")
+    code = FORMATS["q4_0"].code
+    assert "vpdpbusd" in llvm.assembly(format_module(code, real)[0], real)
+    if not llvm.supported("avx512vnni"):
+        assert "vpdpbusd" not in llvm.assembly(format_module(code, emu)[0], emu)
 
 
 def test_kernel_cache(tmp_path, monkeypatch):

@@ -249,13 +249,13 @@ def _decode_planes(isa, mod, code, name):
                     # chains, high and low plane: one chain of eight vpdpbusd is ~40 cycles long)
                     hi, lo = splat_c(I32, 0, L), splat_c(I32, 0, L)
                     for (ph, pl), wu in zip(planes, blk.units[i]):
-                        hi, lo = dpb(bd, hi, wu, ph), dpb(bd, lo, wu, pl)
+                        hi, lo = dpb(isa, bd, hi, wu, ph), dpb(isa, bd, lo, wu, pl)
                     isum = bd.add(bd.shl(hi, splat_c(I32, 8, L)), lo)
                     a = fmuladd(bd, bd.sitofp(isum, vec(F32T, L)), blk.lane_scales[i][0], a)
                 else:
                     for (ph, pl), wu, ls in zip(planes, blk.units[i], blk.lane_scales[i]):
-                        hi = dpb(bd, splat_c(I32, 0, L), wu, ph)
-                        isum = dpb(bd, bd.shl(hi, splat_c(I32, 8, L)), wu, pl)
+                        hi = dpb(isa, bd, splat_c(I32, 0, L), wu, ph)
+                        isum = dpb(isa, bd, bd.shl(hi, splat_c(I32, 8, L)), wu, pl)
                         a = fmuladd(bd, bd.sitofp(isum, vec(F32T, L)), ls, a)
                 acc[i].set(a)
             for key, v, x, n in (("min", blk.min, xf, g), ("zero", blk.zero_scale, xz, 2 * g)):
