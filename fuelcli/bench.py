@@ -1,5 +1,9 @@
 """llama-bench-style throughput: `pp<N>` (prefill N tokens in one batch) and `tg<N>` (N one-token decodes).
 
+Many sequences (`--parallel 1,2,4`): `tg<N> xB` runs B sequences side by side, N steps of one forward
+over one new token of each (the engine's slots; llama.cpp's batch of B sequence ids, transformers'
+batch dimension). Its rate is the tokens of all B per second; "t/s/seq" divides by B.
+
 What is timed and what is not:
   * token ids are random (a seeded numpy rng), drawn before the clock starts: no tokenizer, no sampling;
     a tg test feeds the next pre-drawn random id at every step (llama-bench does the same);
@@ -53,10 +57,17 @@ class TestSpec:
     kind: str  # "pp" | "tg"
     n_tokens: int
     depth: int = 0
+    seqs: int = 1  # sequences decoding side by side (tg)
 
     @property
     def name(self) -> str:
-        return f"{self.kind}{self.n_tokens}" + (f" @ d{self.depth}" if self.depth else "")
+        return (f"{self.kind}{self.n_tokens}" + (f" x{self.seqs}" if self.seqs > 1 else "")
+                + (f" @ d{self.depth}" if self.depth else ""))
+
+    @property
+    def tokens(self) -> int:
+        """Tokens one run processes (over all its sequences)."""
+        return self.n_tokens * self.seqs
 
 
 def parse_int_list(text: str, option: str) -> list[int]:
@@ -78,21 +89,31 @@ def parse_int_list(text: str, option: str) -> list[int]:
     return out
 
 
-def make_tests(pp: list[int], tg: list[int], depths: list[int]) -> list[TestSpec]:
-    """llama-bench order: for each depth, every pp test then every tg test; 0 means skip."""
-    tests = [TestSpec(k, n, d) for d in depths for k, ns in (("pp", pp), ("tg", tg)) for n in ns if n > 0]
+def make_tests(pp: list[int], tg: list[int], depths: list[int], seqs: list[int] = (1,)) -> list[TestSpec]:
+    """llama-bench order: for each depth, every pp test then every tg test (at each width of seqs);
+    0 means skip."""
+    if any(b < 1 for b in seqs):
+        raise InputError(f"--parallel values must be at least 1, got {min(seqs)}")
+    tests = [t for d in depths for t in [TestSpec("pp", n, d) for n in pp if n > 0]
+             + [TestSpec("tg", n, d, b) for n in tg if n > 0 for b in seqs]]
     if not tests:
         raise InputError("nothing to run: every -p and -n value is 0")
     return tests
 
 
 def context_needed(tests: list[TestSpec]) -> int:
-    """KV cache positions a run needs: depth + the test's tokens, + 1 spare (the largest over tests)."""
+    """KV cache positions a sequence needs: depth + the test's tokens, + 1 spare (the largest over tests)."""
     return max(t.depth + t.n_tokens for t in tests) + 1
 
 
+def seqs_needed(tests: list[TestSpec]) -> int:
+    """Sequences the engine holds at once (its slots)."""
+    return max(t.seqs for t in tests)
+
+
 # ----------------------------------------------------------------------------------------------------
-# runners: reset + untimed depth fill, then one timed pp or tg run -> seconds
+# runners: reset + untimed depth fill (of each sequence), then one timed pp or tg run -> seconds;
+# a tg run of B sequences gets ids [N, B]
 
 
 class FuelRunner:
@@ -101,10 +122,15 @@ class FuelRunner:
     def __init__(self, engine):
         self.engine = engine
 
-    def prepare(self, depth_ids: np.ndarray):
-        self.engine.reset()
-        if len(depth_ids):
-            self.engine.prefill(depth_ids)
+    def prepare(self, depth_ids: np.ndarray, seqs: int = 1):
+        e = self.engine
+        e.reset()
+        if len(depth_ids) and seqs == 1:
+            e.prefill(depth_ids)
+        elif len(depth_ids):
+            for slot in range(seqs):
+                for s in range(0, len(depth_ids), e.n_batch):
+                    e.step([(slot, depth_ids[s:s + e.n_batch])])
 
     def pp(self, ids: np.ndarray) -> float:
         e = self.engine
@@ -113,11 +139,21 @@ class FuelRunner:
         return time.perf_counter() - t0
 
     def tg(self, ids: np.ndarray) -> float:
+        if ids.ndim == 2:
+            return self._tg_seqs(ids)
         decode = self.engine.decode
         toks = [int(t) for t in ids]
         t0 = time.perf_counter()
         for t in toks:
             decode(t)
+        return time.perf_counter() - t0
+
+    def _tg_seqs(self, ids: np.ndarray) -> float:
+        step = self.engine.step
+        batches = [[(b, [int(t)]) for b, t in enumerate(row)] for row in ids]
+        t0 = time.perf_counter()
+        for batch in batches:
+            step(batch)
         return time.perf_counter() - t0
 
 
@@ -132,8 +168,8 @@ class PeerRunner:
         info = self.process.info
         self.name, self.detail, self.threads = kind.name, info["detail"], info["threads"]
 
-    def prepare(self, depth_ids: np.ndarray):
-        self.process.call("prepare", depth_ids)
+    def prepare(self, depth_ids: np.ndarray, seqs: int = 1):
+        self.process.call("prepare", depth_ids, seqs)
 
     def pp(self, ids: np.ndarray) -> float:
         return self.process.call("pp", ids)
@@ -149,10 +185,12 @@ class PeerRunner:
 
 
 def start_peer(kind, source, threads: int, n_ctx: int, tests: list[TestSpec]) -> PeerRunner:
-    """The peer's runner on the model: llama.cpp with a batch that holds the largest pp test."""
+    """The peer's runner on the model: llama.cpp with a batch that holds the largest pp test (and,
+    for tests of several sequences, a context that holds them)."""
     if kind.name == "llama.cpp":
         n_batch = max([512] + [t.n_tokens for t in tests if t.kind == "pp"])
-        return PeerRunner(kind, threads, path=str(source.path), name=source.name, n_ctx=n_ctx, n_batch=n_batch)
+        return PeerRunner(kind, threads, path=str(source.path), name=source.name, n_ctx=n_ctx, n_batch=n_batch,
+                          seqs=seqs_needed(tests))
     return PeerRunner(kind, threads, path=str(source.path), source_kind=source.kind, name=source.name)
 
 
@@ -201,7 +239,7 @@ class TestResult:
     spec: TestSpec
     fuel: Series
     peer: Series | None = None
-    bytes_per_token: int = 0  # tg tests: what one decode step reads (bytes_per_token)
+    bytes_per_token: int = 0  # tg tests: what one decode step reads (bytes_per_token), per token it makes
 
     @property
     def ratio(self) -> float | None:
@@ -213,7 +251,7 @@ class TestResult:
 
     def to_dict(self, peer_name: str | None, bandwidth: float = 0.0) -> dict:
         d = {"test": self.spec.name, "kind": self.spec.kind, "n_tokens": self.spec.n_tokens,
-             "depth": self.spec.depth, "fuel": self.fuel.to_dict()}
+             "depth": self.spec.depth, "seqs": self.spec.seqs, "fuel": self.fuel.to_dict()}
         if self.peer is not None:
             d["peer"] = {"name": peer_name, **self.peer.to_dict()}
             d["ratio"] = self.ratio
@@ -270,9 +308,9 @@ def report_from_dict(d: dict) -> Report:
     """The inverse of Report.to_dict (a saved `-o json` report -> Report, e.g. to render it as md)."""
     tests = []
     for t in d["tests"]:
-        spec = TestSpec(t["kind"], t["n_tokens"], t["depth"])
-        peer = Series(spec.n_tokens, list(t["peer"]["samples_s"])) if "peer" in t else None
-        tests.append(TestResult(spec, Series(spec.n_tokens, list(t["fuel"]["samples_s"])), peer,
+        spec = TestSpec(t["kind"], t["n_tokens"], t["depth"], t.get("seqs", 1))
+        peer = Series(spec.tokens, list(t["peer"]["samples_s"])) if "peer" in t else None
+        tests.append(TestResult(spec, Series(spec.tokens, list(t["fuel"]["samples_s"])), peer,
                                 t.get("bytes_per_token", 0)))
     return Report(ModelInfo(**d["model"]), d["threads"], d["repetitions"], d["seed"], d["n_ctx"], tests,
                   d["peak_rss_bytes"], d["kv_bytes"], d["peer"], d["backend"],
@@ -295,10 +333,11 @@ def model_info(source, cfg, weights) -> ModelInfo:
 # memory roofline
 
 
-def bytes_per_token(cfg, weights, ctx: float, kv_value_bytes: int = 4) -> int:
-    """Bytes one decode step reads: every matrix it multiplies by (the embedding contributes one row
-    unless it is also the output; MoE experts at k of n), norms and biases, and the K and V of ctx
-    cached positions (kv_value_bytes each: 4 for f32, 2 for f16)."""
+def bytes_per_token(cfg, weights, ctx: float, kv_value_bytes: int = 4, seqs: int = 1) -> int:
+    """Bytes one decode step reads, per token it makes: every matrix it multiplies by (the embedding
+    contributes one row unless it is also the output; MoE experts at k of n), norms and biases, read
+    once for the step's `seqs` tokens, and each sequence's K and V of ctx cached positions
+    (kv_value_bytes each: 4 for f32, 2 for f16)."""
     embed_row = 0 if weights.output is weights.embed else weights.embed.nbytes // weights.embed.shape[0]
     total = embed_row + int(weights.final_norm.nbytes)
     total += sum(t.nbytes for t in weights.tensors() if t is not weights.embed or t is weights.output)
@@ -308,7 +347,7 @@ def bytes_per_token(cfg, weights, ctx: float, kv_value_bytes: int = 4) -> int:
             total -= sum(t.nbytes for t in experts) * (1 - cfg.experts_per_tok / cfg.num_experts)
         total += sum(int(v.nbytes) for v in (layer.attn_norm, layer.ffn_norm, layer.q_bias, layer.k_bias,
                                              layer.v_bias, layer.o_bias, layer.q_norm, layer.k_norm) if v is not None)
-    return int(total + 2 * cfg.num_layers * ctx * cfg.kv_dim * kv_value_bytes)
+    return int(total / seqs + 2 * cfg.num_layers * ctx * cfg.kv_dim * kv_value_bytes)
 
 
 def measure_bandwidth(nbytes: int, threads: int) -> float:
@@ -346,11 +385,14 @@ def run_bench(fuel, tests: list[TestSpec], repetitions: int, vocab_size: int, se
         return rng.integers(0, vocab_size, size=n, dtype=np.int64)
 
     def once(runner, spec: TestSpec, depth_ids, ids) -> float:
+        if spec.seqs > 1:
+            runner.prepare(depth_ids, spec.seqs)
+            return runner.tg(ids.reshape(spec.n_tokens, spec.seqs))
         runner.prepare(depth_ids)
         return runner.pp(ids) if spec.kind == "pp" else runner.tg(ids)
 
     # the same ids for every runner in one repetition; fresh ids per repetition
-    warm_ids = [(draw(t.depth), draw(t.n_tokens)) for t in tests]
+    warm_ids = [(draw(t.depth), draw(t.tokens)) for t in tests]
     for spec, (d, x) in zip(tests, warm_ids):
         once(fuel, spec, d, x)
         tick(f"fuel warm-up {spec.name}")
@@ -363,9 +405,9 @@ def run_bench(fuel, tests: list[TestSpec], repetitions: int, vocab_size: int, se
             tick(f"{peer.name} warm-up {spec.name}")
     results = []
     for spec in tests:
-        res = TestResult(spec, Series(spec.n_tokens), None if peer is None else Series(spec.n_tokens))
+        res = TestResult(spec, Series(spec.tokens), None if peer is None else Series(spec.tokens))
         for rep in range(repetitions):
-            d, x = draw(spec.depth), draw(spec.n_tokens)
+            d, x = draw(spec.depth), draw(spec.tokens)
             res.fuel.seconds.append(once(fuel, spec, d, x))
             tick(f"fuel {spec.name} {rep + 1}/{repetitions}")
             if peer is not None:
@@ -410,6 +452,10 @@ def render_md(rep: Report) -> str:
     m, peer = rep.model, rep.peer_name
     cols = ["model", "size", "params", "backend", "threads", "test", "t/s"]
     align = ["---", "---:", "---:", "---", "---:", "---:", "---:"]
+    per_seq = any(t.spec.seqs > 1 for t in rep.tests)
+    if per_seq:
+        cols.append("t/s/seq")
+        align.append("---:")
     if peer:
         cols += [f"{peer} t/s", f"fuel/{peer}"]
         align += ["---:", "---:"]
@@ -421,6 +467,8 @@ def render_md(rep: Report) -> str:
     for t in rep.tests:
         row = [m.name, human_bytes(m.size_bytes), human_count(m.params), rep.backend, str(rep.threads),
                t.spec.name, _ts(t.fuel)]
+        if per_seq:
+            row.append(f"{t.fuel.mean / t.spec.seqs:.2f}")
         if peer:
             row += [_ts(t.peer), f"{t.ratio:.2f}"]
         if roof:
@@ -442,7 +490,7 @@ def render_md(rep: Report) -> str:
 
 CSV_FIELDS = ["model", "model_kind", "family", "size_bytes", "params", "formats", "backend", "threads",
               "repetitions", "peak_rss_bytes", "test", "kind", "n_tokens", "depth", "avg_ts", "stddev_ts",
-              "samples_ts", "peer", "peer_avg_ts", "peer_stddev_ts", "peer_samples_ts", "ratio", "bytes_per_token",
+              "samples_ts", "seqs", "peer", "peer_avg_ts", "peer_stddev_ts", "peer_samples_ts", "ratio", "bytes_per_token",
               "roofline_fraction"]
 
 
@@ -455,7 +503,8 @@ def render_csv(rep: Report) -> str:
         row = dict(model=m.name, model_kind=m.kind, family=m.family, size_bytes=m.size_bytes, params=m.params,
                    formats=formats_text(m.formats), backend=rep.backend, threads=rep.threads,
                    repetitions=rep.repetitions, peak_rss_bytes=rep.peak_rss_bytes, test=t.spec.name,
-                   kind=t.spec.kind, n_tokens=t.spec.n_tokens, depth=t.spec.depth, avg_ts=repr(t.fuel.mean),
+                   kind=t.spec.kind, n_tokens=t.spec.n_tokens, depth=t.spec.depth, seqs=t.spec.seqs,
+                   avg_ts=repr(t.fuel.mean),
                    stddev_ts=repr(t.fuel.std), samples_ts=";".join(repr(r) for r in t.fuel.rates))
         if t.peer is not None:
             row.update(peer=rep.peer_name, peer_avg_ts=repr(t.peer.mean), peer_stddev_ts=repr(t.peer.std),

@@ -28,7 +28,7 @@ class FakePeer:
                 "system_info": "none", "torch": "0", "attention": "none"}
 
     # bench
-    def prepare(self, depth_ids):
+    def prepare(self, depth_ids, seqs=1):
         self._maybe_crash("prepare")
 
     def pp(self, ids):

@@ -137,6 +137,33 @@ def test_fuel_runner_fills_depth_and_resets(tiny):
     assert r.pp(rng.integers(0, 256, 7)) > 0 and e.pos == 7
 
 
+def test_parallel_tests():
+    """--parallel widens every tg test; pp tests stay one sequence; a width below 1 is refused."""
+    tests = B.make_tests([8], [4], [0, 2], [1, 3])
+    assert [t.name for t in tests] == ["pp8", "tg4", "tg4 x3", "pp8 @ d2", "tg4 @ d2", "tg4 x3 @ d2"]
+    assert [t.tokens for t in tests[:3]] == [8, 4, 12]
+    assert B.seqs_needed(tests) == 3 and B.context_needed(tests) == 2 + 8 + 1  # positions of one sequence
+    with pytest.raises(InputError, match="at least 1"):
+        B.make_tests([8], [4], [0], [2, 0])
+
+
+def test_fuel_runner_sequences(tiny):
+    """A tg run of B sequences steps every slot once a token; prepare fills each slot's depth."""
+    from fuelcli.backends.cpu.engine import CpuEngine as Engine
+    from fuelcli.loader import open_model
+
+    m = open_model(str(tiny))
+    e = Engine(m.cfg, m.weights, n_ctx=32, slots=3)
+    r = B.FuelRunner(e)
+    rng = np.random.default_rng(0)
+    r.prepare(rng.integers(0, 256, 5), 3)
+    assert list(e.positions) == [5, 5, 5]
+    assert r.tg(rng.integers(0, 256, (4, 3))) > 0 and list(e.positions) == [9, 9, 9]
+    r.prepare(np.zeros(0, np.int64), 2)
+    assert list(e.positions) == [0, 0, 0]
+    assert r.tg(rng.integers(0, 256, (2, 2))) > 0 and list(e.positions) == [2, 2, 0]
+
+
 # ---------------------------------------------------------------------------------------------------
 # the command on the tiny model
 
@@ -217,8 +244,61 @@ def test_csv_report(tiny):
         assert int(r["params"]) == TINY_PARAMS and r["formats"] == "f32 16" and r["peer"] == ""
 
 
+def test_parallel_report(tiny):
+    """tg xB rows: the rate counts the tokens of all B sequences, t/s/seq is that over B, and a step's
+    weights are read once for its B tokens (bytes per token: weights / B + one sequence's KV)."""
+    rep = json.loads(bench(tiny, "-p", "0", "-n", "4", "--parallel", "1,2", "-r", "2", "-o", "json"))
+    one, two = rep["tests"]
+    assert (one["test"], one["seqs"], two["test"], two["seqs"]) == ("tg4", 1, "tg4 x2", 2)
+    check_series(one["fuel"], 4, 2)
+    check_series(two["fuel"], 8, 2)
+    weights = 4 * (TINY_PARAMS - 256 * 64 + 64)
+    kv = 2 * 2 * 2.5 * 4 * 16 * 4
+    assert one["bytes_per_token"] == int(weights + kv) and two["bytes_per_token"] == int(weights / 2 + kv)
+    assert rep["bandwidth"]["bytes"] == max(one["bytes_per_token"], 2 * two["bytes_per_token"])
+    md = B.render_md(B.report_from_dict(rep)).splitlines()
+    assert md[0].startswith("| model | size | params | backend | threads | test | t/s | t/s/seq |")
+    cells = [c.strip() for c in md[3].strip("|").split("|")]
+    assert cells[5] == "tg4 x2" and float(cells[7]) == pytest.approx(two["fuel"]["avg_ts"] / 2, abs=0.006)
+    rows = list(csv.DictReader(io.StringIO(bench(tiny, "-p", "0", "-n", "4", "--parallel", "2", "-r", "1",
+                                                 "-o", "csv", "--no-roofline"))))
+    assert [(r["test"], r["seqs"]) for r in rows] == [("tg4 x2", "2")]
+
+
+def test_transformers_peer_sequences(tiny):
+    """The transformers peer runs B sequences in its batch dimension, the cache B rows deep."""
+    pytest.importorskip("transformers")
+    from fuelcli.peers import PEERS
+    from fuelcli.source import resolve
+
+    r = B.start_peer(PEERS["transformers"], resolve(str(tiny)), 1, 32, [])
+    try:
+        r.prepare(np.arange(3), 2)
+        assert r.tg(np.arange(8).reshape(4, 2)) > 0
+        assert r.process.call("cache_length") == 7
+    finally:
+        r.close()
+
+
+def test_llama_cpp_peer_sequences(smollm2_gguf):
+    """llama.cpp's context of B sequences: a step decodes one token of each; prepare clears them."""
+    pytest.importorskip("llama_cpp")
+    from fuelcli.peers import PEERS
+    from fuelcli.source import resolve
+
+    tests = B.make_tests([0], [4], [0], [1, 2])
+    r = B.start_peer(PEERS["llama.cpp"], resolve(str(smollm2_gguf)), 1, B.context_needed(tests) + 3, tests)
+    try:
+        for _ in range(2):  # a second run after prepare: the cleared cache takes positions from 3 again
+            r.prepare(np.arange(3), 2)
+            assert r.tg(np.arange(8).reshape(4, 2)) > 0
+    finally:
+        r.close()
+
+
 @pytest.mark.parametrize("args", [["-p", "0", "-n", "0"], ["-o", "xml"], ["-r", "0"], ["-p", "a"],
-                                  ["-p", "300"], ["--compare", "vllm"], ["--compare", "llama.cpp"]])
+                                  ["-p", "300"], ["--compare", "vllm"], ["--compare", "llama.cpp"],
+                                  ["--parallel", "0"], ["--parallel", "x"], ["--parallel", "-2"]])
 def test_bad_input(tiny, args):
     r = CliRunner().invoke(app, ["bench", str(tiny), "--no-progress", *args])
     if args == ["--compare", "llama.cpp"]:  # a directory: llama.cpp needs GGUF (or is not installed)

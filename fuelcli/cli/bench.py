@@ -18,6 +18,8 @@ def bench(
     n_prompt: str = typer.Option("512", "-p", "--n-prompt", help="pp tests: prompt sizes, comma list; 0 = none"),
     n_gen: str = typer.Option("128", "-n", "--n-gen", help="tg tests: tokens to generate, comma list; 0 = none"),
     depth: str = typer.Option("0", "-d", "--n-depth", help="context depth: tokens cached (untimed) before each run, comma list"),
+    parallel: str = typer.Option("1", "--parallel", "-np", help="tg tests: sequences decoding side by side, "
+                                 "comma list (as `serve --parallel`): tokens/s summed over them, and per sequence"),
     repetitions: int = typer.Option(5, "-r", "--repetitions", help="timed runs per test, after one untimed warm-up"),
     threads: Optional[int] = Threads,
     output: str = typer.Option("md", "-o", "--output", help="md | json | csv"),
@@ -50,7 +52,7 @@ def bench(
     if repetitions < 1:
         raise InputError(f"-r must be at least 1, got {repetitions}")
     tests = B.make_tests(B.parse_int_list(n_prompt, "-p"), B.parse_int_list(n_gen, "-n"),
-                         B.parse_int_list(depth, "-d"))
+                         B.parse_int_list(depth, "-d"), B.parse_int_list(parallel, "--parallel"))
 
     from ..backends import make_engine
     from ..loader import open_model
@@ -68,7 +70,8 @@ def bench(
     n_ctx = B.context_needed(tests)
     if n_ctx > m.cfg.max_position:
         raise InputError(f"the tests need a context of {n_ctx} (depth + tokens + 1); the model's is {m.cfg.max_position}")
-    engine = make_engine(m.cfg, m.weights, n_ctx=n_ctx, device=device, cache_type=cache_type)
+    engine = make_engine(m.cfg, m.weights, n_ctx=n_ctx, device=device, cache_type=cache_type,
+                         slots=B.seqs_needed(tests))
     info = B.model_info(m.source, m.cfg, m.weights)
 
     peer_factory = None
@@ -94,9 +97,9 @@ def bench(
     tg = [r for r in results if r.spec.kind == "tg"]
     for r in tg:  # the KV cache read grows along the run: count its mean length
         r.bytes_per_token = B.bytes_per_token(m.cfg, m.weights, r.spec.depth + (r.spec.n_tokens + 1) / 2,
-                                              engine.kv_value_bytes)
+                                              engine.kv_value_bytes, r.spec.seqs)
     if roofline and tg and engine.device == "cpu":
-        ws = max(r.bytes_per_token for r in tg)
+        ws = max(r.bytes_per_token * r.spec.seqs for r in tg)
         report.bandwidth = {"bytes": ws, "threads": n_threads, "bytes_per_s": B.measure_bandwidth(ws, n_threads)}
     if peer is not None:
         report.peer = {"name": peer.name, "detail": peer.detail, "threads": peer.threads,

@@ -2,7 +2,9 @@
 
 For bench: `Llama.eval` of the whole prompt for pp (one batch: n_batch >= N), one-token `eval`
 calls for tg, `reset()` (n_tokens = 0: the next eval drops the cache past it) between runs; the
-seconds are timed here, around the calls alone.
+seconds are timed here, around the calls alone. Tests of B sequences run on a second context with
+n_seq_max = B (llama-batched-bench's setting: a KV cache per sequence), one llama_decode a step
+over a batch of one token of each sequence, every token's logits asked for.
 For the oracle: llama_decode over slices of at most n_batch tokens with the logits of every token,
 the KV cache cleared at the start of each window.
 """
@@ -17,7 +19,7 @@ from ..errors import InputError
 
 
 class LlamaCppPeer:
-    def __init__(self, path: str, name: str, threads: int, n_ctx: int, n_batch: int = 512):
+    def __init__(self, path: str, name: str, threads: int, n_ctx: int, n_batch: int = 512, seqs: int = 1):
         import llama_cpp
 
         self.lc, self.threads, self.n_batch = llama_cpp, threads, n_batch
@@ -29,6 +31,20 @@ class LlamaCppPeer:
             raise InputError(f"llama.cpp could not load {name}: {first}") from None
         self.version = getattr(llama_cpp, "__version__", "?")
         self._batch = None
+        self._seqs = None if seqs == 1 else self._seq_context(seqs, n_ctx)
+
+    def _seq_context(self, seqs: int, n_ctx: int):
+        """(context, batch) for tests of up to `seqs` sequences of n_ctx positions each."""
+        lc = self.lc
+        p = lc.llama_context_default_params()
+        p.n_ctx = seqs * -(-n_ctx // 256) * 256  # llama.cpp splits it into seqs caches of whole 256s
+        p.n_batch = p.n_ubatch = max(self.n_batch, seqs)
+        p.n_seq_max = seqs
+        p.n_threads = p.n_threads_batch = self.threads
+        ctx = lc.llama_init_from_model(self.llm.model, p)
+        if not ctx:
+            raise InputError(f"llama.cpp could not make a context of {seqs} sequences")
+        return ctx, lc.llama_batch_init(p.n_batch, 0, 1)
 
     def info(self) -> dict:
         return {"version": self.version, "threads": self.threads,
@@ -37,7 +53,9 @@ class LlamaCppPeer:
 
     # ---------------------------------------------------------------- bench
 
-    def prepare(self, depth_ids):
+    def prepare(self, depth_ids, seqs: int = 1):
+        if seqs > 1:
+            return self._prepare_seqs(depth_ids, seqs)
         self.llm.reset()
         if len(depth_ids):
             self.llm.eval([int(t) for t in depth_ids])
@@ -49,11 +67,39 @@ class LlamaCppPeer:
         return time.perf_counter() - t0
 
     def tg(self, ids) -> float:
+        if ids.ndim == 2:
+            return self._tg_seqs(ids)
         ev = self.llm.eval
         toks = [[int(t)] for t in ids]
         t0 = time.perf_counter()
         for t in toks:
             ev(t)
+        return time.perf_counter() - t0
+
+    def _decode(self, ctx, b, rows):
+        """rows: (token, position, sequence) into batch b, one llama_decode."""
+        b.n_tokens = len(rows)
+        for k, (t, p, s) in enumerate(rows):
+            b.token[k], b.pos[k], b.n_seq_id[k], b.logits[k] = int(t), int(p), 1, 1
+            b.seq_id[k][0] = int(s)
+        rc = self.lc.llama_decode(ctx, b)
+        if rc != 0:
+            raise InputError(f"llama.cpp llama_decode failed (code {rc})")
+
+    def _prepare_seqs(self, depth_ids, seqs: int):
+        ctx, b = self._seqs
+        self.lc.llama_memory_clear(self.lc.llama_get_memory(ctx), True)
+        for s in range(seqs):
+            for k in range(0, len(depth_ids), self.n_batch):
+                self._decode(ctx, b, [(t, k + i, s) for i, t in enumerate(depth_ids[k:k + self.n_batch])])
+        self._depth = len(depth_ids)
+
+    def _tg_seqs(self, ids) -> float:
+        ctx, b = self._seqs
+        steps = [[(t, self._depth + i, s) for s, t in enumerate(row)] for i, row in enumerate(ids)]
+        t0 = time.perf_counter()
+        for rows in steps:
+            self._decode(ctx, b, rows)
         return time.perf_counter() - t0
 
     # ---------------------------------------------------------------- oracle

@@ -76,11 +76,12 @@ class TransformersPeer:
 
     # ---------------------------------------------------------------- bench
 
-    def prepare(self, depth_ids):
-        self.past = None  # the model starts a fresh DynamicCache
+    def prepare(self, depth_ids, seqs: int = 1):
+        """A fresh DynamicCache (of `seqs` rows of the batch dimension) holding depth_ids."""
+        self.past = None
         if len(depth_ids):
             with self.torch.inference_mode():
-                _, self.past = self._forward(self._ids(depth_ids), None, logits_to_keep=1)
+                _, self.past = self._forward(self._ids(depth_ids).repeat(seqs, 1), None, logits_to_keep=1)
 
     def pp(self, ids) -> float:
         x = self._ids(ids)
@@ -90,7 +91,8 @@ class TransformersPeer:
             return time.perf_counter() - t0
 
     def tg(self, ids) -> float:
-        xs = [self._ids(ids[i:i + 1]) for i in range(len(ids))]
+        """ids [N] (one sequence) or [N, B] (B sequences, the batch dimension): N forward steps."""
+        xs = [self._ids(ids[i]).reshape(-1, 1) for i in range(len(ids))]
         fwd, past = self._forward, self.past
         with self.torch.inference_mode():
             t0 = time.perf_counter()
