@@ -112,8 +112,20 @@ def quantize_rows(x, qx, core):
 
 
 @njit(cache=True)
+def quantize_for(x, qx, core, n_dec):
+    M.quantize_for(x, qx, core, n_dec)
+
+
+@njit(cache=True)
 def matmul(x, qx, w_addr, n_rows, row_bytes, code, kern, out):
     M.matmul(x, qx, w_addr, n_rows, row_bytes, code, kern, out)
+
+
+@njit(cache=True)
+def decode_rows(x, qx, w_addr, n_rows, row_bytes, code, kern, core, out, n_dec, desc, ddesc):
+    """x's first n_dec rows on the decode kernels (the forward's way: describe_product, batch)."""
+    M.batch(desc, M.describe_product(desc, 0, x, qx, w_addr, n_rows, row_bytes, code, kern, core, M.ptr(out), n_dec,
+                                     ddesc), core, x.shape[0] > n_dec)
 
 
 @njit(cache=True)
@@ -340,6 +352,49 @@ def test_prefill_int16(isa, fmt):
         # one token at a time through the decode kernel: the same integers, the same answer
         one = _matmul(x[3:4] if T > 3 else x[:1], raw, fmt, kern, core).astype(np.float64)
         assert np.allclose(one, got[3:4] if T > 3 else got[:1], rtol=0, atol=1e-5 * mag.max())
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_wide_decode_is_one_token_decode(isa, fmt):
+    """The B-wide decode kernels (a weight row unpacked once for kernels.DECODE_WIDTHS tokens) give
+    each token the one-token kernel's result bit for bit: 2 and 4 tokens, 7 as 4 + 2 + 1 (a float
+    format: 2 + 2 + 2 + 1) interleaved, against the same tokens each on the one-token kernel; 41
+    rows (a partial task, an odd row for the planes kernels' pairs), the words kernels' chunks of
+    8, 4 and 1 blocks, a float row's last K % 32 elements. Negative control: the same tokens on the
+    tile kernels (their sums in another order) differ in the last bits, so equality is not what
+    any correct kernel gives."""
+    from fuelcli.backends.cpu.kernels import DECODE_WIDTHS, wide_widths
+
+    f = FORMATS[fmt]
+    ncols = 1024 if f.block_elems == 256 else 928 if f.block_elems == 32 else 301
+    nrows = 41
+    raw = np.ascontiguousarray(random_rows(fmt, nrows, ncols, seed=80 + f.code))
+    one, core = _kern(isa, [fmt])
+    wide = one.copy()
+    M.add_wide(wide, [f.code], _isa(isa))
+    assert [B for i, B in enumerate(DECODE_WIDTHS) if wide[f.code, M.K_WIDE + i]] == list(wide_widths(f.code))
+    assert not one[f.code, M.K_WIDE:].any()
+    cases = _x_cases(ncols)
+    rng = np.random.default_rng(9)
+    x = np.stack([cases["normal"], cases["heavy"]] + [rng.standard_normal(ncols).astype(np.float32) for _ in range(5)])
+    desc, ddesc = np.zeros((M.DESC_ROWS, M.DESC_COLS), np.int64), np.zeros((len(x), M.DESC_COLS), np.int64)
+
+    def decode(kern, n):
+        qx = quantized(n, ncols, tokens=n)
+        if record(f.code).quant:
+            quantize_for(x[:n], qx, core, n)
+        out = np.full((n, nrows), np.nan, np.float32)
+        decode_rows(x[:n], qx, raw.ctypes.data, nrows, raw.shape[1], f.code, kern, core, out, n, desc, ddesc)
+        return out
+
+    for n in (2, 4, 7):
+        ref = decode(one, n)
+        assert not np.isnan(ref).any()
+        assert np.array_equal(decode(wide, n).view(np.uint32), ref.view(np.uint32)), (fmt, n)
+    tiled = _matmul(x, raw, fmt, one, core)
+    assert not np.array_equal(tiled, ref)
+    assert np.allclose(tiled, ref, rtol=0, atol=1e-5 * float(np.abs(ref).max()))
 
 
 @pytest.mark.parametrize("isa", ISAS)

@@ -55,7 +55,8 @@ class Activations(NamedTuple):
     ey: np.ndarray  # [1, H]
     qx: Quantized  # the input of the next matrix products, prepared for the block formats
     desc: np.ndarray  # [DESC_ROWS, 13] int64: the task kernels of one parallel loop (matmul.batch)
-    ddesc: np.ndarray  # [3, slots, 13] int64: each product's decode kernels, a token each (matmul.interleave)
+    ddesc: np.ndarray  # [3, slots, 13] int64: each product's decode kernels, one or B tokens each, their tasks
+    # interleaved (matmul.describe_product)
     part: np.ndarray  # a decode step's attention runs: MAX_SPLITS * heads * part_stride(head_dim)
     last: np.ndarray  # [slots, H] the last row of each sequence in a step (its logits' input)
 

@@ -290,8 +290,8 @@ def _batch(isa, mod, name):
 def _interleave(isa, mod, name):
     """interleave(task, desc, n): the tasks of n task kernels with as many tasks each (desc as
     batch's), taken in turn: task i runs row i % n's kernel with task index i // n. One matrix's
-    decode kernels for n tokens: a thread's run of tasks reads a group of weight rows once from
-    memory and for the other tokens from its cache."""
+    decode kernels for n tokens or groups of tokens (matmul.describe_product): a thread's run of
+    tasks reads a group of weight rows once from memory and for the other kernels from its cache."""
     fn, bd = func(mod, name, TASK_ARGS)
     task, desc_, n = fn.args[:3]
     desc = ptr_to(bd, desc_, I64)

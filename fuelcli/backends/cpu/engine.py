@@ -23,7 +23,7 @@ from .attention import KEY_BLOCK
 from .jit import load_cached
 from .kernels import is_quant
 from .llvm import host_isa
-from .matmul import ACTIVATION_CODES, N_KERNEL_COLS
+from .matmul import ACTIVATION_CODES, N_KERNEL_COLS, add_wide
 from .tables import KernelTables
 
 N_BATCH = 512  # tokens per forward call of a long prefill
@@ -118,6 +118,7 @@ class CpuEngine(Engine):
             self.backend += f" kv {cache_type}"
         self._tables = KernelTables(self.codes, isa, cfg.head_dim, use_amx, cache_type,
                                     background=not _forward_cached())
+        self._isa, self._wide = isa, False  # the B-wide decode kernels: at the first step of several sequences
         self.vecs = np.concatenate(vecs).astype(np.float32)
         self.vec_tab = np.array(vec_tab, np.int64).reshape(-1, 2)
         dims = np.zeros(F.N_DIMS, np.int64)
@@ -213,6 +214,9 @@ class CpuEngine(Engine):
         T = sum(len(t) for t in ids)
         if T > self.n_batch:
             raise InputError(f"a step of {T} tokens exceeds the engine's {self.n_batch} rows")
+        if len(batch) > 1 and not self._wide:  # several decode rows (at least the logits' rows)
+            add_wide(self.kern, self.codes, self._isa)
+            self._wide = True
         order = sorted(range(len(batch)), key=lambda i: len(ids[i]) > 1)  # one-token sequences first
         segs = self._segs([(slots[i], self.positions[slots[i]], len(ids[i])) for i in order])
         logits = self._last[:len(batch)]

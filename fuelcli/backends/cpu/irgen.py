@@ -237,11 +237,13 @@ def dpb(isa: Isa, bd, acc, w, x):
     """acc + quad sums (vpdpbusd): lane i += sum_j w[4i+j] * x[4i+j], w unsigned and x signed bytes
     (<4L x i8>), acc <L x i32>."""
     L = acc.type.count
-    if isa.emulated:
-        p = bd.mul(bd.zext(w, vec(I32, 4 * L)), bd.sext(x, vec(I32, 4 * L)))
-        quads = [bd.shuffle_vector(p, p, const(I32, range(j, 4 * L, 4))) for j in range(4)]
-        return bd.add(acc, bd.add(bd.add(quads[0], quads[1]), bd.add(quads[2], quads[3])))
     w32, x32 = bd.bitcast(w, vec(I32, L)), bd.bitcast(x, vec(I32, L))
+    if isa.emulated:  # byte j of each lane: shifted out in place (fewer, narrower ops than widening
+        # the bytes to 4L lanes: a B-wide planes kernel compiles ~3x faster)
+        c = lambda v: splat_c(I32, v, L)  # noqa: E731
+        parts = [bd.mul(bd.and_(bd.lshr(w32, c(8 * j)), c(255)), bd.ashr(bd.shl(x32, c(24 - 8 * j)), c(24)))
+                 for j in range(4)]
+        return bd.add(acc, bd.add(bd.add(parts[0], parts[1]), bd.add(parts[2], parts[3])))
     return call_intrinsic(bd, f"llvm.x86.avx512.vpdpbusd.{32 * L}", acc.type, [acc, w32, x32])
 
 

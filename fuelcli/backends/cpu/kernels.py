@@ -8,6 +8,19 @@ Three kernels per weight format, all `void f(i64, ...)` called by address from n
       in xp for their kernel: on avx512vnni as two int8 planes (_decode_planes, vpdpbusd on the
       stored bytes), elsewhere as int16 words in the order the stored bytes give the weights
       (_decode_words, vpmaddwd / vpdpwssd). Float formats take x as f32 and run FMAs.
+      B-wide (B in DECODE_WIDTHS; wide_module, compiled at an engine's first step of several
+      sequences): out[b, r] for tokens b < B, each token's x at the strides of the decode
+      layouts (_tokens). A row's weights are unpacked once (unpack.word_chunk / planes_blocks) and
+      dotted with every token's activations into that token's accumulators, each token's
+      arithmetic in the one-token kernel's order: its results are the one-token kernel's, bit
+      for bit, whatever tokens ride along. Decode here is bound by compute (the unpacking and the
+      int16 dots), not by reading the weights, so what a wider kernel saves is the unpacking: a
+      matrix's time for 4 tokens, one thread of a Zen 3 EPYC, against 4 one-token kernels: Q5_0
+      0.52x, Q4_1 0.59x, Q4_K 0.68x, Q6_K 0.73x, Q8_0 0.78x (Q4_K's and Q8_0's unpacking is a few
+      operations a group; the 16 vpmaddwd and the lane sums per 256 elements stay per token). 8
+      tokens as one kernel ran no faster than 4 + 4 (its sums spill); 3 tokens on one kernel
+      saved 27% over 2 + 1 on Q5_0, but a third width costs another 50% of compile. Float
+      formats: 2 tokens a kernel (wide_widths).
   prefill(w, row_bytes, n_rows, K, T, x, xs, xf, out, ldo)
       out[t, r] for T tokens (out row-major with row stride ldo). Rows sit in the lanes of a vector
       (16 on AVX-512, else 8): a task unpacks up to TASK_ROWS rows, KC elements at a time, into a
@@ -48,6 +61,7 @@ from .irgen import (F32T, G, I8, I16, I32, I64, Loop, Var, func, call_intrinsic,
                     vec)
 
 DECODE_ROWS = 16  # rows of one decode task
+DECODE_WIDTHS = (2, 4)  # tokens of the B-wide decode kernels (wide_widths: a format's)
 TASK_ROWS = 64  # rows of one prefill task (the driver splits a matrix into tasks of this many rows)
 KC = 256  # elements of k unpacked at a time: TASK_ROWS * KC * 2 bytes = 32 KiB of stack panel
 KC_FLOAT = 128  # the f32 panel: TASK_ROWS * KC_FLOAT * 4 bytes = 32 KiB
@@ -106,79 +120,99 @@ def _reduce_groups(isa, bd, P, full=True):
     return bd.add(lo, hi)
 
 
-def _decode_words(isa, mod, code, name):
+def _tokens(bd, B, K, ldo, xs_, xf_, out_, xp_, xz_):
+    """Per token b < B, the i64 addresses (xs, xf, out, xp, xz) of its block scales, block sums,
+    outputs and decode layout, from token 0's: the strides of matmul.decode_task (out: ldo floats,
+    the matrix's rows). Token 0's are the arguments themselves."""
+    nb = bd.udiv(K, c64(G))
+    strides = (bd.mul(nb, c64(4)), bd.mul(nb, c64(4)), bd.mul(ldo, c64(4)), bd.add(bd.mul(K, c64(4)), c64(64)),
+               bd.mul(bd.udiv(K, c64(16)), c64(4)))
+    base = (xs_, xf_, out_, xp_, xz_)
+    return [base if b == 0 else tuple(bd.add(a, bd.mul(s, c64(b))) for a, s in zip(base, strides)) for b in range(B)]
+
+
+def _decode_words(isa, mod, code, name, B=1):
     """decode on the token's words layout (every ISA without the int8 planes), a row at a time and
     unpack.WORD_CHUNK groups at a time: each group's weights taken out of its stored words in place
     (unpack.word_chunk) and dotted with its even and odd activations by two vpmaddwd (vpdpwssd with
     VNNI); the chunk's dots summed across lanes into one vector (vphaddd), converted, times the
     groups' scales and activation scales in one FMA (the mins in another). A 32-element format's
-    last blocks go four and then one at a time."""
-    fn, bd = func(mod, name, 10)
+    last blocks go four and then one at a time. B tokens (DECODE_WIDTHS): a chunk is unpacked once
+    and dotted with each token's activations into that token's accumulator, each token's steps
+    those of the one-token kernel in the same order."""
+    fn, bd = func(mod, name, 11)
     fn.linkage = "internal"
-    w, row_bytes, n_rows, K, _xq, xs_, xf_, out_, xw_, xz_ = fn.args
+    w, row_bytes, n_rows, K, _xq, xs_, xf_, out_, xw_, xz_, ldo = fn.args
     rec = U.record(code)
     BL = rec.layout
     per = BL.block_elems // G  # groups per format block
     chunk = E.WORD_CHUNK // per  # format blocks per chunk
-    xz = ptr_to(bd, xz_, F32T)
     L = G // 4  # i32 lanes of a group's dot
     half = vec(I16, G // 2)
-    wp, xw = ptr_to(bd, w, I8), ptr_to(bd, xw_, I16)
-    xs, xf, out = ptr_to(bd, xs_, F32T), ptr_to(bd, xf_, F32T), ptr_to(bd, out_, F32T)
+    wp = ptr_to(bd, w, I8)
+    toks = [(ptr_to(bd, xs, F32T), ptr_to(bd, xf, F32T), ptr_to(bd, out, F32T), ptr_to(bd, xw, I16),
+             ptr_to(bd, xz, F32T)) for xs, xf, out, xw, xz in _tokens(bd, B, K, ldo, xs_, xf_, out_, xw_, xz_)]
     nb = bd.udiv(K, c64(BL.block_elems))
     has_min = rec.has_min
     ahead = c64(WORD_AHEAD)
 
-    def dot(even, odd, g):  # <8 x i32>: group g's weights (even, odd) times its activations
+    def dot(xw, even, odd, g):  # <8 x i32>: group g's weights (even, odd) times its activations
         x0 = bd.mul(g, c64(G))
         p = dpw(isa, bd, splat_c(I32, 0, L), bd.bitcast(even, vec(I32, L)),
                 bd.bitcast(load(bd, xw, x0, half), vec(I32, L)))
         return dpw(isa, bd, p, bd.bitcast(odd, vec(I32, L)),
                    bd.bitcast(load(bd, xw, bd.add(x0, c64(G // 2)), half), vec(I32, L)))
 
-    def step(row, b0, nblk, acc):
-        """Blocks b0 .. b0 + nblk - 1 into acc (<8 x float>; its low lanes when fewer groups)."""
+    def step(row, b0, nblk, accs):
+        """Blocks b0 .. b0 + nblk - 1 into each token's acc (<8 x float>; its low lanes when fewer groups)."""
         for line in range(0, nblk * BL.block_bytes, 64):
             prefetch(bd, bd.gep(row, [bd.add(bd.add(bd.mul(b0, c64(BL.block_bytes)), c64(line)), ahead)]), 2)
         g0 = bd.mul(b0, c64(per))
         ch = U.word_chunk(code, bd, row, b0, nblk)
-        P = [dot(e, o, bd.add(g0, c64(j))) for j, (e, o) in enumerate(ch.groups)]
-        n = len(P)
-        a = acc.get()
-        widen = lambda v: v if n == L else bd.shuffle_vector(v, ir.Constant(v.type, None), const(I32, [*range(n), *[n] * (L - n)]))  # noqa: E731
-        if n == 1:  # one group: its lanes times its scale
-            sc = bd.fmul(bd.extract_element(ch.scale, ir.Constant(I32, 0)), bd.load(bd.gep(xs, [g0])))
-            a = fmuladd(bd, bd.sitofp(P[0], vec(F32T, L)), splat(bd, sc, L), a)
-        elif rec.words_sub16:  # a scale per 16 elements, in SUB16_ORDER
-            xsv = load(bd, xs, g0, vec(F32T, n))
-            sv = bd.fmul(ch.scale, bd.shuffle_vector(xsv, xsv, const(I32, [s // 2 for s in E.SUB16_ORDER])))
-            if rec.words_zero:  # the weights are q: the zero point times the activations'
-                # 16-element sums comes off, exactly
-                zs = bd.fptosi(load(bd, xz, bd.mul(g0, c64(2)), vec(F32T, 2 * n)), vec(I32, 2 * n))
-                zs = bd.mul(bd.shuffle_vector(zs, zs, const(I32, E.SUB16_ORDER)), splat_c(I32, rec.words_zero, 2 * n))
-            for q, part in enumerate(_reduce_groups(isa, bd, P, False)):
-                if rec.words_zero:
-                    part = bd.sub(part, bd.shuffle_vector(zs, zs, const(I32, range(8 * q, 8 * q + 8))))
-                a = fmuladd(bd, bd.sitofp(part, vec(F32T, L)), bd.shuffle_vector(sv, sv, const(I32, range(8 * q, 8 * q + 8))), a)
-        else:
-            sums = bd.sitofp(_reduce_groups(isa, bd, P), vec(F32T, n))
-            a = fmuladd(bd, widen(sums), widen(bd.fmul(ch.scale, load(bd, xs, g0, vec(F32T, n)))), a)
-        if has_min:
-            mins = ch.min if n > 1 else bd.shuffle_vector(ch.min, ch.min, const(I32, [0]))
-            a = fmuladd(bd, widen(mins), widen(load(bd, xf, g0, vec(F32T, n))), a)
-        acc.set(a)
+        dots = [[None] * len(ch.groups) for _ in toks]
+        # group-major: a group's words feed every token while in registers (token-major spilled
+        # them: Q5_0, 4 tokens, 1.09 against 0.84 ms a matrix)
+        for j, (e, o) in enumerate(ch.groups):
+            for t, tok in enumerate(toks):
+                dots[t][j] = dot(tok[3], e, o, bd.add(g0, c64(j)))
+        for (xs, xf, _out, xw, xz), acc, P in zip(toks, accs, dots):
+            n = len(P)
+            a = acc.get()
+            widen = lambda v: v if n == L else bd.shuffle_vector(v, ir.Constant(v.type, None), const(I32, [*range(n), *[n] * (L - n)]))  # noqa: E731
+            if n == 1:  # one group: its lanes times its scale
+                sc = bd.fmul(bd.extract_element(ch.scale, ir.Constant(I32, 0)), bd.load(bd.gep(xs, [g0])))
+                a = fmuladd(bd, bd.sitofp(P[0], vec(F32T, L)), splat(bd, sc, L), a)
+            elif rec.words_sub16:  # a scale per 16 elements, in SUB16_ORDER
+                xsv = load(bd, xs, g0, vec(F32T, n))
+                sv = bd.fmul(ch.scale, bd.shuffle_vector(xsv, xsv, const(I32, [s // 2 for s in E.SUB16_ORDER])))
+                if rec.words_zero:  # the weights are q: the zero point times the activations'
+                    # 16-element sums comes off, exactly
+                    zs = bd.fptosi(load(bd, xz, bd.mul(g0, c64(2)), vec(F32T, 2 * n)), vec(I32, 2 * n))
+                    zs = bd.mul(bd.shuffle_vector(zs, zs, const(I32, E.SUB16_ORDER)), splat_c(I32, rec.words_zero, 2 * n))
+                for q, part in enumerate(_reduce_groups(isa, bd, P, False)):
+                    if rec.words_zero:
+                        part = bd.sub(part, bd.shuffle_vector(zs, zs, const(I32, range(8 * q, 8 * q + 8))))
+                    a = fmuladd(bd, bd.sitofp(part, vec(F32T, L)), bd.shuffle_vector(sv, sv, const(I32, range(8 * q, 8 * q + 8))), a)
+            else:
+                sums = bd.sitofp(_reduce_groups(isa, bd, P), vec(F32T, n))
+                a = fmuladd(bd, widen(sums), widen(bd.fmul(ch.scale, load(bd, xs, g0, vec(F32T, n)))), a)
+            if has_min:
+                mins = ch.min if n > 1 else bd.shuffle_vector(ch.min, ch.min, const(I32, [0]))
+                a = fmuladd(bd, widen(mins), widen(load(bd, xf, g0, vec(F32T, n))), a)
+            acc.set(a)
 
     with Loop(bd, 0, n_rows) as r:
         row = bd.gep(wp, [bd.mul(r, row_bytes)])
-        acc = Var(bd, splat_c(F32T, 0.0, L))
+        accs = [Var(bd, splat_c(F32T, 0.0, L)) for _ in toks]
         done = 0
         for nblk in (chunk, 4, 1) if chunk > 1 else (chunk,):  # a 32-element format's last blocks: 4, then 1
             start = done if isinstance(done, ir.Value) else c64(done)
             end = nb if nblk == 1 else bd.add(start, bd.mul(bd.udiv(bd.sub(nb, start), c64(nblk)), c64(nblk)))
             with Loop(bd, start, end, nblk) as b0:
-                step(row, b0, nblk, acc)
+                step(row, b0, nblk, accs)
             done = end
-        bd.store(hsum(bd, acc.get()), bd.gep(out, [r]))
+        for (_xs, _xf, out, _xw, _xz), acc in zip(toks, accs):
+            bd.store(hsum(bd, acc.get()), bd.gep(out, [r]))
     bd.ret_void()
     return fn
 
@@ -187,7 +221,7 @@ PLANES_ROWS = 2  # rows a planes decode kernel dots at once
 PLANES_AHEAD = 8  # rows ahead whose bytes a planes kernel asks for into L2 (see _decode_planes)
 
 
-def _decode_planes(isa, mod, code, name):
+def _decode_planes(isa, mod, code, name, B=1):
     """decode on the activations' int8 planes (avx512vnni: each format's planes emitter).
 
     Each unit of 64 weights is dotted with both planes, 64 multiply-adds per vpdpbusd: the high
@@ -199,21 +233,25 @@ def _decode_planes(isa, mod, code, name):
     (the activations' sums there). The bytes PLANES_AHEAD rows on are fetched into L2 (prefetcht1):
     on an AMD EPYC (Zen 4) a Q4_K kernel read 17.6 -> 33 GB/s from DRAM with 2 threads where
     prefetcht0 two groups ahead filled L1's miss buffers (a C prototype, 16 matrices of 8960 x 1536
-    cycled)."""
-    fn, bd = func(mod, name, 10)
+    cycled). B tokens (DECODE_WIDTHS): the first token's units serve every token; the emitter is
+    asked again per token only for its lane scales (they hold the token's activation scales), and
+    its unit work there is dead code; each token's steps are the one-token kernel's."""
+    fn, bd = func(mod, name, 11)
     fn.linkage = "internal"
-    w, row_bytes, n_rows, K, _xq, xs_, xf_, out_, xp_, xz_ = fn.args
+    w, row_bytes, n_rows, K, _xq, xs_, xf_, out_, xp_, xz_, ldo = fn.args
     rec = U.record(code)
     BL = rec.layout
     U8 = E.PLANES_UNIT
     L = U8 // 4  # i32 lanes of a unit's dot
     wp = ptr_to(bd, w, I8)
-    xs, xf, out = ptr_to(bd, xs_, F32T), ptr_to(bd, xf_, F32T), ptr_to(bd, out_, F32T)
-    xh, xz = ptr_to(bd, xp_, I8), ptr_to(bd, xz_, F32T)
     shared = rec.planes_klayout  # a block's units share one lane map: the planes' K-quant layout
-    if shared:
-        xh = bd.gep(xh, [bd.mul(K, c64(2))])
-    xl = bd.gep(xh, [K])
+    toks = []
+    for xs, xf, out, xp, xz in _tokens(bd, B, K, ldo, xs_, xf_, out_, xp_, xz_):
+        xh = ptr_to(bd, xp, I8)
+        if shared:
+            xh = bd.gep(xh, [bd.mul(K, c64(2))])
+        toks.append((ptr_to(bd, xs, F32T), ptr_to(bd, xf, F32T), ptr_to(bd, out, F32T), xh, bd.gep(xh, [K]),
+                     ptr_to(bd, xz, F32T)))
     per = BL.block_elems // G  # 32-element groups per format block
     chunk = E.PLANES_CHUNK // BL.block_elems  # format blocks per main-loop chunk
     nb = bd.udiv(K, c64(BL.block_elems))
@@ -225,12 +263,12 @@ def _decode_planes(isa, mod, code, name):
 
     def rows(r0, R):
         row = [bd.gep(wp, [bd.mul(bd.add(r0, c64(i)), row_bytes)]) for i in range(R)]
-        acc = [Var(bd, splat_c(F32T, 0.0, L)) for _ in range(R)]
+        accs = [[Var(bd, splat_c(F32T, 0.0, L)) for _ in range(R)] for _ in toks]
         ahead = bd.mul(row_bytes, c64(PLANES_AHEAD))
         # the min and zero-point sums, one accumulator per chunk size (their lane counts differ)
         keys = [k for k, on in (("min", rec.has_min), ("zero", rec.planes_zero is not None)) if on]
-        sums = {(k, n): Var(bd, splat_c(F32T, 0.0, n * per * (2 if k == "zero" else 1) * R))
-                for k in keys for n in sorted({chunk, 2, 1} if chunk > 1 else {1})}
+        sums = [{(k, n): Var(bd, splat_c(F32T, 0.0, n * per * (2 if k == "zero" else 1) * R))
+                 for k in keys for n in sorted({chunk, 2, 1} if chunk > 1 else {1})} for _ in toks]
 
         def step(b0, nblk):
             g = nblk * per  # 32-element groups of the chunk
@@ -240,28 +278,31 @@ def _decode_planes(isa, mod, code, name):
             for i in range(R):
                 for line in range(0, nbytes, 64):
                     prefetch(bd, bd.gep(row[i], [bd.add(bd.add(bd.mul(b0, c64(BL.block_bytes)), c64(line)), ahead)]), 2)
-            blk = U.planes_blocks(code, bd, row, b0, nblk, load(bd, xs, gi, vec(F32T, g)))
-            planes = [(load(bd, xh, bd.add(e0, c64(u * U8)), vec(I8, U8)), load(bd, xl, bd.add(e0, c64(u * U8)), vec(I8, U8)))
-                      for u in range(len(blk.units[0]))]
-            for i in range(R):
-                a = acc[i].get()
-                if shared:  # the block's units in one sum, converted and scaled once (two
-                    # chains, high and low plane: one chain of eight vpdpbusd is ~40 cycles long)
-                    hi, lo = splat_c(I32, 0, L), splat_c(I32, 0, L)
-                    for (ph, pl), wu in zip(planes, blk.units[i]):
-                        hi, lo = dpb(isa, bd, hi, wu, ph), dpb(isa, bd, lo, wu, pl)
-                    isum = bd.add(bd.shl(hi, splat_c(I32, 8, L)), lo)
-                    a = fmuladd(bd, bd.sitofp(isum, vec(F32T, L)), blk.lane_scales[i][0], a)
-                else:
-                    for (ph, pl), wu, ls in zip(planes, blk.units[i], blk.lane_scales[i]):
-                        hi = dpb(isa, bd, splat_c(I32, 0, L), wu, ph)
-                        isum = dpb(isa, bd, bd.shl(hi, splat_c(I32, 8, L)), wu, pl)
-                        a = fmuladd(bd, bd.sitofp(isum, vec(F32T, L)), ls, a)
-                acc[i].set(a)
-            for key, v, x, n in (("min", blk.min, xf, g), ("zero", blk.zero_scale, xz, 2 * g)):
-                if v is not None:
-                    xv = load(bd, x, bd.mul(b0, c64(n // nblk)), vec(F32T, n))
-                    sums[key, nblk].set(fmuladd(bd, v, tile(xv, R), sums[key, nblk].get()))
+            units = None
+            for (xs, xf, _out, xh, xl, xz), acc, sm in zip(toks, accs, sums):
+                blk = U.planes_blocks(code, bd, row, b0, nblk, load(bd, xs, gi, vec(F32T, g)))
+                units = units or blk.units
+                planes = [(load(bd, xh, bd.add(e0, c64(u * U8)), vec(I8, U8)),
+                           load(bd, xl, bd.add(e0, c64(u * U8)), vec(I8, U8))) for u in range(len(units[0]))]
+                for i in range(R):
+                    a = acc[i].get()
+                    if shared:  # the block's units in one sum, converted and scaled once (two
+                        # chains, high and low plane: one chain of eight vpdpbusd is ~40 cycles long)
+                        hi, lo = splat_c(I32, 0, L), splat_c(I32, 0, L)
+                        for (ph, pl), wu in zip(planes, units[i]):
+                            hi, lo = dpb(isa, bd, hi, wu, ph), dpb(isa, bd, lo, wu, pl)
+                        isum = bd.add(bd.shl(hi, splat_c(I32, 8, L)), lo)
+                        a = fmuladd(bd, bd.sitofp(isum, vec(F32T, L)), blk.lane_scales[i][0], a)
+                    else:
+                        for (ph, pl), wu, ls in zip(planes, units[i], blk.lane_scales[i]):
+                            hi = dpb(isa, bd, splat_c(I32, 0, L), wu, ph)
+                            isum = dpb(isa, bd, bd.shl(hi, splat_c(I32, 8, L)), wu, pl)
+                            a = fmuladd(bd, bd.sitofp(isum, vec(F32T, L)), ls, a)
+                    acc[i].set(a)
+                for key, v, x, n in (("min", blk.min, xf, g), ("zero", blk.zero_scale, xz, 2 * g)):
+                    if v is not None:
+                        xv = load(bd, x, bd.mul(b0, c64(n // nblk)), vec(F32T, n))
+                        sm[key, nblk].set(fmuladd(bd, v, tile(xv, R), sm[key, nblk].get()))
 
         with Loop(bd, 0, n_main, chunk) as b0:
             step(b0, chunk)
@@ -270,14 +311,15 @@ def _decode_planes(isa, mod, code, name):
                 step(b0, 2)
             with Loop(bd, n_pairs, nb) as b0:
                 step(b0, 1)
-        for i in range(R):
-            total = hsum(bd, acc[i].get())
-            for (key, nblk), var in sums.items():
-                v, n = var.get(), var.get().type.count // R
-                part = hsum(bd, bd.shuffle_vector(v, v, const(I32, range(n * i, n * (i + 1)))))
-                zero = ir.Constant(F32T, float(rec.planes_zero or 0))
-                total = bd.fadd(total, part) if key == "min" else bd.fsub(total, bd.fmul(zero, part))
-            bd.store(total, bd.gep(out, [bd.add(r0, c64(i))]))
+        for (_xs, _xf, out, _xh, _xl, _xz), acc, sm in zip(toks, accs, sums):
+            for i in range(R):
+                total = hsum(bd, acc[i].get())
+                for (key, nblk), var in sm.items():
+                    v, n = var.get(), var.get().type.count // R
+                    part = hsum(bd, bd.shuffle_vector(v, v, const(I32, range(n * i, n * (i + 1)))))
+                    zero = ir.Constant(F32T, float(rec.planes_zero or 0))
+                    total = bd.fadd(total, part) if key == "min" else bd.fsub(total, bd.fmul(zero, part))
+                bd.store(total, bd.gep(out, [bd.add(r0, c64(i))]))
 
     in_steps(bd, n_rows, PLANES_ROWS, rows)
     bd.ret_void()
@@ -498,14 +540,15 @@ def _unpack_quant(isa, mod, code, name):
 
 
 def _decode_task(mod, body, name):
-    """decode task: rows [task*DECODE_ROWS, ...) of (w, n_rows, row_bytes, K, x, xs, xf, out, xp, xz)."""
+    """decode task: rows [task*DECODE_ROWS, ...) of (w, n_rows, row_bytes, K, x, xs, xf, out, xp, xz),
+    for one token or (a B-wide body) B tokens from this one on (_tokens)."""
     fn, bd = func(mod, name, TASK_ARGS)
     task, w, n_rows, row_bytes, K, x, xs, xf, out, xp, xz = fn.args[:11]
     r0 = bd.mul(task, c64(DECODE_ROWS))
     nr = bd.sub(n_rows, r0)
     nr = bd.select(bd.icmp_signed(">", nr, c64(DECODE_ROWS)), c64(DECODE_ROWS), nr)
     bd.call(body, [bd.add(w, bd.mul(r0, row_bytes)), row_bytes, nr, K, x, xs, xf, bd.add(out, bd.mul(r0, c64(4))),
-                   xp, xz])
+                   xp, xz, n_rows])
     bd.ret_void()
 
 
@@ -604,17 +647,22 @@ def _elem_bytes(code):
     return U.record(code).layout.block_bytes
 
 
-def _decode_float(isa, mod, code, name):
-    fn, bd = func(mod, name, 10)
+def _decode_float(isa, mod, code, name, B=1):
+    """decode of a float format: 4 accumulators of L lanes a row, FMAs on the converted weights (the
+    last K % 4L elements one at a time). B tokens: a row's weights converted once for all of them,
+    each token's FMAs the one-token kernel's (token b's x 4K bytes after token b - 1's)."""
+    fn, bd = func(mod, name, 11)
     fn.linkage = "internal"
-    w, row_bytes, n_rows, K, x_, _xs, _xf, out_ = fn.args[:8]
+    w, row_bytes, n_rows, K, x_, _xs, _xf, out_, _xp, _xz, ldo = fn.args
     L = isa.lanes
     U4 = 4 * L
-    wp, x, out = ptr_to(bd, w, I8), ptr_to(bd, x_, F32T), ptr_to(bd, out_, F32T)
+    wp = ptr_to(bd, w, I8)
+    toks = [(ptr_to(bd, bd.add(x_, bd.mul(K, c64(4 * b))), F32T), ptr_to(bd, bd.add(out_, bd.mul(ldo, c64(4 * b))), F32T))
+            for b in range(B)]
     kv = bd.mul(bd.udiv(K, c64(U4)), c64(U4))
     with Loop(bd, 0, n_rows) as r:
         row = bd.gep(wp, [bd.mul(r, row_bytes)])
-        accs = [Var(bd, splat_c(F32T, 0.0, L)) for _ in range(4)]
+        accs = [[Var(bd, splat_c(F32T, 0.0, L)) for _ in range(4)] for _ in toks]
         ahead = bd.mul(row_bytes, c64(PREFETCH_GROUPS))
         with Loop(bd, 0, kv, U4) as k:
             for line in range(0, U4 * _elem_bytes(code), 64):  # the lines this step reads, PREFETCH_GROUPS rows on
@@ -622,13 +670,16 @@ def _decode_float(isa, mod, code, name):
             for u in range(4):
                 ku = bd.add(k, c64(u * L))
                 wv = U.floats(code, bd, row, ku, L)
-                accs[u].set(fmuladd(bd, wv, load(bd, x, ku, vec(F32T, L)), accs[u].get()))
-        tail = Var(bd, ir.Constant(F32T, 0.0))
+                for (x, _out), acc in zip(toks, accs):
+                    acc[u].set(fmuladd(bd, wv, load(bd, x, ku, vec(F32T, L)), acc[u].get()))
+        tails = [Var(bd, ir.Constant(F32T, 0.0)) for _ in toks]
         with Loop(bd, kv, K) as k:
             wk = bd.extract_element(U.floats(code, bd, row, k, 1), ir.Constant(I32, 0))
-            tail.set(fmuladd(bd, wk, bd.load(bd.gep(x, [k])), tail.get()))
-        a = bd.fadd(bd.fadd(accs[0].get(), accs[1].get()), bd.fadd(accs[2].get(), accs[3].get()))
-        bd.store(bd.fadd(hsum(bd, a), tail.get()), bd.gep(out, [r]))
+            for (x, _out), tail in zip(toks, tails):
+                tail.set(fmuladd(bd, wk, bd.load(bd.gep(x, [k])), tail.get()))
+        for (_x, out), acc, tail in zip(toks, accs, tails):
+            a = bd.fadd(bd.fadd(acc[0].get(), acc[1].get()), bd.fadd(acc[2].get(), acc[3].get()))
+            bd.store(bd.fadd(hsum(bd, a), tail.get()), bd.gep(out, [r]))
     bd.ret_void()
     return fn
 
@@ -781,6 +832,21 @@ def format_module(code: int, isa: Isa) -> tuple[ir.Module, list[str]]:
     return mod, names
 
 
+def wide_module(code: int, isa: Isa, widths=None) -> tuple[ir.Module, list[str]]:
+    """One format's B-wide decode task kernels, one per width of DECODE_WIDTHS: a module of its own,
+    compiled only for engines that carry several sequences."""
+    from ...formats import BY_CODE
+
+    fmt = BY_CODE[code].name
+    mod = ir.Module(name=f"fuel_wide_{fmt}_{isa.name}")
+    decode = _decode_float if not U.record(code).quant else _decode_planes if planes_isa(isa) else _decode_words
+    names = []
+    for B in widths or wide_widths(code):
+        names.append(f"fuel_decode{B}_{fmt}_{isa.name}")
+        _decode_task(mod, decode(isa, mod, code, names[-1] + "_rows", B), names[-1])
+    return mod, names
+
+
 def amx_module(code: int, isa: Isa) -> tuple[ir.Module, list[str]]:
     """One format's AMX panel unpack (amx.py)."""
     from ...formats import BY_CODE
@@ -826,7 +892,7 @@ def _module_name(which: str, key) -> str:
     return f"{which}-{key}"
 
 
-_BUILDERS = {"format": format_module, "driver": driver_module, "amx": amx_module}
+_BUILDERS = {"format": format_module, "driver": driver_module, "amx": amx_module, "wide": wide_module}
 
 
 @lru_cache(maxsize=None)
@@ -840,6 +906,20 @@ def addresses(code: int, isa: Isa) -> tuple[int, int, int, int]:
     decode, unpack, dequant = _compiled("format", code, isa)
     (prefill,) = _compiled("driver", driver_kind(code), isa)
     return decode, prefill, unpack, dequant
+
+
+def wide_widths(code: int) -> tuple:
+    """The widths of a format's B-wide decode kernels: a float format's 4 tokens keep 16 vectors
+    of sums, which spill on AVX2 (one thread, Zen 3, a matrix's time for 4 tokens against 4
+    one-token kernels: f16 / bf16 / f32 as 2 + 2 0.79x / 0.61x / 0.74x, on one kernel 0.68x /
+    0.78x / 1.12x), so they run 2 at a time."""
+    return DECODE_WIDTHS if U.record(code).quant else (2,)
+
+
+def wide_addresses(code: int, isa: Isa) -> tuple:
+    """A format's B-wide decode task kernels by DECODE_WIDTHS (0 for a width it has none of)."""
+    got = dict(zip(wide_widths(code), _compiled("wide", code, isa)))
+    return tuple(got.get(B, 0) for B in DECODE_WIDTHS)
 
 
 def amx_addresses(code: int, isa: Isa) -> tuple[int, int]:

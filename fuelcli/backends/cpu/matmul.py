@@ -26,12 +26,12 @@ from .jit import PARALLEL, helper
 from .amx import AMX_MIN_TOKENS
 from .amx import ROWS as AMX_ROWS
 from .attention import ATT_TOKENS, KEY_BLOCK, MIN_SPLIT_BLOCKS, PART_EXTRA
-from .kernels import DECODE_ROWS, TASK_ROWS
+from .kernels import DECODE_ROWS, DECODE_WIDTHS, TASK_ROWS
 from .llvm import args11, kcall, ptr, stack_counter, take, thread_count
 
-# columns of the kernel table
-K_DECODE, K_PREFILL, K_UNPACK, K_DEQUANT, K_QUANT, K_AMX_PREFILL, K_AMX_UNPACK = range(7)
-N_KERNEL_COLS = 7
+# columns of the kernel table; K_WIDE + i: the decode kernel of DECODE_WIDTHS[i] tokens (add_wide)
+K_DECODE, K_PREFILL, K_UNPACK, K_DEQUANT, K_QUANT, K_AMX_PREFILL, K_AMX_UNPACK, K_WIDE = range(8)
+N_KERNEL_COLS = K_WIDE + len(DECODE_WIDTHS)
 # the core table; C_SPLIT is 0 without AMX
 (C_QUANTIZE, C_SILU, C_ATTENTION, C_RMSNORM, C_ROPE, C_KV_STORE, C_BATCH, C_COMBINE, C_GELU, C_INTERLEAVE,
  C_SPLIT) = range(11)
@@ -43,7 +43,7 @@ DESC_ROWS, DESC_COLS = 6, 13
 def kernel_table(codes, isa, use_amx: bool = False) -> np.ndarray:
     """int64 [n_formats, N_KERNEL_COLS]: the kernels of the formats in `codes` (others stay 0).
     K_QUANT: a block format (its kernels take int16 activations); K_AMX_*: with use_amx, a block
-    format's AMX prefill and panel unpack (amx.py; 0 otherwise)."""
+    format's AMX prefill and panel unpack (amx.py; 0 otherwise); K_WIDE..: 0 until add_wide."""
     from ...formats import BY_CODE
     from .kernels import addresses, amx_addresses, is_quant
 
@@ -54,6 +54,15 @@ def kernel_table(codes, isa, use_amx: bool = False) -> np.ndarray:
         if use_amx and is_quant(code):
             table[code, K_AMX_PREFILL:K_AMX_UNPACK + 1] = amx_addresses(code, isa)
     return table
+
+
+def add_wide(table: np.ndarray, codes, isa) -> None:
+    """The B-wide decode kernels of the formats in `codes` into the table (compiled or loaded now:
+    only engines whose steps carry several decoding sequences need them)."""
+    from .kernels import wide_addresses
+
+    for code in sorted(set(int(c) for c in codes)):
+        table[code, K_WIDE:K_WIDE + len(DECODE_WIDTHS)] = wide_addresses(code, isa)
 
 
 def core_table(isa, head_dim: int, use_amx: bool = False, cache_type: str = "f32") -> np.ndarray:
@@ -167,14 +176,15 @@ def attention(q, k_cache, v_cache, pos0, window, n_heads, n_kv, out, part, core)
 
 
 @helper()
-def decode_task(x, qx, b, w_addr, n_rows, row_bytes, code, kern, out_addr):
-    """(kernel, n_tasks, args) of row b of out = x @ W^T on the decode kernels: they read token b's
-    x (float formats) or its int16 quantisation, int8 planes or words (block formats; quantize_for
-    wrote them for b < its n_dec)."""
+def decode_task(x, qx, b, w_addr, n_rows, row_bytes, code, kern, out_addr, col=K_DECODE):
+    """(kernel, n_tasks, args) of row b of out = x @ W^T on the decode kernels (col: the kernel
+    table's column; a B-wide kernel takes rows b .. b + B - 1): they read token b's x (float
+    formats) or its int16 quantisation, int8 planes or words (block formats; quantize_for wrote
+    them for b < its n_dec), the next tokens' at the strides kernels._tokens assumes."""
     K = x.shape[1]
     nb = K // AB
     xp = ptr(qx.xq) + 2 * b * K if kern[code, K_QUANT] else ptr(x) + 4 * b * K
-    return (kern[code, K_DECODE], (n_rows + DECODE_ROWS - 1) // DECODE_ROWS,
+    return (kern[code, col], (n_rows + DECODE_ROWS - 1) // DECODE_ROWS,
             args11(w_addr, n_rows, row_bytes, K, xp, ptr(qx.xs) + 4 * b * nb, ptr(qx.xf) + 4 * b * nb,
                    out_addr + 4 * b * n_rows, ptr(qx.xp) + b * (4 * K + 64), ptr(qx.xz) + 4 * b * (K // 16)))
 
@@ -198,22 +208,35 @@ def tile_task(x, qx, r0, w_addr, n_rows, row_bytes, code, kern, out_addr):
 
 
 @helper()
+def decode_width(kern, code, left):
+    """(kernel table column, tokens) of the widest decode kernel the format has for `left` tokens."""
+    for i in range(len(DECODE_WIDTHS) - 1, -1, -1):
+        if DECODE_WIDTHS[i] <= left and kern[code, K_WIDE + i] != 0:
+            return K_WIDE + i, DECODE_WIDTHS[i]
+    return K_DECODE, 1
+
+
+@helper()
 def describe_product(desc, r, x, qx, w_addr, n_rows, row_bytes, code, kern, core, out_addr, n_dec, ddesc):
     """out = x @ W^T described into desc from row r (returns the next free row): x's first n_dec
-    rows on the decode kernels (one task kernel a token, in ddesc, their tasks interleaved, so
-    that a group of weight rows is read once for all of them), the rest on the tiles. A row's result
-    is the same whatever rows run beside it."""
+    rows on the decode kernels, the rest on the tiles. The decode rows go to the widest kernels
+    the format has (decode_width: 8 tokens as 4 + 4, 3 as 2 + 1), which unpack a weight row once for
+    their tokens; several such kernels (in ddesc) have their tasks interleaved, so that a group of
+    weight rows is read once from memory for all of them. A row's result is the same whatever rows
+    run beside it: every decode kernel does each token's arithmetic as the one-token kernel."""
     T = x.shape[0]
-    if n_dec == 1:
-        fn, n, a = decode_task(x, qx, 0, w_addr, n_rows, row_bytes, code, kern, out_addr)
-        describe(desc, r, fn, n, a)
-        r += 1
-    elif n_dec > 1:
-        n = np.int64(0)
-        for b in range(n_dec):
-            fn, n, a = decode_task(x, qx, b, w_addr, n_rows, row_bytes, code, kern, out_addr)
-            describe(ddesc, b, fn, n, a)
-        describe(desc, r, core[C_INTERLEAVE], n * n_dec, args11(ptr(ddesc), n_dec))
+    if n_dec >= 1:
+        j = b = n = np.int64(0)
+        while b < n_dec:
+            col, width = decode_width(kern, code, n_dec - b)
+            fn, n, a = decode_task(x, qx, b, w_addr, n_rows, row_bytes, code, kern, out_addr, col)
+            describe(ddesc, j, fn, n, a)
+            j += 1
+            b += width
+        if j == 1:
+            describe(desc, r, fn, n, a)
+        else:
+            describe(desc, r, core[C_INTERLEAVE], n * j, args11(ptr(ddesc), j))
         r += 1
     if T > n_dec:
         fn, n, a = tile_task(x, qx, n_dec, w_addr, n_rows, row_bytes, code, kern, out_addr)
