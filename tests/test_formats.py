@@ -83,7 +83,7 @@ def test_dequantize_3d_experts():
     assert got.shape == (2, 3, 256) and np.array_equal(got, ref)
 
 
-@pytest.mark.parametrize("fmt", ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0"])
+@pytest.mark.parametrize("fmt", ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"])
 def test_quantize_roundtrip(fmt):
     w = np.random.default_rng(1).standard_normal((4, 64)).astype(np.float32)
     raw = quantize(fmt, w)
