@@ -30,8 +30,9 @@ import numpy as np
 from numba import cuda, float32, int8, int32, uint32
 
 from ....formats import BF16, F16, F32, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q6_K, Q8_0
-from .common import MAX_THREADS, block_sum, f16_bits
+from .common import MAX_THREADS, UNIT, block_sum, f16_bits
 from .ptxops import f32_bits, ldg, ldg4, ldl2
+from .unpack import unpack
 
 LF32, LF16, LBF16 = F32.layout, F16.layout, BF16.layout
 L8, L40, L41, L50, L51 = Q8_0.layout, Q4_0.layout, Q4_1.layout, Q5_0.layout, Q5_1.layout
@@ -41,7 +42,7 @@ TWO23 = 8388608.0
 FULL = 0xFFFFFFFF
 # elements a lane decodes per step: its loads are whole words of one block (and one scale)
 UNIT_ELEMS = {LF32.code: 8, LF16.code: 8, LBF16.code: 8, L8.code: 8, L40.code: 8, L41.code: 8, L50.code: 8,
-              L51.code: 8, L4K.code: 32, L6K.code: 16}
+              L51.code: 8, L4K.code: 32, L6K.code: 16}  # any other format: UNIT (dot_units)
 
 
 @cuda.jit(device=True)
@@ -309,6 +310,19 @@ def dot_q6_k(w8, p, xr, lane, lanes):
 
 
 @cuda.jit(device=True)
+def dot_units(code, w8, p, xr, lane, lanes):
+    """A format without a word-level dot above: its unit decoder's UNIT elements at a time (byte
+    loads; correct for every format, not built for bandwidth)."""
+    buf = cuda.local.array(UNIT, float32)
+    acc = float32(0.0)
+    for u in range(lane, xr.shape[0] // UNIT, lanes):
+        unpack(code, w8, p, u * UNIT, buf)
+        for j in range(UNIT):
+            acc += buf[j] * xr[u * UNIT + j]
+    return acc
+
+
+@cuda.jit(device=True)
 def lane_dot(code, w8, p, xr, lane, lanes):
     """This lane's share of dot(row at byte p, xr). `code` is a compile-time constant in every
     kernel below, so one branch is left."""
@@ -330,7 +344,9 @@ def lane_dot(code, w8, p, xr, lane, lanes):
         return dot_halves(w8, p, xr, lane, lanes, True)
     if code == LF16.code:
         return dot_halves(w8, p, xr, lane, lanes, False)
-    return dot_f32(w8, p, xr, lane, lanes)
+    if code == LF32.code:
+        return dot_f32(w8, p, xr, lane, lanes)
+    return dot_units(code, w8, p, xr, lane, lanes)
 
 
 @cuda.jit(device=True)
