@@ -1,6 +1,7 @@
 """Every block format through a whole model, as users' files are written: llama.cpp's own quantiser
 (llama-cpp-python's llama_model_quantize, `pure`: every matrix and the embedding in the one type)
-turns a tiny f32 llama GGUF into each type fuel reads; fuel's decode and prefill paths on it against
+turns a tiny f32 llama GGUF into each type fuel reads (iq3_xxs, which it refuses without an
+importance matrix: ggml's row quantiser through libgguf writes the matrices); fuel's decode and prefill paths on it against
 its numpy reference path on the same file (whose weights are the numpy decode, bit-exact against
 gguf-py's: test_formats.py), with the host's instruction set.
 
@@ -28,9 +29,10 @@ from fuelcli.loader import open_model
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="needs llama-cpp-python")
 
-# llama_ftype of each block format (llama.h); with `pure` the _S mixes are their one K-quant
+# llama_ftype of each block format (llama.h); with `pure` the _S mixes are their one K-quant; None:
+# quantised row by row with libgguf
 FTYPES = {"q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9, "q3_k": 11, "q4_k": 14, "q5_k": 16, "q6_k": 18,
-          "iq4_nl": 25, "iq4_xs": 30}
+          "iq4_nl": 25, "iq4_xs": 30, "iq3_xxs": None, "iq3_s": 26}
 QUANT = [f for f in FORMATS if record(FORMATS[f].code).quant]
 KL_TOL = 1e-4
 IDS = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4]
@@ -48,7 +50,8 @@ def test_every_block_format_is_here():
     assert set(FTYPES) == set(QUANT)
 
 
-def _write_f32(path):
+def _write(path, fmt=None):
+    """The tiny llama in f32, or with every matrix in `fmt` (libgguf's row quantiser)."""
     rng = np.random.default_rng(0)
     w = gguf.GGUFWriter(str(path), "llama")
     for add, v in ((w.add_block_count, 1), (w.add_embedding_length, H), (w.add_feed_forward_length, FF),
@@ -68,7 +71,13 @@ def _write_f32(path):
                     ("blk.0.attn_k.weight", mat(NKV * D, H)), ("blk.0.attn_v.weight", mat(NKV * D, H)),
                     ("blk.0.attn_output.weight", mat(H, H)), ("blk.0.ffn_gate.weight", mat(FF, H)),
                     ("blk.0.ffn_up.weight", mat(FF, H)), ("blk.0.ffn_down.weight", mat(H, FF))):
-        w.add_tensor(name, a)
+        if fmt is None or a.ndim == 1:
+            w.add_tensor(name, a)
+        else:
+            import libgguf
+
+            qt = gguf.GGMLQuantizationType(FORMATS[fmt].ggml_type)
+            w.add_tensor(name, libgguf.quantize_rows(a, qt), raw_dtype=qt)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -79,12 +88,16 @@ def _write_f32(path):
 def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("quant_types")
     src = d / "f32.gguf"
-    _write_f32(src)
+    _write(src)
     made = {}
 
     def get(fmt):
         if fmt not in made:
             dst = d / f"{fmt}.gguf"
+            if FTYPES[fmt] is None:
+                _write(dst, fmt)
+                made[fmt] = dst
+                return dst
             r = subprocess.run([sys.executable, "-c", QUANTIZE, str(src), str(dst), str(FTYPES[fmt])],
                                capture_output=True, text=True)
             assert r.returncode == 0, r.stderr[-2000:]
