@@ -26,6 +26,7 @@ from fuelcli.backends.cpu.unpack import record
 from fuelcli.formats import FORMATS
 from fuelcli.forward_paths import logits_by_path
 from fuelcli.loader import open_model
+from test_cpu_engine import _kl
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="needs llama-cpp-python")
 
@@ -108,15 +109,6 @@ def files(tmp_path_factory):
     return get
 
 
-def _kl(ref, got):
-    def logp(x):
-        x = x.astype(np.float64) - x.max(-1, keepdims=True)
-        return x - np.log(np.exp(x).sum(-1, keepdims=True))
-
-    lr, lg = logp(ref), logp(got)
-    return float((np.exp(lr) * (lr - lg)).sum(-1).max())
-
-
 @pytest.fixture(scope="module")
 def source_reference(files):
     return logits_by_path(open_model(str(files.source)), IDS, "reference")
@@ -130,7 +122,7 @@ def test_quantised_model(files, source_reference, fmt):
     ref = logits_by_path(model, IDS, "reference")
     for path in ("decode", "prefill"):
         got = logits_by_path(model, IDS, path)
-        kl = _kl(ref, got)
+        kl = float(_kl(ref, got))
         print(f"{fmt} {path}: max KL {kl:.2e}, against the f32 source {_kl(source_reference, got):.2e}")
         assert kl <= KL_TOL and np.array_equal(ref.argmax(-1), got.argmax(-1)), (fmt, path, kl)
         assert _kl(source_reference, got) > 10 * KL_TOL, (fmt, path)  # negative control

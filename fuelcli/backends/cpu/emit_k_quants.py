@@ -188,6 +188,12 @@ def _q4_k_planes(bd, rows, fb, nblk, xs8):
     return PlanesBlocks(units, lane_scales, mins, None)
 
 
+def _twice(bd, v):
+    """<32 x i8> -> its bytes twice over, as <32 x i16> (a unit's two halves, shifted apart)."""
+    n = v.type.count
+    return bd.bitcast(bd.shuffle_vector(v, v, const(I32, [*range(n)] * 2)), vec(I16, n))
+
+
 def _q5_k_planes(bd, rows, fb, nblk, xs8):
     """Unit u: sub-blocks 2u (the low nibbles of qs chunk u) and 2u + 1 (its high nibbles), 64
     consecutive elements, each with bit 2u or 2u + 1 of qh's bytes moved to bit 4 (one 16-bit shift
@@ -197,7 +203,7 @@ def _q5_k_planes(bd, rows, fb, nblk, xs8):
     p = bd.mul(fb, c64(L.block_bytes))
     scale, mins = _q4_k_scales(bd, [(row, p) for row in rows], L)
     sv = bd.fmul(scale, concat(bd, [xs8] * len(rows)))
-    w16 = lambda v: bd.bitcast(bd.shuffle_vector(v, v, const(I32, [*range(half)] * 2)), vec(I16, half))  # noqa: E731
+    w16 = lambda v: _twice(bd, v)  # noqa: E731
     units, lane_scales = [], []
     for r, row in enumerate(rows):
         qh = w16(load(bd, row, bd.add(p, c64(L.qh)), vec(I8, half)))
@@ -222,7 +228,7 @@ def _q3_k_planes(bd, rows, fb, nblk, xs8):
     p = bd.mul(fb, c64(L.block_bytes))
     half, n = PLANES_UNIT // 2, L.sub_blocks
     xs16 = bd.shuffle_vector(xs8, xs8, const(I32, [s // 2 for s in range(n)]))
-    w16 = lambda v: bd.bitcast(bd.shuffle_vector(v, v, const(I32, [*range(half)] * 2)), vec(I16, half))  # noqa: E731
+    w16 = lambda v: _twice(bd, v)  # noqa: E731
     per_half = lambda a, b: const(I16, [a] * (half // 2) + [b] * (half // 2))  # noqa: E731
     units, lane_scales, svs = [], [], []
     for row in rows:
