@@ -7,6 +7,16 @@ q4_k, 144 B: | d f16 | dmin f16 | scales: 12 B | qs: 128 B |
     qs holds 4 chunks of 32 bytes; chunk c carries sub-block 2c in its low nibbles and 2c+1 in its
     high nibbles.
 
+q5_k, 176 B: | d f16 | dmin f16 | scales: 12 B | qh: 32 B | qs: 128 B |
+    q4_k's scales, mins and nibbles, and a 5th bit: element l of sub-block i (l < 32) has it at
+    bit i of qh[l]. x = (d * sc_i) * q - dmin * m_i, q 5 bits.
+
+q3_k, 110 B: | hmask: 32 B | qs: 64 B | scales: 12 B | d f16 |
+    16 sub-blocks of 16, x = (d * (sc_s - 32)) * q, q = ql - 4 * (1 - hbit) in -4..3: element
+    e = 128h + 32k + l (l < 32) takes ql from qs[32h + l] at bits 2k and hbit from hmask[l] at bit
+    e // 32; its sub-block is e // 16. The 6-bit sc_s: low 4 bits from the nibble of scales[s % 8]
+    (low for s < 8), top 2 bits from scales[8 + s % 4] at bits 2 * (s // 4).
+
 q6_k, 210 B: | ql: 128 B | qh: 64 B | scales: 16 x int8 | d f16 |
     16 sub-blocks of 16, x = (d * scale_s) * (q - 32), q 6 bits: two halves of 128 elements; in
     half h, element l + 32k (l < 32, k < 4) takes its low 4 bits from ql[64h + l + 32(k & 1)]
@@ -33,6 +43,34 @@ class Q4_KLayout(NamedTuple):
     sub_elems: int = 32
 
 
+class Q3_KLayout(NamedTuple):
+    code: int = 11
+    block_elems: int = 256
+    block_bytes: int = 110
+    hmask: int = 0
+    qs: int = 32
+    scales: int = 96
+    d: int = 108
+    sub_blocks: int = 16
+    sub_elems: int = 16
+    half: int = 128  # elements per half of qs
+    zero: int = 4  # q = (ql | 4 * hbit) - zero
+    scale_zero: int = 32  # the 6-bit scales are stored + 32
+
+
+class Q5_KLayout(NamedTuple):
+    code: int = 10
+    block_elems: int = 256
+    block_bytes: int = 176
+    d: int = 0
+    dmin: int = 2
+    scales: int = 4
+    qh: int = 16
+    qs: int = 48
+    sub_blocks: int = 8
+    sub_elems: int = 32
+
+
 class Q6_KLayout(NamedTuple):
     code: int = 8
     block_elems: int = 256
@@ -47,7 +85,7 @@ class Q6_KLayout(NamedTuple):
     zero: int = 32
 
 
-L4_K, L6_K = Q4_KLayout(), Q6_KLayout()
+L3_K, L4_K, L5_K, L6_K = Q3_KLayout(), Q4_KLayout(), Q5_KLayout(), Q6_KLayout()
 
 
 def k_scale_min(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -58,16 +96,45 @@ def k_scale_min(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return sc, mn
 
 
-def _q4_k(b):
-    L, n = L4_K, b.shape[0]
+def _q4_k_family(b, L):
+    """q4_k and q5_k: (d * sc_i) * q - dmin * m_i, q the nibbles (with q5_k's 5th bits)."""
+    n = b.shape[0]
     d, dmin = f16_at(b, L.d), f16_at(b, L.dmin)
-    sc, mn = k_scale_min(b[:, L.scales : L.qs])
+    sc, mn = k_scale_min(b[:, L.scales : L.scales + 12])
     ds = (d * sc.astype(np.float32)).reshape(n, L.sub_blocks, 1)
     dm = (dmin * mn.astype(np.float32)).reshape(n, L.sub_blocks, 1)
     chunks = L.sub_blocks // 2
     qs = b[:, L.qs :].reshape(n, chunks, 1, L.sub_elems) >> np.array([0, 4], np.uint8).reshape(1, 1, 2, 1)
-    q = (qs & 0x0F).reshape(n, L.sub_blocks, L.sub_elems).astype(np.float32)
-    return (ds * q - dm).reshape(n, L.block_elems)
+    q = (qs & 0x0F).reshape(n, L.sub_blocks, L.sub_elems)
+    if hasattr(L, "qh"):
+        bits = b[:, L.qh : L.qs].reshape(n, 1, L.sub_elems) >> np.arange(L.sub_blocks, dtype=np.uint8).reshape(1, -1, 1)
+        q = q | ((bits & 1) << 4)
+    return (ds * q.astype(np.float32) - dm).reshape(n, L.block_elems)
+
+
+def _q4_k(b):
+    return _q4_k_family(b, L4_K)
+
+
+def _q5_k(b):
+    return _q4_k_family(b, L5_K)
+
+
+def q3_k_scales(scales: np.ndarray) -> np.ndarray:
+    """Q3_K's 12 scale bytes (n, 12) -> the 16 signed sub-block scales sc_s - 32, (n, 16) int8."""
+    lo = (scales[:, :8].reshape(-1, 1, 8) >> np.array([0, 4], np.uint8).reshape(1, 2, 1)).reshape(-1, 16) & 0x0F
+    hi = (scales[:, 8:].reshape(-1, 1, 4) >> np.array([0, 2, 4, 6], np.uint8).reshape(1, 4, 1)).reshape(-1, 16) & 3
+    return (lo | (hi << 4)).astype(np.int8) - np.int8(L3_K.scale_zero)
+
+
+def _q3_k(b):
+    L, n = L3_K, b.shape[0]
+    dl = (f16_at(b, L.d) * q3_k_scales(b[:, L.scales : L.d]).astype(np.float32)).reshape(n, L.sub_blocks, 1)
+    shifts = np.arange(0, 8, 2, dtype=np.uint8).reshape(1, 1, 4, 1)
+    ql = ((b[:, L.qs : L.scales].reshape(n, 2, 1, 32) >> shifts) & 3).reshape(n, L.block_elems)
+    hb = ((b[:, L.hmask : L.qs].reshape(n, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)) & 1)
+    q = (ql | (hb.reshape(n, L.block_elems) << 2)).astype(np.int8) - np.int8(L.zero)
+    return (dl * q.reshape(n, L.sub_blocks, L.sub_elems).astype(np.float32)).reshape(n, L.block_elems)
 
 
 def _q6_k(b):
@@ -82,5 +149,7 @@ def _q6_k(b):
     return (ds * q.reshape(n, L.sub_blocks, L.sub_elems).astype(np.float32)).reshape(n, L.block_elems)
 
 
+Q3_K = Format("q3_k", 11, L3_K, _q3_k)
 Q4_K = Format("q4_k", 12, L4_K, _q4_k)
+Q5_K = Format("q5_k", 13, L5_K, _q5_k)
 Q6_K = Format("q6_k", 14, L6_K, _q6_k)

@@ -24,10 +24,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
+import llvmlite.binding as llb
 from llvmlite import ir
 
 from ...formats.base import Format
-from .irgen import F32T, G, I8, I16, I32, const, load, splat_c, vec
+from .irgen import F32T, G, I8, I16, I32, call_intrinsic, const, load, splat_c, vec
+
+# the kernels are compiled for this process's machine (llvm.py): on x86 a 16-entry byte table is one
+# pshufb per 16 bytes (SSSE3, which every x86 ISA fuel builds has), elsewhere a tree of selects
+_X86 = llb.get_process_triple().startswith(("x86_64", "i686", "i386"))
 
 QK_K = 256  # elements of a K-quant (and i-quant) super-block
 
@@ -206,6 +211,23 @@ def nibble_units(bd, qs_parts, shift):
             v = bd.and_(v, const(I8, ([15] * 16 + [0xF0 - 256] * 16) * 2))
         units.append(v)
     return units
+
+
+def table16(bd, idx, table):
+    """<n x i8> indices 0..15 (n a multiple of 16) -> <n x i8> of table[idx], table 16 ints."""
+    n = idx.type.count
+    tab = const(I8, [t if t < 128 else t - 256 for t in table])
+    if _X86:
+        parts = [bd.shuffle_vector(idx, idx, const(I32, range(i, i + 16))) for i in range(0, n, 16)]
+        parts = [call_intrinsic(bd, "llvm.x86.ssse3.pshuf.b.128", vec(I8, 16), [tab, p]) for p in parts]
+        while len(parts) > 1:
+            parts = [concat(bd, parts[i:i + 2]) for i in range(0, len(parts), 2)]
+        return parts[0]
+    level = [splat_c(I8, t if t < 128 else t - 256, n) for t in table]
+    for bit in range(4):  # halve the candidates by one bit of the index at a time
+        on = bd.icmp_unsigned("!=", bd.and_(idx, splat_c(I8, 1 << bit, n)), splat_c(I8, 0, n))
+        level = [bd.select(on, level[i + 1], level[i]) for i in range(0, len(level), 2)]
+    return level[0]
 
 
 def words(bd, v):

@@ -1,7 +1,9 @@
 """The CPU emitters of ggml's K-quants (layouts and bit drawings: fuelcli/formats/k_quants.py).
 
     q4_k  w = q                   scale d*sc_i,   min -(dmin*m_i)   (sub-block i = group i)
+    q5_k  w = q (5 bits)          as q4_k         (the 5th bit of group i: bit i of qh's bytes)
     q6_k  w = (q - 32) * sc_s     scale d         (|w| <= 4096: the 16-element scales are folded in)
+    q3_k  w = (q - 4) * sc_s      scale d         (sc_s the signed 6-bit scale: |w| <= 128)
 
 A K-quant block is 8 groups, so its sub-block indices are compile-time constants; the 6-bit scales
 are unpacked with vector operations, not per group.
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ...formats import Q4_K, Q6_K
+from ...formats import Q3_K, Q4_K, Q5_K, Q6_K
 from .emit import (LANES, PLANES_KBLOCK, PLANES_UNIT, SUB16_ORDER, Block, CpuFormat, PlanesBlocks, WordChunk,
                    concat, f16, f16_lanes, words, wsplat)
 from .irgen import F32T, G, I8, I16, I32, I64, c64, const, load, splat, splat_c, vec
@@ -20,14 +22,14 @@ from .irgen import F32T, G, I8, I16, I32, I64, c64, const, load, splat, splat_c,
 # ------------------------------------------------------------------ block
 
 
-def _q4_k_scales(bd, blocks):
+def _q4_k_scales(bd, blocks, L=Q4_K.layout):
     """<8n x float> d * sc_i and -(dmin * m_i) of n blocks [(row, byte offset)], block after
     block. The 8 six-bit scales and mins come out of the 12 scale bytes in the byte domain, as
     ggml's get_scale_min_k4 (sub-block i < 4: the low 6 bits of bytes i and i+4; i >= 4: the
     nibbles of byte i+4 and the top 2 bits of bytes i-4 and i): two byte shuffles put each value's
     low and high bits in its place, masks and shifts of 16-bit lanes finish it, every block's bytes
-    in one vector; then one widening and one conversion for all the scales, one for the mins."""
-    L = Q4_K.layout
+    in one vector; then one widening and one conversion for all the scales, one for the mins.
+    L: the layout (q4_k's or q5_k's: the same d, dmin and scales)."""
     n, m = L.sub_blocks, len(blocks)
     half = n // 2
     raws = [load(bd, row, bd.add(p, c64(L.scales)), vec(I8, 16)) for row, p in blocks]
@@ -71,6 +73,61 @@ def _q4_k(bd, row, blk):
         q = bd.and_(qs, splat_c(I8, 15, G)) if i % 2 == 0 else bd.lshr(qs, splat_c(I8, 4, G))
         w.append(bd.zext(q, vec(I16, G)))
     return Block(w, scale, mins)
+
+
+def _shift(bd, v, n, mask):
+    """v >> n (v << -n where n < 0), masked: a bit moved into place in each byte of v's lanes."""
+    t = v.type
+    amount = lambda k: ir.Constant(t, [k] * t.count)  # noqa: E731
+    s = v if n == 0 else bd.lshr(v, amount(n)) if n > 0 else bd.shl(v, amount(-n))
+    return bd.and_(s, ir.Constant(t, [mask] * t.count))
+
+
+def _q5_k(bd, row, blk):
+    L = Q5_K.layout
+    p = bd.mul(blk, c64(L.block_bytes))
+    scale, mins = _q4_k_scales(bd, [(row, p)], L)
+    qh = load(bd, row, bd.add(p, c64(L.qh)), vec(I8, G))
+    w = []
+    for i in range(L.sub_blocks):  # as q4_k, with bit i of qh's bytes as bit 4
+        qs = load(bd, row, bd.add(p, c64(L.qs + (i // 2) * L.sub_elems)), vec(I8, G))
+        q = bd.and_(qs, splat_c(I8, 15, G)) if i % 2 == 0 else bd.lshr(qs, splat_c(I8, 4, G))
+        w.append(bd.zext(bd.or_(q, _shift(bd, qh, i - 4, 0x10)), vec(I16, G)))
+    return Block(w, scale, mins)
+
+
+def _q3_k_scales(bd, row, p):
+    """<16 x i8>: the 16 signed sub-block scales sc_s - 32 of the Q3_K block at byte p: the low 4
+    bits from the nibbles of scales[0..7], the top 2 from scales[8..11] (formats/k_quants.py)."""
+    L = Q3_K.layout
+    n = L.sub_blocks
+    lo8 = load(bd, row, bd.add(p, c64(L.scales)), vec(I8, 8))
+    hi4 = load(bd, row, bd.add(p, c64(L.scales + 8)), vec(I8, 4))
+    lo = bd.shuffle_vector(lo8, lo8, const(I32, [s % 8 for s in range(n)]))
+    lo = bd.and_(bd.lshr(lo, const(I8, [4 * (s // 8) for s in range(n)])), splat_c(I8, 15, n))
+    hi = bd.shuffle_vector(hi4, hi4, const(I32, [s % 4 for s in range(n)]))
+    hi = bd.and_(bd.lshr(hi, const(I8, [2 * (s // 4) for s in range(n)])), splat_c(I8, 3, n))
+    return bd.sub(bd.or_(lo, bd.shl(hi, splat_c(I8, 4, n))), splat_c(I8, L.scale_zero, n))
+
+
+def _q3_k(bd, row, blk):
+    L = Q3_K.layout
+    p = bd.mul(blk, c64(L.block_bytes))
+    d = f16(bd, row, bd.add(p, c64(L.d)))
+    scs = bd.sext(_q3_k_scales(bd, row, p), vec(I16, L.sub_blocks))
+    hm = load(bd, row, bd.add(p, c64(L.hmask)), vec(I8, G))
+    w, exact = [], []
+    for h in range(L.block_elems // L.half):
+        qs = load(bd, row, bd.add(p, c64(L.qs + h * G)), vec(I8, G))
+        for k in range(4):
+            g = 4 * h + k  # group g: bits 2k of qs[32h ..], bit g of hmask
+            ql = bd.and_(bd.lshr(qs, splat_c(I8, 2 * k, G)), splat_c(I8, 3, G))
+            q = bd.sub(bd.or_(ql, _shift(bd, hm, g - 2, 4)), splat_c(I8, L.zero, G))
+            scv = bd.shuffle_vector(scs, scs, const(I32, [2 * g] * (G // 2) + [2 * g + 1] * (G // 2)))
+            q16 = bd.sext(q, vec(I16, G))
+            w.append(bd.mul(q16, scv))
+            exact.append((bd.fmul(splat(bd, d, G), bd.sitofp(scv, vec(F32T, G))), q16))
+    return Block(w, splat(bd, d, L.block_elems // G), None, exact)
 
 
 def _q6_k(bd, row, blk):
@@ -131,6 +188,68 @@ def _q4_k_planes(bd, rows, fb, nblk, xs8):
     return PlanesBlocks(units, lane_scales, mins, None)
 
 
+def _twice(bd, v):
+    """<32 x i8> -> its bytes twice over, as <32 x i16> (a unit's two halves, shifted apart)."""
+    n = v.type.count
+    return bd.bitcast(bd.shuffle_vector(v, v, const(I32, [*range(n)] * 2)), vec(I16, n))
+
+
+def _q5_k_planes(bd, rows, fb, nblk, xs8):
+    """Unit u: sub-blocks 2u (the low nibbles of qs chunk u) and 2u + 1 (its high nibbles), 64
+    consecutive elements, each with bit 2u or 2u + 1 of qh's bytes moved to bit 4 (one 16-bit shift
+    per half); lane i of unit u lies in sub-block 2u + i // 8."""
+    L = Q5_K.layout
+    n, half = L.sub_blocks, PLANES_UNIT // 2
+    p = bd.mul(fb, c64(L.block_bytes))
+    scale, mins = _q4_k_scales(bd, [(row, p) for row in rows], L)
+    sv = bd.fmul(scale, concat(bd, [xs8] * len(rows)))
+    w16 = lambda v: _twice(bd, v)  # noqa: E731
+    units, lane_scales = [], []
+    for r, row in enumerate(rows):
+        qh = w16(load(bd, row, bd.add(p, c64(L.qh)), vec(I8, half)))
+        units.append([])
+        for u in range(n // 2):
+            qs = w16(load(bd, row, bd.add(p, c64(L.qs + u * L.sub_elems)), vec(I8, half)))
+            nib = bd.and_(bd.lshr(qs, const(I16, [0] * (half // 2) + [4] * (half // 2))), splat_c(I16, 0x0F0F, half))
+            left = const(I16, [max(0, 4 - 2 * u)] * (half // 2) + [max(0, 3 - 2 * u)] * (half // 2))
+            right = const(I16, [max(0, 2 * u - 4)] * (half // 2) + [max(0, 2 * u - 3)] * (half // 2))
+            hb = bd.and_(bd.lshr(bd.shl(qh, left), right), splat_c(I16, 0x1010, half))
+            units[-1].append(bd.bitcast(bd.or_(nib, hb), vec(I8, PLANES_UNIT)))
+        lane_scales.append([bd.shuffle_vector(sv, sv, const(I32, [n * r + 2 * u + i // 8 for i in range(LANES)]))
+                            for u in range(n // 2)])
+    return PlanesBlocks(units, lane_scales, mins, None)
+
+
+def _q3_k_planes(bd, rows, fb, nblk, xs8):
+    """Unit u: groups 2u and 2u + 1 (64 consecutive elements), each byte q = ql | 4 * hbit (0..7)
+    from qs[32h ..] at bits 2k and hmask at bit g moved in place by 16-bit shifts per half; the
+    zero point 4 comes off with the 16-element sums. Lane i of unit u lies in sub-block 4u + i // 4."""
+    L = Q3_K.layout
+    p = bd.mul(fb, c64(L.block_bytes))
+    half, n = PLANES_UNIT // 2, L.sub_blocks
+    xs16 = bd.shuffle_vector(xs8, xs8, const(I32, [s // 2 for s in range(n)]))
+    w16 = lambda v: _twice(bd, v)  # noqa: E731
+    per_half = lambda a, b: const(I16, [a] * (half // 2) + [b] * (half // 2))  # noqa: E731
+    units, lane_scales, svs = [], [], []
+    for row in rows:
+        d = f16(bd, row, bd.add(p, c64(L.d)))
+        scs = bd.sitofp(_q3_k_scales(bd, row, p), vec(F32T, n))
+        sv = bd.fmul(bd.fmul(splat(bd, d, n), scs), xs16)
+        svs.append(sv)
+        lane_scales.append([bd.shuffle_vector(sv, sv, const(I32, [4 * u + i // 4 for i in range(LANES)]))
+                            for u in range(L.block_elems // PLANES_UNIT)])
+        hm = w16(load(bd, row, bd.add(p, c64(L.hmask)), vec(I8, half)))
+        units.append([])
+        for u in range(L.block_elems // PLANES_UNIT):
+            h, k = u // 2, 2 * (u % 2)
+            ga, gb = 4 * h + k, 4 * h + k + 1
+            qs = w16(load(bd, row, bd.add(p, c64(L.qs + h * half)), vec(I8, half)))
+            ql = bd.and_(bd.lshr(qs, per_half(2 * k, 2 * k + 2)), splat_c(I16, 0x0303, half))
+            hb = bd.lshr(bd.shl(hm, per_half(max(0, 2 - ga), max(0, 2 - gb))), per_half(max(0, ga - 2), max(0, gb - 2)))
+            units[-1].append(bd.bitcast(bd.or_(ql, bd.and_(hb, splat_c(I16, 0x0404, half))), vec(I8, PLANES_UNIT)))
+    return PlanesBlocks(units, lane_scales, None, concat(bd, svs))
+
+
 def _q6_k_planes(bd, rows, fb, nblk, xs8):
     """Unit u = 2h + kk (half h, k in {2kk, 2kk+1}): the low 4 bits are 64 consecutive bytes of ql
     (low nibbles for kk = 0, high for kk = 1), the top 2 bits those of qh[32h .. 32h+31] at bits
@@ -174,10 +293,10 @@ def _q6_k_planes(bd, rows, fb, nblk, xs8):
 _KMASK = (0x3F3F3F3F, 0x0F0F0F0F, 0x03030303)
 
 
-def _q4_k_scale_bytes(bd, row, p):
+def _q4_k_scale_bytes(bd, row, p, L=Q4_K.layout):
     """The 8 six-bit scales and then the 8 mins of the block at byte p as <16 x i8>, unpacked with
-    32-bit integer operations (llama.cpp's kmask trick: the integer pipes, not the vector ones)."""
-    L = Q4_K.layout
+    32-bit integer operations (llama.cpp's kmask trick: the integer pipes, not the vector ones);
+    L: q4_k's or q5_k's layout."""
     u = [load(bd, row, bd.add(p, c64(L.scales + 4 * i)), I32) for i in range(3)]
     k1, k2, k3 = (ir.Constant(I32, k) for k in _KMASK)
     c = lambda v: ir.Constant(I32, v)  # noqa: E731
@@ -191,17 +310,21 @@ def _q4_k_scale_bytes(bd, row, p):
     return bd.bitcast(v, vec(I8, 16))
 
 
+def _q4_k_word_scales(bd, row, p, L):
+    """(<8 x float> d * sc_i, <8 x float> -(dmin * m_i)) of the q4_k / q5_k block at byte p."""
+    raw = _q4_k_scale_bytes(bd, row, p, L)
+    f = lambda idx: bd.uitofp(bd.shuffle_vector(raw, raw, const(I32, idx)), vec(F32T, 8))  # noqa: E731
+    d = f16_lanes(bd, row, [bd.add(p, c64(L.d)), bd.add(p, c64(L.dmin))])
+    dd = lambda i: bd.shuffle_vector(d, d, const(I32, [i] * 8))  # noqa: E731
+    return bd.fmul(dd(0), f(range(8))), bd.fneg(bd.fmul(dd(1), f(range(8, 16))))
+
+
 def _q4_k_words(bd, row, b0, n):
     """Chunk c of qs (32 bytes, 16 words): group 2c in the low nibbles (bits 0-3 and 8-11 of each
     word), group 2c + 1 in the high ones (bits 4-7 and 12-15)."""
     L = Q4_K.layout
     p = bd.mul(b0, c64(L.block_bytes))
-    raw = _q4_k_scale_bytes(bd, row, p)
-    f = lambda idx: bd.uitofp(bd.shuffle_vector(raw, raw, const(I32, idx)), vec(F32T, 8))  # noqa: E731
-    d = f16_lanes(bd, row, [bd.add(p, c64(L.d)), bd.add(p, c64(L.dmin))])
-    dd = lambda i: bd.shuffle_vector(d, d, const(I32, [i] * 8))  # noqa: E731
-    scale = bd.fmul(dd(0), f(range(8)))
-    mins = bd.fneg(bd.fmul(dd(1), f(range(8, 16))))
+    scale, mins = _q4_k_word_scales(bd, row, p, L)
     groups = []
     m = wsplat(15)
     for c in range(L.sub_blocks // 2):
@@ -209,6 +332,43 @@ def _q4_k_words(bd, row, b0, n):
         groups.append((bd.and_(w, m), bd.and_(bd.lshr(w, wsplat(8)), m)))
         groups.append((bd.and_(bd.lshr(w, wsplat(4)), m), bd.lshr(w, wsplat(12))))
     return WordChunk(groups, scale, mins)
+
+
+def _q5_k_words(bd, row, b0, n):
+    """As q4_k, each byte's nibble with bit i of the words of qh (its 32 bytes: element l of every
+    group in byte l) moved to bit 4, both bytes of a word at once, then split."""
+    L = Q5_K.layout
+    p = bd.mul(b0, c64(L.block_bytes))
+    scale, mins = _q4_k_word_scales(bd, row, p, L)
+    qh = words(bd, load(bd, row, bd.add(p, c64(L.qh)), vec(I8, G)))
+    groups = []
+    for c in range(L.sub_blocks // 2):
+        w = words(bd, load(bd, row, bd.add(p, c64(L.qs + c * L.sub_elems)), vec(I8, G)))
+        for h in range(2):
+            i = 2 * c + h
+            q = bd.or_(_shift(bd, w, 4 * h, 0x0F0F), _shift(bd, qh, i - 4, 0x1010))
+            groups.append((bd.and_(q, wsplat(0xFF)), bd.lshr(q, wsplat(8))))
+    return WordChunk(groups, scale, mins)
+
+
+def _q3_k_words(bd, row, b0, n):
+    """Group g = 4h + k: q = ql | 4 * hbit (0..7) from the words of qs[32h ..] at bits 2k and of
+    hmask at bit g, both bytes of a word at once; the kernel takes 4 times the activations'
+    16-element sums off (words_zero)."""
+    L = Q3_K.layout
+    p = bd.mul(b0, c64(L.block_bytes))
+    d = f16(bd, row, bd.add(p, c64(L.d)))
+    scs = _q3_k_scales(bd, row, p)
+    scs = bd.sitofp(bd.shuffle_vector(scs, scs, const(I32, SUB16_ORDER)), vec(F32T, L.sub_blocks))
+    scale = bd.fmul(splat(bd, d, L.sub_blocks), scs)
+    hm = words(bd, load(bd, row, bd.add(p, c64(L.hmask)), vec(I8, G)))
+    groups = []
+    for h in range(L.block_elems // L.half):
+        qs = words(bd, load(bd, row, bd.add(p, c64(L.qs + h * G)), vec(I8, G)))
+        for k in range(4):
+            q = bd.or_(_shift(bd, qs, 2 * k, 0x0303), _shift(bd, hm, 4 * h + k - 2, 0x0404))
+            groups.append((bd.and_(q, wsplat(0xFF)), bd.lshr(q, wsplat(8))))
+    return WordChunk(groups, scale, None)
 
 
 def _q6_k_words(bd, row, b0, n):
@@ -239,5 +399,8 @@ def _q6_k_words(bd, row, b0, n):
 
 # (Q6_K's 16 sub-blocks would need 7 operations a unit to gather on the K-quant layout: slower)
 RECORDS = [CpuFormat(Q4_K, block=_q4_k, words=_q4_k_words, planes=_q4_k_planes, has_min=True, planes_klayout=True),
+           CpuFormat(Q5_K, block=_q5_k, words=_q5_k_words, planes=_q5_k_planes, has_min=True),
+           CpuFormat(Q3_K, block=_q3_k, words=_q3_k_words, planes=_q3_k_planes, planes_zero=Q3_K.layout.zero,
+                     words_sub16=True, words_zero=Q3_K.layout.zero),
            CpuFormat(Q6_K, block=_q6_k, words=_q6_k_words, planes=_q6_k_planes, planes_zero=Q6_K.layout.zero,
                      words_sub16=True, words_zero=Q6_K.layout.zero)]

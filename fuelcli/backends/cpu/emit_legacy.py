@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ...formats import Q4_0, Q4_1, Q5_0, Q8_0
+from ...formats import Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
 from .emit import (LANES, Block, CpuFormat, PlanesBlocks, WordChunk, concat, f16, f16_lanes, lanes, nibble_bytes,
                    nibble_units, nibbles, signed_bytes, words, wsplat)
 from .irgen import F32T, G, I8, I16, I32, I64, c64, const, load, splat, splat_c, vec
@@ -179,4 +179,5 @@ def _record(fmt, block):
     return CpuFormat(fmt, block=block, words=_words(fmt), planes=planes, has_min=_parts(fmt)[2], planes_zero=zero)
 
 
-RECORDS = [_record(Q8_0, _q8_0), _record(Q4_0, _q4_0), _record(Q4_1, _q4_1), _record(Q5_0, _fifth(Q5_0))]
+RECORDS = [_record(Q8_0, _q8_0), _record(Q4_0, _q4_0), _record(Q4_1, _q4_1), _record(Q5_0, _fifth(Q5_0)),
+           _record(Q5_1, _fifth(Q5_1))]

@@ -14,11 +14,11 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ...formats import BY_CODE
-from . import emit_floats, emit_k_quants, emit_legacy
+from . import emit_floats, emit_iq, emit_k_quants, emit_legacy
 from .emit import PLANES_KBLOCK, Block, CpuFormat, PlanesBlocks, WordChunk  # noqa: F401 (core.py's layout)
 from .irgen import F32T, G, I32, splat, vec
 
-CPU: dict[int, CpuFormat] = {r.code: r for m in (emit_floats, emit_legacy, emit_k_quants) for r in m.RECORDS}
+CPU: dict[int, CpuFormat] = {r.code: r for m in (emit_floats, emit_legacy, emit_k_quants, emit_iq) for r in m.RECORDS}
 assert set(CPU) == {f.code for f in BY_CODE}, "a format in fuelcli/formats has no CPU record"
 
 

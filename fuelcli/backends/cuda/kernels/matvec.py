@@ -29,18 +29,20 @@ from functools import lru_cache
 import numpy as np
 from numba import cuda, float32, int8, int32, uint32
 
-from ....formats import BF16, F16, F32, Q4_0, Q4_1, Q4_K, Q5_0, Q6_K, Q8_0
-from .common import MAX_THREADS, block_sum, f16_bits
+from ....formats import BF16, F16, F32, Q4_0, Q4_1, Q4_K, Q5_0, Q5_1, Q6_K, Q8_0
+from .common import MAX_THREADS, UNIT, block_sum, f16_bits
 from .ptxops import f32_bits, ldg, ldg4, ldl2
+from .unpack import unpack
 
 LF32, LF16, LBF16 = F32.layout, F16.layout, BF16.layout
-L8, L40, L41, L50, L4K, L6K = Q8_0.layout, Q4_0.layout, Q4_1.layout, Q5_0.layout, Q4_K.layout, Q6_K.layout
+L8, L40, L41, L50, L51 = Q8_0.layout, Q4_0.layout, Q4_1.layout, Q5_0.layout, Q5_1.layout
+L4K, L6K = Q4_K.layout, Q6_K.layout
 MAGIC = 0x4B000000  # the bits of the float 2^23: MAGIC | q (q < 2^23) is 2^23 + q exactly
 TWO23 = 8388608.0
 FULL = 0xFFFFFFFF
 # elements a lane decodes per step: its loads are whole words of one block (and one scale)
 UNIT_ELEMS = {LF32.code: 8, LF16.code: 8, LBF16.code: 8, L8.code: 8, L40.code: 8, L41.code: 8, L50.code: 8,
-              L4K.code: 32, L6K.code: 16}
+              L51.code: 8, L4K.code: 32, L6K.code: 16}  # any other format: UNIT (dot_units)
 
 
 @cuda.jit(device=True)
@@ -196,6 +198,33 @@ def dot_q5_0(w8, p, xr, lane, lanes):
 
 
 @cuda.jit(device=True)
+def dot_q5_1(w8, p, xr, lane, lanes):
+    """As q4_1 (24-byte blocks: 4-byte words) with element e's fifth bit at bit e of qh."""
+    L = L51
+    w16 = w8.view(np.uint16)
+    w32 = w8.view(np.uint32)
+    half = L.block_elems // 2
+    acc = float32(0.0)
+    for u in range(lane, xr.shape[0] // 8, lanes):
+        blk, j = u // 4, u % 4
+        b = p + blk * L.block_bytes
+        d = f16_bits(ldg(w16, (b + L.d) // 2))
+        m = -f16_bits(ldg(w16, (b + L.m) // 2))
+        qh = ldg(w32, (b + L.qh) // 4)
+        q = ldg(w32, (b + L.qs) // 4 + j)
+        lo = qh >> uint32(4 * j)  # bits of elements 4j..4j+3
+        hi = qh >> uint32(half + 4 * j)
+        k = blk * L.block_elems + 4 * j
+        acc = fma4(acc, (q & 15) | ((lo & 1) << 4), ((q >> 8) & 15) | (((lo >> 1) & 1) << 4),
+                   ((q >> 16) & 15) | (((lo >> 2) & 1) << 4), ((q >> 24) & 15) | (((lo >> 3) & 1) << 4),
+                   0, d, m, xr, k)
+        acc = fma4(acc, ((q >> 4) & 15) | ((hi & 1) << 4), ((q >> 12) & 15) | (((hi >> 1) & 1) << 4),
+                   ((q >> 20) & 15) | (((hi >> 2) & 1) << 4), ((q >> 28) & 15) | (((hi >> 3) & 1) << 4),
+                   0, d, m, xr, k + half)
+    return acc
+
+
+@cuda.jit(device=True)
 def k4_scale_byte(s0, s1, s2, i):
     """Byte i of a Q4_K block's 12 scale bytes, held as three words."""
     word = s0 if i < 4 else (s1 if i < 8 else s2)
@@ -281,6 +310,19 @@ def dot_q6_k(w8, p, xr, lane, lanes):
 
 
 @cuda.jit(device=True)
+def dot_units(code, w8, p, xr, lane, lanes):
+    """A format without a word-level dot above: its unit decoder's UNIT elements at a time (byte
+    loads; correct for every format, not built for bandwidth)."""
+    buf = cuda.local.array(UNIT, float32)
+    acc = float32(0.0)
+    for u in range(lane, xr.shape[0] // UNIT, lanes):
+        unpack(code, w8, p, u * UNIT, buf)
+        for j in range(UNIT):
+            acc += buf[j] * xr[u * UNIT + j]
+    return acc
+
+
+@cuda.jit(device=True)
 def lane_dot(code, w8, p, xr, lane, lanes):
     """This lane's share of dot(row at byte p, xr). `code` is a compile-time constant in every
     kernel below, so one branch is left."""
@@ -290,6 +332,8 @@ def lane_dot(code, w8, p, xr, lane, lanes):
         return dot_q6_k(w8, p, xr, lane, lanes)
     if code == L50.code:
         return dot_q5_0(w8, p, xr, lane, lanes)
+    if code == L51.code:
+        return dot_q5_1(w8, p, xr, lane, lanes)
     if code == L8.code:
         return dot_q8_0(w8, p, xr, lane, lanes)
     if code == L41.code:
@@ -300,7 +344,9 @@ def lane_dot(code, w8, p, xr, lane, lanes):
         return dot_halves(w8, p, xr, lane, lanes, True)
     if code == LF16.code:
         return dot_halves(w8, p, xr, lane, lanes, False)
-    return dot_f32(w8, p, xr, lane, lanes)
+    if code == LF32.code:
+        return dot_f32(w8, p, xr, lane, lanes)
+    return dot_units(code, w8, p, xr, lane, lanes)
 
 
 @cuda.jit(device=True)

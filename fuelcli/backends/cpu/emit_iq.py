@@ -1,0 +1,241 @@
+"""The CPU emitters of ggml's i-quants (layouts and tables: fuelcli/formats/i_quants.py).
+
+    iq4_nl  w = KVALUES[q]           scale d             (32-element blocks, q8_0's shape after the table)
+    iq4_xs  w = KVALUES[q]           scale d*(ls_i - 32) (group i of a 256-element block)
+    iq3_xxs w = +-grid               scale (d*(0.5 + ls_i))*0.5
+    iq3_s   w = +-grid               scale d*(1 + 2 ls_i)
+
+A 4-bit index becomes its int8 value by a 16-entry byte table (emit.table16: pshufb on x86); the
+planes kernels dot the table of value + 128, unsigned, and take the zero point 128 off with the
+activations' 16-element sums, as q8_0's. The iq3 grids are module constants: a group's 8 entries
+are 8 scalar loads put into one vector (llama.cpp's AVX2 dot does the same), its signs a byte per
+8 elements tested bit by bit; every emitter derives from the group's int8 values and scales.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ...formats import IQ3_S, IQ3_XXS, IQ4_NL, IQ4_XS
+from ...formats.i_quants import KVALUES
+from ...formats.iq_grids import IQ3S_GRID, IQ3XXS_GRID, KSIGNS
+from .emit import (LANES, PLANES_UNIT, Block, CpuFormat, PlanesBlocks, WordChunk, concat, f16, f16_lanes, lanes,
+                   nibble_bytes, nibbles, signed_bytes, table16, words)
+from .irgen import F32T, G, I8, I16, I32, c64, const, load, splat, splat_c, vec
+
+ZERO = 128  # the planes' unsigned bytes: value + ZERO
+UNSIGNED = [v + ZERO for v in KVALUES]
+
+
+def _values(bd, row, off, table=KVALUES):
+    """The 32 elements of the nibble group at byte `off`, in order, through the table: <32 x i8>."""
+    return table16(bd, nibbles(bd, load(bd, row, off, vec(I8, G // 2))), table)
+
+
+def _word_values(bd, row, off):
+    """The group at byte `off` as (even, odd) words (emit.nibble_bytes' order, then the table)."""
+    idx = bd.bitcast(nibble_bytes(bd, row, off), vec(I8, G))
+    return signed_bytes(bd, words(bd, table16(bd, idx, KVALUES)))
+
+
+def _units(bd, parts):
+    """Planes units: 32-byte groups, two to a unit (the last one alone: zeros after it)."""
+    units = []
+    for j in range(0, len(parts), 2):
+        pair = parts[j:j + 2] if j + 1 < len(parts) else [parts[j], splat_c(I8, 0, G)]
+        units.append(bd.shuffle_vector(pair[0], pair[1], const(I32, range(PLANES_UNIT))))
+    return units
+
+
+def _lane_scales(bd, sv, ngroups):
+    """Lane i of unit u: group 2u + i // 8 (lanes past the last group: its scale, weights 0)."""
+    return [bd.shuffle_vector(sv, sv, const(I32, [min(2 * u + i // 8, ngroups - 1) for i in range(LANES)]))
+            for u in range(-(-ngroups // 2))]
+
+
+def _per16(bd, sv, ngroups):
+    return bd.shuffle_vector(sv, sv, const(I32, [s // 2 for s in range(2 * ngroups)]))
+
+
+# ------------------------------------------------------------------ iq4_nl
+
+
+def _iq4_nl(bd, row, blk):
+    L = IQ4_NL.layout
+    p = bd.mul(blk, c64(L.block_bytes))
+    w = bd.sext(_values(bd, row, bd.add(p, c64(L.qs))), vec(I16, G))
+    return Block([w], lanes(bd, f16(bd, row, bd.add(p, c64(L.d)))), None)
+
+
+def _iq4_nl_words(bd, row, b0, n):
+    L = IQ4_NL.layout
+    at = [bd.mul(bd.add(b0, c64(j)), c64(L.block_bytes)) for j in range(n)]
+    groups = [_word_values(bd, row, bd.add(p, c64(L.qs))) for p in at]
+    return WordChunk(groups, f16_lanes(bd, row, [bd.add(p, c64(L.d)) for p in at]), None)
+
+
+def _iq4_nl_planes(bd, rows, b0, nblk, xs):
+    L = IQ4_NL.layout
+    units, lane_scales, svs = [], [], []
+    base = bd.mul(b0, c64(L.block_bytes))
+    at = lambda j, off: bd.add(base, c64(j * L.block_bytes + off))  # noqa: E731
+    for row in rows:
+        sv = bd.fmul(f16_lanes(bd, row, [at(j, L.d) for j in range(nblk)]), xs)
+        svs.append(_per16(bd, sv, nblk))
+        units.append(_units(bd, [_values(bd, row, at(j, L.qs), UNSIGNED) for j in range(nblk)]))
+        lane_scales.append(_lane_scales(bd, sv, nblk))
+    return PlanesBlocks(units, lane_scales, None, concat(bd, svs))
+
+
+# ------------------------------------------------------------------ iq4_xs
+
+
+def _iq4_xs_scales(bd, row, p):
+    """<8 x float>: d * (ls_i - 32) of the iq4_xs block at byte p."""
+    L = IQ4_XS.layout
+    n = L.sub_blocks
+    lo = load(bd, row, bd.add(p, c64(L.scales_l)), vec(I8, n // 2))
+    lo = bd.shuffle_vector(lo, lo, const(I32, [i // 2 for i in range(n)]))
+    lo = bd.and_(bd.lshr(lo, const(I8, [4 * (i % 2) for i in range(n)])), splat_c(I8, 15, n))
+    sh = splat(bd, load(bd, row, bd.add(p, c64(L.scales_h)), I16), n)
+    hi = bd.trunc(bd.and_(bd.lshr(sh, const(I16, [2 * i for i in range(n)])), splat_c(I16, 3, n)), vec(I8, n))
+    ls = bd.sub(bd.or_(lo, bd.shl(hi, splat_c(I8, 4, n))), splat_c(I8, L.scale_zero, n))
+    d = f16(bd, row, bd.add(p, c64(L.d)))
+    return bd.fmul(splat(bd, d, n), bd.sitofp(ls, vec(F32T, n)))
+
+
+def _iq4_xs(bd, row, blk):
+    L = IQ4_XS.layout
+    p = bd.mul(blk, c64(L.block_bytes))
+    w = [bd.sext(_values(bd, row, bd.add(p, c64(L.qs + 16 * i))), vec(I16, G)) for i in range(L.sub_blocks)]
+    return Block(w, _iq4_xs_scales(bd, row, p), None)
+
+
+def _iq4_xs_words(bd, row, b0, n):
+    L = IQ4_XS.layout
+    p = bd.mul(b0, c64(L.block_bytes))
+    groups = [_word_values(bd, row, bd.add(p, c64(L.qs + 16 * i))) for i in range(L.sub_blocks)]
+    return WordChunk(groups, _iq4_xs_scales(bd, row, p), None)
+
+
+def _iq4_xs_planes(bd, rows, fb, nblk, xs8):
+    L = IQ4_XS.layout
+    n = L.sub_blocks
+    p = bd.mul(fb, c64(L.block_bytes))
+    units, lane_scales, svs = [], [], []
+    for row in rows:
+        sv = bd.fmul(_iq4_xs_scales(bd, row, p), xs8)
+        svs.append(_per16(bd, sv, n))
+        units.append(_units(bd, [_values(bd, row, bd.add(p, c64(L.qs + 16 * i)), UNSIGNED) for i in range(n)]))
+        lane_scales.append(_lane_scales(bd, sv, n))
+    return PlanesBlocks(units, lane_scales, None, concat(bd, svs))
+
+
+# ------------------------------------------------------------------ iq3: grids and signs
+
+
+def _table(bd, name, ty, entries):
+    """The module's constant array `name` (made once per module)."""
+    g = bd.module.globals.get(name)
+    if g is None:
+        at = ir.ArrayType(ty, len(entries))
+        g = ir.GlobalVariable(bd.module, at, name)
+        g.initializer = ir.Constant(at, [e if ty is I32 or e < 128 else e - 256 for e in entries])
+        g.global_constant = True
+        g.linkage = "internal"
+    return g
+
+
+def _at(bd, table, idx):
+    return bd.load(bd.gep(table, [ir.Constant(I32, 0), idx]))
+
+
+def _signed(bd, mags, sign_bytes):
+    """<32 x i8> magnitudes with element e negated where bit e % 8 of sign byte e // 8 is set."""
+    sb = bd.shuffle_vector(sign_bytes, sign_bytes, const(I32, [e // 8 for e in range(G)]))
+    neg = bd.icmp_unsigned("!=", bd.and_(sb, const(I8, [(1 << (e % 8)) - 256 * (e % 8 == 7) for e in range(G)])),
+                           splat_c(I8, 0, G))
+    return bd.select(neg, bd.sub(splat_c(I8, 0, G), mags), mags)
+
+
+def _grid_values(bd, grid, indices):
+    """8 grid entries (i32 indices) -> <32 x i8>: their 4 magnitudes each, in order."""
+    v = ir.Constant(vec(I32, 8), ir.Undefined)
+    for j, idx in enumerate(indices):
+        v = bd.insert_element(v, _at(bd, grid, idx), ir.Constant(I32, j))
+    return bd.bitcast(v, vec(I8, G))
+
+
+def _byte(bd, row, off):
+    return bd.zext(load(bd, row, off, I8), I32)
+
+
+def _iq3_xxs_values(bd, row, p, i):
+    L = IQ3_XXS.layout
+    grid = _table(bd, "iq3xxs_grid", I32, IQ3XXS_GRID)
+    ks = _table(bd, "ksigns_iq2xs", I8, KSIGNS)
+    mags = _grid_values(bd, grid, [_byte(bd, row, bd.add(p, c64(L.qs + 8 * i + j))) for j in range(8)])
+    aux = load(bd, row, bd.add(p, c64(L.aux + 4 * i)), I32)
+    sb = ir.Constant(vec(I8, 4), ir.Undefined)
+    for k in range(4):
+        idx = bd.and_(bd.lshr(aux, ir.Constant(I32, 7 * k)), ir.Constant(I32, 127))
+        sb = bd.insert_element(sb, _at(bd, ks, idx), ir.Constant(I32, k))
+    return _signed(bd, mags, sb)
+
+
+def _iq3_xxs_scales(bd, row, p):
+    L = IQ3_XXS.layout
+    ls = bd.uitofp(bd.lshr(load(bd, row, bd.add(p, c64(L.aux)), vec(I32, 8)), splat_c(I32, 28, 8)), vec(F32T, 8))
+    d = splat(bd, f16(bd, row, bd.add(p, c64(L.d))), 8)
+    return bd.fmul(bd.fmul(d, bd.fadd(splat_c(F32T, 0.5, 8), ls)), splat_c(F32T, 0.5, 8))
+
+
+def _iq3_s_values(bd, row, p, i):
+    L = IQ3_S.layout
+    grid = _table(bd, "iq3s_grid", I32, IQ3S_GRID)
+    qh = _byte(bd, row, bd.add(p, c64(L.qh + i)))
+    idx = [bd.or_(_byte(bd, row, bd.add(p, c64(L.qs + 8 * i + j))),
+                  bd.shl(bd.and_(bd.lshr(qh, ir.Constant(I32, j)), ir.Constant(I32, 1)), ir.Constant(I32, 8)))
+           for j in range(8)]
+    return _signed(bd, _grid_values(bd, grid, idx), load(bd, row, bd.add(p, c64(L.signs + 4 * i)), vec(I8, 4)))
+
+
+def _iq3_s_scales(bd, row, p):
+    L = IQ3_S.layout
+    raw = load(bd, row, bd.add(p, c64(L.scales)), vec(I8, 4))
+    ls = bd.shuffle_vector(raw, raw, const(I32, [i // 2 for i in range(8)]))
+    ls = bd.and_(bd.lshr(ls, const(I8, [4 * (i % 2) for i in range(8)])), splat_c(I8, 15, 8))
+    odd = bd.or_(bd.shl(ls, splat_c(I8, 1, 8)), splat_c(I8, 1, 8))  # 1 + 2 ls
+    return bd.fmul(splat(bd, f16(bd, row, bd.add(p, c64(L.d))), 8), bd.uitofp(odd, vec(F32T, 8)))
+
+
+def _int8_groups(fmt, values, scales):
+    """The record of a 256-element format from its groups' int8 values and its <8 x float> scales."""
+    L = fmt.layout
+    n = L.sub_blocks
+
+    def block(bd, row, blk):
+        p = bd.mul(blk, c64(L.block_bytes))
+        return Block([bd.sext(values(bd, row, p, i), vec(I16, G)) for i in range(n)], scales(bd, row, p), None)
+
+    def words_(bd, row, b0, nb):
+        p = bd.mul(b0, c64(L.block_bytes))
+        groups = [signed_bytes(bd, words(bd, values(bd, row, p, i))) for i in range(n)]
+        return WordChunk(groups, scales(bd, row, p), None)
+
+    def planes(bd, rows, fb, nblk, xs8):
+        p = bd.mul(fb, c64(L.block_bytes))
+        units, lane_scales, svs = [], [], []
+        for row in rows:
+            sv = bd.fmul(scales(bd, row, p), xs8)
+            svs.append(_per16(bd, sv, n))
+            units.append(_units(bd, [bd.xor(values(bd, row, p, i), splat_c(I8, -128, G)) for i in range(n)]))
+            lane_scales.append(_lane_scales(bd, sv, n))
+        return PlanesBlocks(units, lane_scales, None, concat(bd, svs))
+
+    return CpuFormat(fmt, block=block, words=words_, planes=planes, planes_zero=ZERO)
+
+
+RECORDS = [CpuFormat(IQ4_NL, block=_iq4_nl, words=_iq4_nl_words, planes=_iq4_nl_planes, planes_zero=ZERO),
+           CpuFormat(IQ4_XS, block=_iq4_xs, words=_iq4_xs_words, planes=_iq4_xs_planes, planes_zero=ZERO),
+           _int8_groups(IQ3_XXS, _iq3_xxs_values, _iq3_xxs_scales), _int8_groups(IQ3_S, _iq3_s_values, _iq3_s_scales)]

@@ -1,0 +1,78 @@
+"""Unit decoders of ggml's i-quants (iq4_nl, iq4_xs, iq3_xxs, iq3_s); layouts in
+fuelcli/formats/i_quants.py, tables in i_quants.py and iq_grids.py. Same float operations in the
+same order as the numpy decode (a sign flip of a product is exact)."""
+
+import numpy as np
+from numba import cuda, float32, int32, uint32
+
+from ....formats import IQ3_S, IQ3_XXS, IQ4_NL, IQ4_XS
+from ....formats.i_quants import KVALUES
+from ....formats.iq_grids import IQ3S_GRID, IQ3XXS_GRID, KSIGNS
+from .common import UNIT, f16_at
+
+LIQ4NL, LIQ4XS, LIQ3XXS, LIQ3S = IQ4_NL.layout, IQ4_XS.layout, IQ3_XXS.layout, IQ3_S.layout
+# global arrays: constants of the kernels
+KV = np.array(KVALUES, np.int32)
+G3XXS, G3S, KS = np.array(IQ3XXS_GRID, np.uint32), np.array(IQ3S_GRID, np.uint32), np.array(KSIGNS, np.int32)
+
+
+@cuda.jit(device=True)
+def unpack_iq4_nl(w8, p, k0, out):
+    L = LIQ4NL
+    b = p + (k0 // L.block_elems) * L.block_bytes
+    j0 = k0 % L.block_elems
+    shift = 4 * (j0 // (L.block_elems // 2))
+    q = b + L.qs + j0 % (L.block_elems // 2)
+    d = f16_at(w8, b + L.d)
+    for j in range(UNIT):
+        out[j] = d * float32(KV[(int32(w8[q + j]) >> shift) & 15])
+
+
+@cuda.jit(device=True)
+def unpack_iq4_xs(w8, p, k0, out):
+    L = LIQ4XS
+    b = p + (k0 // L.block_elems) * L.block_bytes
+    e = k0 % L.block_elems
+    i = e // L.sub_elems
+    lo = (int32(w8[b + L.scales_l + i // 2]) >> (4 * (i % 2))) & 15
+    sh = int32(w8[b + L.scales_h]) | (int32(w8[b + L.scales_h + 1]) << 8)
+    ls = lo | (((sh >> (2 * i)) & 3) << 4)
+    dl = f16_at(w8, b + L.d) * float32(ls - L.scale_zero)
+    j0 = e % L.sub_elems
+    shift = 4 * (j0 // (L.sub_elems // 2))
+    q = b + L.qs + 16 * i + j0 % (L.sub_elems // 2)
+    for j in range(UNIT):
+        out[j] = dl * float32(KV[(int32(w8[q + j]) >> shift) & 15])
+
+
+@cuda.jit(device=True)
+def unpack_iq3_xxs(w8, p, k0, out):
+    L = LIQ3XXS
+    b = p + (k0 // L.block_elems) * L.block_bytes
+    e = k0 % L.block_elems
+    a = b + L.aux + 4 * (e // L.sub_elems)
+    aux = uint32(w8[a]) | (uint32(w8[a + 1]) << 8) | (uint32(w8[a + 2]) << 16) | (uint32(w8[a + 3]) << 24)
+    db = (f16_at(w8, b + L.d) * (float32(0.5) + float32(aux >> 28))) * float32(0.5)
+    sgn = KS[(aux >> uint32(7 * ((e % L.sub_elems) // 8))) & uint32(127)]
+    for j in range(UNIT):
+        m = (G3XXS[w8[b + L.qs + (e + j) // 4]] >> uint32(8 * ((e + j) % 4))) & uint32(255)
+        v = db * float32(m)
+        out[j] = -v if (sgn >> j) & 1 else v
+
+
+@cuda.jit(device=True)
+def unpack_iq3_s(w8, p, k0, out):
+    L = LIQ3S
+    b = p + (k0 // L.block_elems) * L.block_bytes
+    e = k0 % L.block_elems
+    i = e // L.sub_elems
+    ls = (int32(w8[b + L.scales + i // 2]) >> (4 * (i % 2))) & 15
+    db = f16_at(w8, b + L.d) * float32(1 + 2 * ls)
+    qh = int32(w8[b + L.qh + i])
+    sgn = int32(w8[b + L.signs + e // 8])
+    for j in range(UNIT):
+        t = (e + j) // 4  # the grid entry in the block
+        idx = int32(w8[b + L.qs + t]) | (((qh >> (t % 8)) & 1) << 8)
+        m = (G3S[idx] >> uint32(8 * ((e + j) % 4))) & uint32(255)
+        v = db * float32(m)
+        out[j] = -v if (sgn >> j) & 1 else v

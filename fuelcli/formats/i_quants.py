@@ -1,0 +1,140 @@
+"""ggml's i-quants (ggml-common.h): a 4-bit index picks one of 16 int8 values (iq4), or an 8- or
+9-bit index picks 4 magnitudes of a grid (iq3, grids in iq_grids.py) with a sign per element.
+
+    iq4_nl  18 B  | d f16 | qs: 16 B |                                   x = d * KVALUES[q]
+    iq4_xs 136 B  | d f16 | scales_h u16 | scales_l: 4 B | qs: 128 B |  x = (d * (ls_i - 32)) * KVALUES[q]
+    iq3_xxs 98 B  | d f16 | qs: 64 B | aux: 8 x u32 |      x = (d * (0.5 + ls_i) * 0.5) * grid * sign
+    iq3_s  110 B  | d f16 | qs: 64 B | qh: 8 B | signs: 32 B | scales: 4 B |   x = (d * (1 + 2 ls_i)) * grid * sign
+
+iq3: element e of a block is byte e % 4 of grid entry e // 4 (iq3_xxs: index qs[e // 4]; iq3_s:
+qs[e // 4] plus bit (e // 4) % 8 of qh[e // 32] as its 9th bit); group i = elements 32i .. 32i + 31.
+iq3_xxs's aux u32 of group i: ls_i in its top 4 bits, and 4 x 7 bits (bits 7k ..) whose KSIGNS entry
+gives the signs of elements 8k .. 8k + 7 of the group (bit j: element 8k + j negative). iq3_s: bit
+e % 8 of signs[e // 8] makes element e negative; ls_i the nibble i % 2 of scales[i // 2].
+
+Nibbles as the legacy formats': byte j of a 32-element group's 16 bytes holds element j in its low
+nibble and element j + 16 in its high one (iq4_xs: group i at qs[16i ..]). iq4_xs's 6-bit ls_i of
+group i: the nibble i % 2 of scales_l[i // 2], then bits 2i..2i+1 of scales_h as its top 2 bits.
+The numpy decoders repeat gguf-py's float operations in its order (bit-exact).
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+
+from .base import Format, f16_at, nibbles
+from .iq_grids import IQ3S_GRID, IQ3XXS_GRID, KSIGNS
+
+KVALUES = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)  # kvalues_iq4nl
+_KV = np.array(KVALUES, np.int8)
+
+
+class IQ4_NLLayout(NamedTuple):
+    code: int = 12
+    block_elems: int = 32
+    block_bytes: int = 18
+    d: int = 0
+    qs: int = 2
+
+
+class IQ4_XSLayout(NamedTuple):
+    code: int = 13
+    block_elems: int = 256
+    block_bytes: int = 136
+    d: int = 0
+    scales_h: int = 2
+    scales_l: int = 4
+    qs: int = 8
+    sub_blocks: int = 8
+    sub_elems: int = 32
+    scale_zero: int = 32  # the 6-bit scales are stored + 32
+
+
+class IQ3_XXSLayout(NamedTuple):
+    code: int = 14
+    block_elems: int = 256
+    block_bytes: int = 98
+    d: int = 0
+    qs: int = 2
+    aux: int = 66
+    sub_blocks: int = 8
+    sub_elems: int = 32
+
+
+class IQ3_SLayout(NamedTuple):
+    code: int = 15
+    block_elems: int = 256
+    block_bytes: int = 110
+    d: int = 0
+    qs: int = 2
+    qh: int = 66
+    signs: int = 74
+    scales: int = 106
+    sub_blocks: int = 8
+    sub_elems: int = 32
+
+
+LIQ4_NL, LIQ4_XS, LIQ3_XXS, LIQ3_S = IQ4_NLLayout(), IQ4_XSLayout(), IQ3_XXSLayout(), IQ3_SLayout()
+
+
+def _grid(entries) -> np.ndarray:
+    """(n, 4) float32 magnitudes of a grid's uint32 entries."""
+    return np.array(entries, "<u4").view(np.uint8).reshape(-1, 4).astype(np.float32)
+
+
+_G3XXS, _G3S = _grid(IQ3XXS_GRID), _grid(IQ3S_GRID)
+_KSIGNS = np.array(KSIGNS, np.uint8)
+
+
+def _sign_bits(bytes8) -> np.ndarray:
+    """(..., k) sign bytes -> (..., 8k) float32 of +1 / -1 (bit j of byte b: element 8b + j)."""
+    bits = (bytes8[..., None] >> np.arange(8, dtype=np.uint8)) & 1
+    return np.where(bits == 0, np.float32(1), np.float32(-1)).reshape(*bytes8.shape[:-1], -1)
+
+
+def _iq3_xxs(b):
+    L, n = LIQ3_XXS, b.shape[0]
+    aux = np.ascontiguousarray(b[:, L.aux : L.block_bytes]).view(np.uint32)  # (n, 8)
+    db = (f16_at(b, L.d) * (np.float32(0.5) + (aux >> 28).astype(np.float32)) * np.float32(0.5)).reshape(n, 8, 1)
+    sidx = (aux[..., None] >> np.array([0, 7, 14, 21], np.uint32)) & 0x7F  # (n, 8, 4)
+    signs = _sign_bits(_KSIGNS[sidx]).reshape(n, 8, 32)
+    grid = _G3XXS[b[:, L.qs : L.aux]].reshape(n, 8, 32)
+    return (db * grid * signs).reshape(n, L.block_elems)
+
+
+def _iq3_s(b):
+    L, n = LIQ3_S, b.shape[0]
+    ls = (b[:, L.scales : L.block_bytes].reshape(n, 4, 1) >> np.array([0, 4], np.uint8)).reshape(n, 8) & 15
+    db = (f16_at(b, L.d) * (1 + 2 * ls).astype(np.float32)).reshape(n, 8, 1)
+    hi = ((b[:, L.qh : L.signs].reshape(n, 8, 1) >> np.arange(8, dtype=np.uint8)) & 1).reshape(n, 64)
+    idx = b[:, L.qs : L.qh].astype(np.uint16) | (hi.astype(np.uint16) << 8)
+    grid = _G3S[idx].reshape(n, 8, 32)
+    signs = _sign_bits(b[:, L.signs : L.scales]).reshape(n, 8, 32)
+    return (db * grid * signs).reshape(n, L.block_elems)
+
+
+def _iq4_nl(b):
+    L = LIQ4_NL
+    return f16_at(b, L.d) * _KV[nibbles(b[:, L.qs :])].astype(np.float32)
+
+
+def iq4_xs_scales(b) -> np.ndarray:
+    """(n, 136) iq4_xs blocks -> (n, 8) int8: each group's ls_i - 32."""
+    L = LIQ4_XS
+    lo = (b[:, L.scales_l : L.qs].reshape(-1, 4, 1) >> np.array([0, 4], np.uint8).reshape(1, 1, 2)).reshape(-1, 8) & 15
+    sh = np.ascontiguousarray(b[:, L.scales_h : L.scales_l]).view(np.uint16)
+    hi = ((sh >> np.arange(0, 16, 2, dtype=np.uint16)) & 3).astype(np.uint8)
+    return (lo | (hi << 4)).astype(np.int8) - np.int8(L.scale_zero)
+
+
+def _iq4_xs(b):
+    L, n = LIQ4_XS, b.shape[0]
+    dl = (f16_at(b, L.d) * iq4_xs_scales(b).astype(np.float32)).reshape(n, L.sub_blocks, 1)
+    q = nibbles(b[:, L.qs :].reshape(n * L.sub_blocks, 16)).reshape(n, L.sub_blocks, L.sub_elems)
+    return (dl * _KV[q].astype(np.float32)).reshape(n, L.block_elems)
+
+
+IQ4_NL = Format("iq4_nl", 20, LIQ4_NL, _iq4_nl)
+IQ4_XS = Format("iq4_xs", 23, LIQ4_XS, _iq4_xs)
+IQ3_XXS = Format("iq3_xxs", 18, LIQ3_XXS, _iq3_xxs)
+IQ3_S = Format("iq3_s", 21, LIQ3_S, _iq3_s)
