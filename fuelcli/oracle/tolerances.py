@@ -18,6 +18,11 @@ DEFAULT_MIN_TOP1 = 1.0
 DEFAULT_LAYER_RTOL = 1e-2
 DEFAULT_DECODE_STEPS = 3
 
+# --oracle URL: how many log-probabilities per position a server is asked for. vLLM's default
+# --max-logprobs and fuel serve's limit are 20 (OpenAI's own: 20 on chat, 5 on completions);
+# llama-server has no limit.
+DEFAULT_TOP_K = 20
+
 # Long texts: llama-perplexity's default window, and the most rows of [rows, vocab] logits either
 # side holds at once (a [4096, 151936] float32 block would be 2.5 GB; 512 rows are 311 MB).
 DEFAULT_CTX = 512
