@@ -5,8 +5,8 @@ llama-server's and vLLM's shapes pass; every malformed or failing server is one 
 code (a fake server on loopback answers each case of the table).
 
 Measured (tiny llama2 f32, 10 tokens, top-20): max top-k KL 2e-12, max|Δ logprob| 8e-6 (fuel's
-decode path against the server's one-token prefills); window 2 on fuel's side: max KL 0.36;
-layer 0's down_proj ×1.5 in the served file: max KL 0.02.
+decode path against the server's one-token prefills); window 2 on fuel's side: max KL 4.4, top-1
+0.2; layer 0's down_proj ×1.5 in the served file: max KL 0.16, top-1 0.8.
 """
 
 import json

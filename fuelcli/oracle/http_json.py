@@ -83,8 +83,10 @@ class Client:
             msg = _error_message(body) or e.reason
             hint = {401: " (give the server's key with --api-key)",
                     404: " (the base URL of an OpenAI-compatible server ends in /v1)"}.get(e.code, "")
-            if e.code == 400 and "logprob" in str(msg).lower():
+            if e.code in (400, 422, 500) and "logprob" in str(msg).lower():
                 hint = " (lower --top-k: servers cap it, vLLM at its --max-logprobs, 20 by default)"
+            elif e.code in (400, 422, 500) and "prompt" in str(msg).lower():
+                hint = " (fuel sends the prompt as token ids: this server may take text only)"
             raise ServerFailed(f"{what} answered HTTP {e.code}: {msg}{hint}") from None
         except urllib.error.URLError as e:
             reason = e.reason if not isinstance(e.reason, OSError) else (e.reason.strerror or e.reason)
