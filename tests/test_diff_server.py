@@ -228,7 +228,7 @@ TWO = {"object": "list", "data": [{"id": MODEL}, {"id": "other"}]}
 # case: (models answer, completions answer, extra args, exit code, words of the message)
 CASES = {
     "models-404": ((404, b'{"error": {"message": "no route"}}'), None, (), 5, ["HTTP 404", "/v1"]),
-    "models-not-json": ((200, b"<html>"), None, (), 5, ["not JSON"]),
+    "models-not-json": ((200, b"<html>"), None, (), 5, ["not valid JSON"]),
     "models-no-data": ((200, b'{"object": "list"}'), None, (), 5, ["malformed", "/models"]),
     "models-none": ((200, b'{"data": []}'), None, (), 2, ["serves no model"]),
     "models-two-unnamed": ((200, json.dumps(TWO).encode()), None, (), 2, ["2 models", "--server-model"]),
@@ -238,8 +238,11 @@ CASES = {
     "http-400-logprobs": (None, raw_answer(400, b'{"message": "logprobs must be <= 5"}'), (), 5,
                           ["HTTP 400", "--top-k"]),
     "dropped": (None, raw_answer(None, b""), (), 5, ["broke off"]),
-    "not-json": (None, raw_answer(200, b"{'choices': 1"), (), 5, ["not JSON"]),
-    "json-array": (None, raw_answer(200, b"[1, 2]"), (), 5, ["not an object"]),
+    "not-json": (None, raw_answer(200, b"{'choices': 1"), (), 5, ["not valid JSON"]),
+    "not-utf8": (None, raw_answer(200, b'{"choices": "\xff"}'), (), 5, ["not UTF-8"]),
+    "nested-too-deeply": (None, raw_answer(200, b'{"a": ' + b"[" * 100000 + b"]" * 100000 + b"}"), (), 5,
+                          ["nests too deeply"]),
+    "json-array": (None, raw_answer(200, b"[1, 2]"), (), 5, ["not a JSON object"]),
     "no-choices": (None, patched(["choices"], []), (), 5, ["choices[0]"]),
     "logprobs-null": (None, patched(["choices", 0, "logprobs"], None), (), 5, ["without logprobs"]),
     "logprobs-a-list": (None, patched(["choices", 0, "logprobs"], [1]), (), 5, ["not an object"]),

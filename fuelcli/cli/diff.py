@@ -13,7 +13,6 @@ from typing import Optional
 import typer
 
 from ..errors import InputError, Mismatch
-from ..oracle.http_json import is_url
 from ..oracle import (DEFAULT_CTX, DEFAULT_DECODE_STEPS, DEFAULT_LAYER_RTOL, DEFAULT_MIN_TOP1, DEFAULT_TOL,
                       DEFAULT_TOP_K)
 from .app import app
@@ -64,6 +63,7 @@ def diff_cmd(
 ):
     """Compare fuel's logits (per position) with an oracle; exit 3 on mismatch."""
     from ..loader import open_model
+    from ..oracle.http_json import is_url
     from ..plan import layer_plans
     from ..threads import set_threads
     from . import diff_view

@@ -1,6 +1,7 @@
 """JSON over HTTP(S) to an OpenAI-compatible server, with the standard library (urllib). Every failure
 is one line: ServerFailed (exit 5) when the server cannot be reached, answers a non-2xx status or
-answers what is not a JSON object; InputError (exit 2) for a URL that is not one."""
+answers what is not a JSON object (read by jsondoc, as every JSON document fuel reads); InputError
+(exit 2) for a URL that is not one."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import urllib.parse
 import urllib.request
 
 from ..errors import InputError, ServerFailed
+from ..jsondoc import parse_object
 
 TIMEOUT_S = 300.0  # per request: one new token behind a cached prefix, or a whole prompt's prefill
 MAX_REPLY = 64 * 2**20  # bytes; a top-k answer is a few kB
@@ -45,7 +47,7 @@ def _error_message(raw: bytes) -> str:
     the body itself."""
     try:
         doc = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON (or hostile): the body itself, cut short
         return _one_line(raw.decode("utf-8", "replace"))
     if isinstance(doc, dict):
         e = doc.get("error")
@@ -97,11 +99,4 @@ class Client:
             raise ServerFailed(f"{what} broke off: {type(e).__name__}: {_one_line(str(e)) or 'no reply'}") from None
         if len(raw) > MAX_REPLY:
             raise ServerFailed(f"{what} answered more than {MAX_REPLY // 2**20} MiB")
-        try:
-            doc = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise ServerFailed(f"{what} answered what is not JSON ({_one_line(str(e), 80)}): "
-                               f"{_one_line(raw[:80].decode('utf-8', 'replace'), 80)!r}") from None
-        if not isinstance(doc, dict):
-            raise ServerFailed(f"{what} answered JSON that is not an object: {_one_line(raw[:80].decode('utf-8', 'replace'), 80)!r}")
-        return doc
+        return parse_object(raw, f"the answer of {what}", ServerFailed)

@@ -79,7 +79,8 @@ class WindowStats:
             has = p0 + rows + 1 < n
             tgt = self.ids[p0 + rows[has] + 1]
             self.nll_fuel[p0 + rows[has]] = -lf[rows[has], tgt]
-            self.nll_oracle[p0 + rows[has]] = (topk.nll(o.ids[has], o.logprobs[has], tgt) if sparse else -lo[rows[has], tgt])
+            self.nll_oracle[p0 + rows[has]] = (topk.nll(o.ids[has], o.logprobs[has], tgt) if sparse
+                                               else -lo[rows[has], tgt])
         if self.layer_abs is not None:
             if fuel_states is None or oracle_states is None or fuel_states.shape != oracle_states.shape:
                 shapes = [None if x is None else list(x.shape) for x in (fuel_states, oracle_states)]

@@ -139,7 +139,8 @@ class ServerOracle(Oracle):
         served = [d["id"] for d in data]
         if wanted is not None:
             if wanted not in served:
-                raise InputError(f"the oracle server does not serve {wanted!r}; it serves {', '.join(served) or 'none'}")
+                raise InputError(f"the oracle server does not serve {wanted!r}; it serves "
+                                 f"{', '.join(served) or 'none'}")
             return wanted, served
         if len(served) != 1:
             raise InputError(f"the oracle server serves {len(served)} models ({', '.join(served)}): "
