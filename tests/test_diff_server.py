@@ -123,7 +123,7 @@ class Fake:
     case can reshape or break a true answer."""
 
     def __init__(self, upstream: str):
-        self.upstream, self.models, self.answer = upstream, None, None
+        self.upstream, self.models, self.answer, self.authorization = upstream, None, None, None
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -144,6 +144,7 @@ class Fake:
                 self._send(*(fake.models or (200, json.dumps({"object": "list", "data": [{"id": MODEL}]}).encode())))
 
             def do_POST(self):
+                fake.authorization = self.headers.get("Authorization")
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 self._send(*fake.answer(body, fake.real))
 
@@ -278,6 +279,15 @@ def test_malformed_and_failing_servers(checkpoint, fake, case):
     code, _, err = invoke("diff", checkpoint, "--oracle", fake.url, "--tokens", TOKENS, *extra)
     assert code == want, err
     assert "\n" not in err and all(w in err for w in words), err
+
+
+def test_the_api_key_is_sent(checkpoint, fake, monkeypatch):
+    fake.models, fake.answer = None, lambda b, r: ok(r(b))
+    assert invoke("diff", checkpoint, "--oracle", fake.url, "--tokens", "1,2", "--api-key", "k1")[0] == 0
+    assert fake.authorization == "Bearer k1"
+    monkeypatch.setenv("FUEL_API_KEY", "k2")
+    assert invoke("diff", checkpoint, "--oracle", fake.url, "--tokens", "1,2")[0] == 0
+    assert fake.authorization == "Bearer k2"
 
 
 def test_url_errors(checkpoint):
