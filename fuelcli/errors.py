@@ -64,3 +64,8 @@ class PeerFailed(FuelError):
     comparison cannot go on."""
 
     exit_code = 5
+
+
+class ServerFailed(PeerFailed):
+    """An oracle server (OpenAI-compatible, over HTTP) could not be reached, answered with an error
+    or answered what fuel cannot read: the server's failure, not the input's."""

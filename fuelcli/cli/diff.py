@@ -1,18 +1,20 @@
-"""`fuel diff MODEL --oracle self|transformers|llama.cpp|PATH (--tokens | --prompt | --text FILE)`:
+"""`fuel diff MODEL --oracle self|transformers|llama.cpp|PATH|URL (--tokens | --prompt | --text FILE)`:
 does fuel's fast path match an oracle?
 
 Exit 0 on pass, 3 (Mismatch) when KL(oracle ‖ fuel) at some position > --tol, top-1 agreement <
 --min-top1 or (if given) max|Δ| > --atol; 2 on bad input, 4 when the oracle's (or --plot's)
-packages are missing.
+packages are missing, 5 when a peer or an oracle server fails.
 """
 
 import json
+import os
 from typing import Optional
 
 import typer
 
 from ..errors import InputError, Mismatch
-from ..oracle import DEFAULT_CTX, DEFAULT_DECODE_STEPS, DEFAULT_LAYER_RTOL, DEFAULT_MIN_TOP1, DEFAULT_TOL
+from ..oracle import (DEFAULT_CTX, DEFAULT_DECODE_STEPS, DEFAULT_LAYER_RTOL, DEFAULT_MIN_TOP1, DEFAULT_TOL,
+                      DEFAULT_TOP_K)
 from .app import app
 from .options import CacheType, Device, HfFile, Json, ModelArg, Revision, Threads, check_tolerances, err, parse_tokens
 
@@ -23,7 +25,8 @@ def diff_cmd(
     oracle: str = typer.Option("self", "--oracle", help="self (fuel's numpy reference, full-prefix forward) | "
                                "transformers (HF eager f32 on the same weights) | llama.cpp (llama-cpp-python on "
                                "the same .gguf) | PATH to saved logits [seq, vocab] (.npy, .npz, .safetensors, "
-                               "or llama.cpp's raw float32 .bin)"),
+                               "or llama.cpp's raw float32 .bin) | http(s)://HOST:PORT/v1, an OpenAI-compatible "
+                               "server's top-k logprobs (vLLM, llama-server, fuel serve)"),
     prompt: Optional[str] = typer.Option(None, "--prompt", help="text, encoded with special tokens, no template"),
     tokens: Optional[str] = typer.Option(None, "--tokens", help="token ids, e.g. 1,2,3"),
     text: Optional[str] = typer.Option(None, "--text", help="a text FILE, compared in llama-perplexity windows "
@@ -43,6 +46,12 @@ def diff_cmd(
                                 "first layer out of tolerance"),
     layer_tol: float = typer.Option(DEFAULT_LAYER_RTOL, "--layer-tol",
                                     help="per-layer tolerance: max|Δ| / max|oracle state| of the layer"),
+    top_k: int = typer.Option(DEFAULT_TOP_K, "--top-k", help="with a server oracle: log-probabilities asked per "
+                              "position (vLLM's --max-logprobs and fuel serve allow 20, OpenAI's completions 5)"),
+    server_model: Optional[str] = typer.Option(None, "--server-model", metavar="ID", help="with a server oracle: "
+                                               "the model to ask, one of its /v1/models (default: its only one)"),
+    api_key: Optional[str] = typer.Option(None, "--api-key", help="with a server oracle: sent as `Authorization: "
+                                          "Bearer KEY` (default: FUEL_API_KEY)"),
     plot: Optional[str] = typer.Option(None, "--plot", help="also draw KL against position (and the layers) "
                                        "into FILE.png or FILE.svg (needs matplotlib)"),
     as_json: bool = Json,
@@ -54,6 +63,7 @@ def diff_cmd(
 ):
     """Compare fuel's logits (per position) with an oracle; exit 3 on mismatch."""
     from ..loader import open_model
+    from ..oracle.http_json import is_url
     from ..plan import layer_plans
     from ..threads import set_threads
     from . import diff_view
@@ -61,6 +71,8 @@ def diff_cmd(
     if sum(x is not None for x in (prompt, tokens, text)) != 1:
         raise InputError("give exactly one of --prompt, --tokens and --text")
     check_tolerances(tol=tol, atol=atol, layer_tol=layer_tol, min_top1=min_top1)
+    if not is_url(oracle) and (top_k != DEFAULT_TOP_K or server_model is not None or api_key is not None):
+        raise InputError("--top-k, --server-model and --api-key go with a server oracle (--oracle http://HOST:PORT/v1)")
     if plot is not None:
         from ..oracle.plot import check
 
@@ -76,7 +88,10 @@ def diff_cmd(
         from ..oracle import diff
 
         ids = parse_tokens(tokens) if tokens is not None else m.tokenizer.encode(prompt)
-        r = diff(m, ids, oracle, path, tol, min_top1, layers, layer_tol, decode_steps, atol, device, cache_type)
+        server = {"top_k": top_k, "server_model": server_model,
+                  "api_key": api_key if api_key is not None else os.environ.get("FUEL_API_KEY") or None}
+        r = diff(m, ids, oracle, path, tol, min_top1, layers, layer_tol, decode_steps, atol, device, cache_type,
+                 server)
     if plot is not None:
         diff_view.plot(plot, m.source.name, r)
     labels = [lp.label(m.cfg) for lp in layer_plans(m.cfg)]

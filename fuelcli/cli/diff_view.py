@@ -86,7 +86,9 @@ def _render_tokens(name: str, r: DiffResult, labels: list):
     from rich.markup import escape
 
     con = _console()
-    t = _table(escape(f"{name}: fuel {r.path} path vs {r.oracle}") + "\nKL = KL(oracle ‖ fuel), nats",
+    kl_is = ("KL(oracle ‖ fuel) over its top-k + one bucket of the rest (≤ the full KL), nats;\n"
+             "max|Δ|: of the top-k log-probabilities") if r.top_k else "KL(oracle ‖ fuel), nats"
+    t = _table(escape(f"{name}: fuel {r.path} path vs {r.oracle}") + f"\nKL = {kl_is}",
                ("pos", "right"), ("token", "right"), ("step", "left"), ("max|Δ|", "right"),
                ("top-1 fuel/oracle", "right"), ("KL", "right"))
     for p in r.positions:

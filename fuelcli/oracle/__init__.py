@@ -6,6 +6,8 @@ llama-perplexity windows, the perplexity of both sides.
     metrics.py     per-position reductions, block by block (bounded memory)
     fuel_side.py   fuel's engine over a window, as blocks of logits
     oracles.py     self, transformers, llama.cpp, saved logits: the same blocks from the oracle
+    server.py      an OpenAI-compatible server's top-k logprobs (http_json.py: its requests);
+                   topk.py: what those give against fuel's logits
     windows.py     a text file as llama-perplexity windows
     compare.py     diff (a short token list) and diff_text (a long text)
     report.py      results, verdicts, JSON
@@ -14,7 +16,7 @@ llama-perplexity windows, the perplexity of both sides.
 """
 
 from .tolerances import (DEFAULT_CTX, DEFAULT_DECODE_STEPS, DEFAULT_LAYER_RTOL, DEFAULT_MIN_TOP1,
-                         DEFAULT_TOL)
+                         DEFAULT_TOL, DEFAULT_TOP_K)
 
 
 def __getattr__(name):
@@ -31,4 +33,4 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = ["diff", "diff_text", "kl_div", "DEFAULT_CTX", "DEFAULT_DECODE_STEPS", "DEFAULT_LAYER_RTOL",
-           "DEFAULT_MIN_TOP1", "DEFAULT_TOL"]
+           "DEFAULT_MIN_TOP1", "DEFAULT_TOL", "DEFAULT_TOP_K"]

@@ -4,7 +4,9 @@ side and reduce every block of logits as it arrives (metrics.WindowStats)."""
 
 from __future__ import annotations
 
+from ..errors import InputError
 from .fuel_side import FuelSide, aligned
+from .http_json import is_url
 from .metrics import WindowStats, layer_diffs
 from .oracles import make_oracle
 from .provenance import provenance, speed
@@ -24,16 +26,17 @@ def _window(fuel: FuelSide, oracle, ids, n_states: int) -> WindowStats:
 def diff(model, ids: list, oracle: str = "self", path: str = "decode", tol: float = DEFAULT_TOL,
          min_top1: float = DEFAULT_MIN_TOP1, layers: bool = False, layer_tol: float = DEFAULT_LAYER_RTOL,
          decode_steps: int = DEFAULT_DECODE_STEPS, atol: float | None = None,
-         device: str | None = None, cache_type: str = "f32") -> DiffResult:
+         device: str | None = None, cache_type: str = "f32", server: dict | None = None) -> DiffResult:
+    """server: a URL oracle's options (top_k, server_model, api_key)."""
     from ..forward_paths import validate_ids
 
     validate_ids(model, ids)
     fuel = FuelSide(model, len(ids), path, decode_steps, hidden=layers, device=device, cache_type=cache_type)
     n_pre = fuel.prefill_len(len(ids))
-    orc = make_oracle(oracle, model, len(ids), len(ids), layers)
+    orc = make_oracle(oracle, model, len(ids), len(ids), layers, server)
     st = _window(fuel, orc, ids, model.cfg.num_layers + 1 if layers else 0)
     result = DiffResult(orc.name, path, list(ids), n_pre, from_window(st, n_pre), tol, min_top1, atol,
-                        provenance=provenance(model, fuel, orc), window=st)
+                        provenance=provenance(model, fuel, orc), window=st, top_k=orc.top_k)
     if layers:
         result.layers = layer_diffs(st.layer_abs, st.layer_scale, layer_tol)
         result.layer_tol, result.layer_oracle = layer_tol, orc.layer_name
@@ -46,6 +49,9 @@ def diff_text(model, file, oracle: str = "self", ctx: int = DEFAULT_CTX, chunks:
               decode_steps: int = DEFAULT_DECODE_STEPS, atol: float | None = None, device: str | None = None,
               progress=None, cache_type: str = "f32") -> TextDiffResult:
     """progress(chunk_index, n_chunks, result_so_far) after every window."""
+    if is_url(oracle):
+        raise InputError("--text needs an oracle of whole logits (its perplexity, every window's KL); a server "
+                         "gives top-k log-probabilities one request per position: use --tokens or --prompt")
     w = text_windows(model, file, ctx, chunks)
     fuel = FuelSide(model, ctx, path, decode_steps, hidden=layers, device=device, cache_type=cache_type)
     fuel.prefill_len(ctx)  # the path's own checks before anything heavy loads

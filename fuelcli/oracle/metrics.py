@@ -1,7 +1,7 @@
 """Per-position numbers of two sets of logits, reduced block by block so no [T, vocab] float64 array
 ever exists: KL(oracle ‖ fuel), max|Δ|, each side's top-1 and the negative log-likelihood each side
 gives the next token; per layer, max|Δ| of the residual stream at each position and the layer's
-scale (max|oracle state|)."""
+scale (max|oracle state|). An oracle of top-k log-probabilities only (a server) is reduced by topk.py."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InputError
+from . import topk
+from .topk import TopK
 
 ROWS = 32  # rows per float64 step: 32 x 151936 x 8 B = 39 MB per temporary
 
@@ -54,23 +56,31 @@ class WindowStats:
     def __len__(self):
         return len(self.ids)
 
-    def add(self, start: int, fuel: np.ndarray, oracle: np.ndarray, fuel_states=None, oracle_states=None):
-        if fuel.shape != oracle.shape:
+    def add(self, start: int, fuel: np.ndarray, oracle, fuel_states=None, oracle_states=None):
+        """oracle: logits [rows, vocab] like fuel's, or a server's topk.TopK rows."""
+        sparse = isinstance(oracle, TopK)
+        if not sparse and fuel.shape != oracle.shape:
             raise InputError(f"logits shapes differ: fuel {list(fuel.shape)} vs oracle {list(oracle.shape)}")
         n = len(self.ids)
         for s in range(0, len(fuel), ROWS):
             f, o = fuel[s:s + ROWS], oracle[s:s + ROWS]
             p0 = start + s
             rows = np.arange(len(f))
-            lo, lf = log_softmax(o), log_softmax(f)
+            lf = log_softmax(f)
             sl = slice(p0, p0 + len(f))
-            self.kl[sl] = np.maximum((np.exp(lo) * (lo - lf)).sum(-1), 0.0)
-            self.max_abs[sl] = np.abs(f.astype(np.float64) - o).max(-1)
-            self.top1_fuel[sl], self.top1_oracle[sl] = f.argmax(-1), o.argmax(-1)
+            self.top1_fuel[sl] = f.argmax(-1)
+            if sparse:
+                self.kl[sl], self.max_abs[sl], self.top1_oracle[sl] = topk.reduce(lf, o)
+            else:
+                lo = log_softmax(o)
+                self.kl[sl] = np.maximum((np.exp(lo) * (lo - lf)).sum(-1), 0.0)
+                self.max_abs[sl] = np.abs(f.astype(np.float64) - o).max(-1)
+                self.top1_oracle[sl] = o.argmax(-1)
             has = p0 + rows + 1 < n
             tgt = self.ids[p0 + rows[has] + 1]
             self.nll_fuel[p0 + rows[has]] = -lf[rows[has], tgt]
-            self.nll_oracle[p0 + rows[has]] = -lo[rows[has], tgt]
+            self.nll_oracle[p0 + rows[has]] = (topk.nll(o.ids[has], o.logprobs[has], tgt) if sparse
+                                               else -lo[rows[has], tgt])
         if self.layer_abs is not None:
             if fuel_states is None or oracle_states is None or fuel_states.shape != oracle_states.shape:
                 shapes = [None if x is None else list(x.shape) for x in (fuel_states, oracle_states)]

@@ -10,6 +10,7 @@
                 token, the KV cache cleared between windows.
 The two peers run in processes of their own (fuelcli/peers/): their threads never share fuel's
 process, and a peer that crashes is one error line (exit 5), not fuel's death.
+  URL           an OpenAI-compatible server's top-k log-probabilities (server.py), by teacher forcing.
   PATH          saved logits [rows, vocab]: .npy (memory-mapped), .npz (key `logits` or the first
                 array), .safetensors (key `logits` or the only tensor), or .bin, llama.cpp's raw
                 float32 dump (model-conversion scripts); rows = every position of every window.
@@ -34,6 +35,7 @@ LLAMA_CPP_NAMES = ("llama.cpp", "llama-cpp", "llamacpp")
 class Oracle:
     name = "?"  # what the report says was compared
     layer_name = None  # what --layers compares with, for oracles that give residual-stream states
+    top_k = None  # k for an oracle of top-k log-probabilities only (a server); None: whole logits
 
     def __init__(self):
         self.seconds, self.tokens = 0.0, 0
@@ -183,8 +185,8 @@ class SavedOracle(Oracle):
 def load_saved_logits(path: Path, rows: int, vocab: int):
     """[rows, vocab] floating point, memory-mapped where the format allows (.npy, .bin)."""
     if not is_present(path):
-        raise InputError(f"{path}: no such file (--oracle takes self, transformers, llama.cpp or a "
-                         ".npy/.npz/.safetensors/.bin file)")
+        raise InputError(f"{path}: no such file (--oracle takes self, transformers, llama.cpp, a "
+                         ".npy/.npz/.safetensors/.bin file or a server's http(s)://HOST:PORT/v1)")
     open_regular(path).close()  # a FIFO or a directory is refused here, before a reader blocks on it
     suffix = path.suffix.lower()
     try:
@@ -227,8 +229,18 @@ def load_saved_logits(path: Path, rows: int, vocab: int):
 # ---------------------------------------------------------------- choosing one
 
 
-def make_oracle(spec: str, model, n_ctx: int, rows: int, layers: bool) -> Oracle:
-    """--oracle SPEC for a comparison of `rows` positions in windows of at most n_ctx tokens."""
+def make_oracle(spec: str, model, n_ctx: int, rows: int, layers: bool, server: dict | None = None) -> Oracle:
+    """--oracle SPEC for a comparison of `rows` positions in windows of at most n_ctx tokens; server:
+    a URL oracle's options (top_k, server_model, api_key)."""
+    from .http_json import is_url
+
+    if is_url(spec):
+        from .server import ServerOracle
+
+        if layers:
+            raise InputError("--layers needs hidden states: a server gives log-probabilities only "
+                             "(use --oracle self or --oracle transformers)")
+        return ServerOracle(model, spec, **{"top_k": tolerances.DEFAULT_TOP_K, **(server or {})})
     if spec == "self":
         oracle = SelfOracle(model)
     elif spec == "transformers":

@@ -10,6 +10,15 @@ import numpy as np
 from .metrics import layer_diffs, perplexity
 
 
+# what "kl" and "max_abs" are, by the kind of oracle
+MEASURES = {
+    "logits": {"kl": "KL(oracle ‖ fuel) over the vocabulary, nats", "max_abs": "max|Δ| of the logits"},
+    "top_k": {"kl": "KL(oracle ‖ fuel) over the oracle's top-k tokens and one bucket of all others, nats "
+                    "(a lower bound of the full KL)",
+              "max_abs": "max|Δ| of the log-probabilities of the oracle's top-k tokens"},
+}
+
+
 @dataclass
 class PositionDiff:
     pos: int
@@ -73,6 +82,7 @@ class DiffResult(Verdict):
     layer_oracle: str | None = None
     provenance: dict = field(default_factory=dict)
     window: object = None  # the metrics.WindowStats behind it (per-position arrays, for --plot)
+    top_k: int | None = None  # an oracle of top-k log-probabilities: KL over them + "other", max|Δ logprob|
 
     @property
     def layer_list(self):
@@ -107,6 +117,8 @@ class DiffResult(Verdict):
             "positions": [{**asdict(p), "top1_agree": p.top1_agree} for p in self.positions],
             "summary": {"max_abs": self.max_abs, "mean_kl": self.mean_kl, "max_kl": self.max_kl,
                         "top1_rate": self.top1_rate},
+            "top_k": self.top_k,
+            "measures": MEASURES["top_k" if self.top_k else "logits"],
             "tol": self.tol,
             "atol": self.atol,
             "min_top1": self.min_top1,
