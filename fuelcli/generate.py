@@ -288,3 +288,40 @@ def generate(engine, tokenizer, prompt_ids: list[int], max_tokens: int, sampler:
         tail += matcher.flush()
         if tail:
             yield tail
+
+
+class TokenLoop:
+    """sample_steps' token-level half for a caller that runs the engine itself (the server's batched
+    worker: one step of the engine serves many sequences): give it each step's logits of its
+    sequence; it samples, stops on EOS, max tokens or a full context (the same rules and stats), and
+    says what to feed the engine next."""
+
+    def __init__(self, engine, prompt_ids: list[int], max_tokens: int, sampler: Sampler, eos_ids: set,
+                 stats: Stats):
+        self.engine, self.history, self.max_tokens = engine, list(prompt_ids), max_tokens
+        self.sampler, self.eos_ids, self.stats = sampler, eos_ids, stats
+        stats.prompt_tokens = len(prompt_ids)
+
+    def take(self, logits: np.ndarray, held: int, where: str) -> Step | None:
+        """The next token drawn from the logits of the last token fed (the engine's slot holds `held`
+        tokens; `where`: prefill or decode, for a NaN's message, whose diagnosis resets the engine);
+        None once generation is over (stats.stop_reason says why). After a Step, feed step.token
+        unless `done`."""
+        check_engine_logits(self.engine, logits, self.history, where, len(self.history) - 1)
+        token = self.sampler(logits, self.history)
+        if token in self.eos_ids:
+            self.stats.stop_reason = "eos"
+            return None
+        self.sampler.accept(token)
+        self.history.append(token)
+        self.stats.tokens.append(token)
+        self.stats.generated += 1
+        if self.stats.generated >= self.max_tokens:
+            self.stats.stop_reason = "max tokens"
+        elif held >= self.engine.n_ctx:
+            self.stats.stop_reason = "context full"
+        return Step(token, logits)
+
+    @property
+    def done(self) -> bool:
+        return bool(self.stats.stop_reason)

@@ -14,6 +14,7 @@ Two checks, both with exact integer arithmetic (JSON and GGUF integers are unbou
 
 from __future__ import annotations
 
+from .block import rope_variants
 from .errors import ConfigError, InputError
 from .formats import FORMATS
 from .memory import available_bytes
@@ -91,27 +92,28 @@ def check_weights_fit(d: dict, file_bytes: int | None, names: dict | None = None
                               f"({human(avail)} available)")
 
 
-def engine_bytes(cfg, n_ctx: int, rows: int = ACTIVATION_ROWS, kv_value_bytes: int = 4) -> tuple[int, int]:
-    """(KV cache bytes, activation + RoPE table bytes) of an engine with a context of n_ctx."""
-    kv = 2 * kv_value_bytes * cfg.num_layers * n_ctx * cfg.kv_dim
+def engine_bytes(cfg, n_ctx: int, rows: int = ACTIVATION_ROWS, kv_value_bytes: int = 4,
+                 slots: int = 1) -> tuple[int, int]:
+    """(KV cache bytes, activation + RoPE table bytes) of an engine with `slots` sequences of a
+    context of n_ctx each."""
+    kv = 2 * kv_value_bytes * cfg.num_layers * n_ctx * cfg.kv_dim * slots
     rows = max(1, min(rows, n_ctx))
     inter = max(cfg.intermediate_size, cfg.moe_intermediate_size)
     act = 4 * rows * (3 * cfg.hidden_size + 2 * cfg.q_dim + 2 * cfg.kv_dim + 2 * inter + max(cfg.num_experts, 1))
-    from .block import rope_variants
-
     rope = 2 * 4 * n_ctx * (cfg.head_dim // 2) * max(1, len(rope_variants(cfg)))
     return kv, act + rope + 4 * cfg.vocab_size
 
 
-def check_engine_fits(cfg, n_ctx: int, kv_value_bytes: int = 4) -> None:
+def check_engine_fits(cfg, n_ctx: int, kv_value_bytes: int = 4, slots: int = 1) -> None:
     """Refuse a context whose KV cache and activations exceed the memory available now."""
     avail = available_bytes()
     if avail is None:
         return
-    kv, rest = engine_bytes(cfg, n_ctx, kv_value_bytes=kv_value_bytes)
+    kv, rest = engine_bytes(cfg, n_ctx, kv_value_bytes=kv_value_bytes, slots=slots)
     if kv + rest > avail:
+        what = f"{slots} sequences of {n_ctx} tokens" if slots > 1 else f"a context of {n_ctx} tokens"
         raise InputError(
-            f"not enough memory for a context of {n_ctx} tokens: the KV cache needs {human(kv)} "
+            f"not enough memory for {what}: the KV cache needs {human(kv)} "
             f"({cfg.num_layers} layers × {cfg.num_kv_heads} KV heads × head_dim {cfg.head_dim} × K and V "
             f"in {'float32' if kv_value_bytes == 4 else 'float16'} per token) and the activations and RoPE tables {human(rest)}, but {human(avail)} is available; "
             f"ask for fewer tokens (-n, -d) or a model with a smaller max_position_embeddings "

@@ -130,7 +130,7 @@ def break_rope(monkeypatch):
     def init(self, *a, **kw):
         real(self, *a, **kw)
         self.sin = self.sin.copy()
-        self.sin[BREAK_AT:] *= -1
+        self.sin[:, BREAK_AT:] *= -1  # [RoPE tables, positions, head_dim / 2]
 
     monkeypatch.setattr(CpuEngine, "__init__", init)
 

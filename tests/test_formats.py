@@ -17,10 +17,6 @@ from fuelcli.errors import InputError
 from fuelcli.formats import FORMATS, dequantize, quantize, row_bytes
 from fuelcli.weights.tensor import Tensor
 
-# byte offsets of the f16 scales inside one block: random bytes there could be inf/NaN
-SCALE_OFFSETS = {"q8_0": [0], "q4_0": [0], "q4_1": [0, 2], "q5_0": [0], "q4_k": [0, 2], "q6_k": [208]}
-
-
 def _finite_f16_bits(rng, n):
     h = rng.integers(0, 1 << 16, n, dtype=np.uint32).astype(np.uint16)
     h[(h & 0x7C00) == 0x7C00] &= 0xBFFF  # exponent all ones (inf/NaN) -> clear one exponent bit
@@ -41,7 +37,7 @@ def random_rows(fmt: str, rows: int, ncols: int, seed: int = 0) -> np.ndarray:
         return _finite_f16_bits(rng, rows * ncols).view(np.uint8).reshape(rows, rb)
     raw = rng.integers(0, 256, (rows, rb), dtype=np.uint8)
     blocks = raw.reshape(-1, f.block_bytes)
-    for off in SCALE_OFFSETS[fmt]:
+    for off in f.f16_fields:  # random bytes there could be inf/NaN
         blocks[:, off : off + 2] = _finite_f16_bits(rng, blocks.shape[0]).view(np.uint8).reshape(-1, 2)
     return raw
 
@@ -51,13 +47,11 @@ def as_tensor(fmt, raw, ncols):
 
 
 def test_table():
-    assert sorted(f.code for f in FORMATS.values()) == list(range(9))
-    for name, gt in [("f32", 0), ("f16", 1), ("q4_0", 2), ("q4_1", 3), ("q5_0", 6), ("q8_0", 8),
-                     ("q4_k", 12), ("q6_k", 14), ("bf16", 30)]:
-        f = FORMATS[name]
-        assert f.ggml_type == gt
-        if f.block_elems > 1:  # same sizes as the gguf package
-            assert gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType(gt)] == (f.block_elems, f.block_bytes)
+    assert sorted(f.code for f in FORMATS.values()) == list(range(len(FORMATS)))
+    for f in FORMATS.values():  # ggml's type id, name and sizes, as the gguf package has them
+        gt = gguf.GGMLQuantizationType(f.ggml_type)
+        assert gt.name.lower() == f.name
+        assert gguf.GGML_QUANT_SIZES[gt] == (f.block_elems, f.block_bytes)
     assert row_bytes("q4_k", 512) == 288
     with pytest.raises(InputError):
         row_bytes("q4_k", 896)
@@ -107,6 +101,7 @@ from fuelcli.backends.cpu import matmul as M  # noqa: E402
 from fuelcli.backends.cpu.activations import quantized  # noqa: E402
 from fuelcli.backends.cpu.core import Q_MAX  # noqa: E402
 from fuelcli.backends.cpu.attention import MAX_SPLITS, part_stride  # noqa: E402
+from fuelcli.backends.cpu.unpack import record  # noqa: E402
 
 # the kernels' numba entry points are helpers only jitted code calls (jit.helper): jit them here
 
@@ -136,7 +131,15 @@ def attention(q, k_cache, v_cache, pos0, window, n_heads, n_kv, out, part, core)
     M.attention(q, k_cache, v_cache, pos0, window, n_heads, n_kv, out, part, core)
 
 ISAS = [pytest.param(n, marks=pytest.mark.skipif(not llvm.supported(n), reason=f"CPU lacks {n}")) for n in llvm.ISAS]
-QUANT = ["q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q6_k"]
+# without AVX-512 VNNI its kernels' logic (the planes decode, 16 lanes) still runs, its dots as portable IR
+EMULATED = "avx512vnni-emulated"
+ISAS += [EMULATED] * (not llvm.supported("avx512vnni"))
+
+
+def _isa(name):
+    return llvm.emulated("avx512vnni") if name == EMULATED else llvm.ISAS[name]
+QUANT = [f for f in FORMATS if record(FORMATS[f].code).quant]
+FLOATS = [f for f in FORMATS if f not in QUANT]
 # int16 activations: |x - xq*xs| <= xs/2 = amax/65278 per element, so |err| <= sum|w| * amax / 65534 (+ f32
 # sums): measured worst 1e-5 of sum|w*x| for normal x; heavy-tailed x with an outlier reaches ~1e-4 (an
 # outlier coarsens its block's step) and is checked against the rounding bound instead
@@ -145,7 +148,7 @@ F32_REL_TOL = 1e-5  # float formats: f32 products, only the summation order diff
 
 
 def _kern(isa_name, fmts):
-    isa = llvm.ISAS[isa_name]
+    isa = _isa(isa_name)
     return M.kernel_table([FORMATS[f].code for f in fmts], isa), M.core_table(isa, 64)
 
 
@@ -234,7 +237,7 @@ def test_quantize_one_token_layout(isa):
     qx = _prepared(x[1:], core)
     xq = qx.xq.astype(np.int32)
     assert xq.min() == -Q_MAX
-    if llvm.planes_isa(llvm.ISAS[isa]):
+    if llvm.planes_isa(_isa(isa)):
         hi, lo = qx.xp[:512].astype(np.int32), qx.xp[512:1024].astype(np.int32)
         assert np.array_equal(256 * hi + lo, xq)
         k_layout = lambda plane: plane.reshape(-1, 16, 4, 4).transpose(0, 2, 1, 3).ravel()  # noqa: E731
@@ -285,9 +288,9 @@ def test_decode_int16(isa, fmt):
     raw = random_rows(fmt, 40, ncols, seed=60 + f.code)  # 40 rows: several tasks, a partial one
     w = dequantize(as_tensor(fmt, raw, ncols)).astype(np.float64)
     mins = None
-    if fmt in ("q4_1", "q4_k"):  # the per-block min term alone: all quants zeroed
+    if record(f.code).has_min:  # the per-block min term alone: all quants (qh, qs: the block's end) zeroed
         z = raw.copy().reshape(-1, f.block_bytes)
-        z[:, f.layout.qs:] = 0
+        z[:, min(getattr(f.layout, n) for n in ("qh", "qs") if hasattr(f.layout, n)):] = 0
         mins = dequantize(as_tensor(fmt, z.reshape(raw.shape), ncols)).astype(np.float64)
     kern, core = _kern(isa, [fmt])
     for name, x in _x_cases(ncols).items():
@@ -329,7 +332,7 @@ def test_prefill_int16(isa, fmt):
         mag = np.abs(x) @ np.abs(w).T
         err = np.abs(got - x @ w.T)
         assert np.all(err <= bound + 1e-5 * mag), (fmt, T)
-        if fmt not in ("q4_1", "q4_k"):  # exact integer part: only f32 rounding from the int16 x
+        if not record(f.code).has_min:  # exact integer part: only f32 rounding from the int16 x
             assert np.all(np.abs(got - xd @ w.T) <= 1e-5 * mag), (fmt, T)
         normal = np.ones(T, bool)
         normal[1] = False
@@ -340,7 +343,7 @@ def test_prefill_int16(isa, fmt):
 
 
 @pytest.mark.parametrize("isa", ISAS)
-@pytest.mark.parametrize("fmt", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("fmt", FLOATS)
 def test_float_formats(isa, fmt):
     """Float weights: f32 FMAs on the decoded rows, one token and many, K not a multiple of a vector."""
     f = FORMATS[fmt]
@@ -356,7 +359,7 @@ def test_float_formats(isa, fmt):
         assert np.all(np.abs(got - x @ w.T) <= F32_REL_TOL * (np.abs(x) @ np.abs(w).T)), (fmt, ncols, T)
 
 
-@pytest.mark.parametrize("fmt", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("fmt", FLOATS)
 def test_float_prefill_assembly(fmt):
     """The AVX2 f32 tile (inline assembly, 16 rows at a time) gives the IR tile's sums bit for bit:
     15 rows take the IR tile (rows past the matrix), 16 the assembly; its second group of 8 rows
@@ -444,7 +447,7 @@ def test_attention(isa, hd):
     """Causal and windowed, GQA, a query at the cache's last position (no row past it is read),
     key counts that are not a multiple of the vector."""
 
-    core = M.core_table(llvm.ISAS[isa], hd)
+    core = M.core_table(_isa(isa), hd)
     rng = np.random.default_rng(hd)
     nh, nkv, n_ctx = 6, 2, 300
     k = rng.standard_normal((n_ctx, nkv, hd)).astype(np.float32)
@@ -489,6 +492,18 @@ def test_isa_instructions(isa):
         assert "zmm" in asm
     else:
         assert "zmm" not in asm and "ymm" in asm
+
+
+def test_emulated_isa_instructions():
+    """The emulated avx512vnni (EMULATED above) runs the planes decode kernels with portable dots:
+    the real one's module has vpdpbusd, the emulated one's (on a host without it) none."""
+    from fuelcli.backends.cpu.kernels import format_module
+
+    real, emu = llvm.ISAS["avx512vnni"], llvm.emulated("avx512vnni")
+    code = FORMATS["q4_0"].code
+    assert "vpdpbusd" in llvm.assembly(format_module(code, real)[0], real)
+    if not llvm.supported("avx512vnni"):
+        assert "vpdpbusd" not in llvm.assembly(format_module(code, emu)[0], emu)
 
 
 def test_kernel_cache(tmp_path, monkeypatch):

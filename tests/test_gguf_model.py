@@ -182,8 +182,8 @@ def test_config_from_metadata():
     with pytest.raises(ConfigError,
                        match="unsupported GGUF architecture 'rwkv6'.*llama, qwen2, qwen3, qwen3moe, smollm3, gemma3"):
         config_from_gguf({"general.architecture": "rwkv6"})
-    with pytest.raises(ConfigError, match="unsupported rope type 'longrope'"):
-        from_hf_config(config_from_gguf({**meta, "qwen3moe.rope.scaling.type": "longrope"}), source="gguf")
+    with pytest.raises(ConfigError, match="unsupported rope type 'dynamic'"):
+        from_hf_config(config_from_gguf({**meta, "qwen3moe.rope.scaling.type": "dynamic"}), source="gguf")
 
 
 def test_tokenizer_errors():

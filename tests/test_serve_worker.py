@@ -32,7 +32,7 @@ class ScriptedEngine(Engine):
 
     def __init__(self, n_ctx=256, delay_s=0.0, fail_on_call=None):
         sizes = dict(num_layers=0, hidden_size=0, q_dim=0, kv_dim=0, head_dim=0, intermediate_size=0,
-                     moe_intermediate_size=0, num_experts=0)  # nothing to allocate
+                     moe_intermediate_size=0, num_experts=0, blocks=())  # nothing to allocate
         super().__init__(SimpleNamespace(max_position=n_ctx, vocab_size=VOCAB, **sizes), n_ctx)
         self.delay_s, self.fail_on_call = delay_s, fail_on_call
         self.prefills: list[list[int]] = []
@@ -179,7 +179,7 @@ def test_long_prompt_is_prefilled_in_chunks_and_a_cancel_stops_it(served):
     before = s.engine.forwards
     with pytest.raises(openai.APITimeoutError):
         chat(SimpleNamespace(client=quick), "y" * 200, max_tokens=5)  # 27 chunks of 50 ms
-    wait_for(lambda: s.worker.current is None)
+    wait_for(lambda: not s.worker.running)
     assert s.engine.forwards - before < 15
     assert any("cancelled" in r.getMessage() for r in s.records)
 
@@ -191,7 +191,7 @@ def test_queue_overflow_is_503_with_retry_after(served):
     running = s.client.chat.completions.create(model="scripted", messages=[{"role": "user", "content": "a"}],
                                                max_tokens=200, stream=True)
     next(iter(running))  # the engine is busy with this one
-    wait_for(lambda: s.worker.current is not None)
+    wait_for(lambda: s.worker.running)
     waiting = threading.Thread(target=raw, args=(s.port, "POST", "/v1/chat/completions", body))
     waiting.start()
     wait_for(lambda: s.worker.jobs.qsize() == 1)
@@ -209,7 +209,7 @@ def test_stream_disconnect_stops_generation(served):
     for _ in range(4):
         next(chunks)
     stream.close()  # the client goes away
-    wait_for(lambda: s.worker.current is None)
+    wait_for(lambda: not s.worker.running)
     forwards = s.engine.forwards
     assert forwards < 60, forwards  # far fewer than the 240 asked for
     assert any("cancelled" in r.getMessage() for r in s.records)
@@ -224,7 +224,7 @@ def test_waiting_disconnect_stops_generation(served):
     quick = openai.OpenAI(base_url=s.url + "/v1", api_key="none", max_retries=0, timeout=0.3)
     with pytest.raises(openai.APITimeoutError):
         chat(SimpleNamespace(client=quick), "go", max_tokens=240, temperature=0)
-    wait_for(lambda: s.worker.current is None)
+    wait_for(lambda: not s.worker.running)
     assert s.engine.forwards < 100
     assert any("cancelled" in r.getMessage() for r in s.records)
 
@@ -256,7 +256,7 @@ def test_engine_failure_is_one_log_line_and_a_500_then_the_server_recovers(serve
         chat(s, "a", max_tokens=5)
     errors = [r for r in s.records if r.levelno >= logging.ERROR]
     assert len(errors) == 1 and "scripted failure" in errors[0].getMessage() and errors[0].exc_info is None
-    assert s.engine.pos == 0 and s.worker.cached == []  # the cache was dropped with the failure
+    assert s.engine.pos == 0 and s.worker.cached == [[]]  # the cache was dropped with the failure
     assert chat(s, "a", max_tokens=3, temperature=0).choices[0].message.content == ' !"'
 
 

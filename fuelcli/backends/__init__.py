@@ -50,16 +50,19 @@ def check_features(cfg, device: str):
                          "use --device cpu")
 
 
-def make_engine(cfg, weights, n_ctx: int | None = None, device: str | None = None, cache_type: str = "f32") -> Engine:
+def make_engine(cfg, weights, n_ctx: int | None = None, device: str | None = None, cache_type: str = "f32",
+                slots: int = 1) -> Engine:
     """An engine for the model on the device, with a KV cache of n_ctx positions (default: the model's)
-    of cache_type values."""
+    of cache_type values for each of `slots` sequences (base.Engine.step)."""
     device = resolve_device(device)
     check_cache_type(cache_type, device)
     check_features(cfg, device)
     if device == "cuda":
+        if slots != 1:
+            raise InputError(f"the cuda backend runs one sequence at a time, not {slots} (--parallel); use --device cpu")
         from .cuda.engine import CudaEngine
 
         return CudaEngine(cfg, weights, n_ctx)
     from .cpu.engine import CpuEngine
 
-    return CpuEngine(cfg, weights, n_ctx, cache_type=cache_type)
+    return CpuEngine(cfg, weights, n_ctx, cache_type=cache_type, slots=slots)

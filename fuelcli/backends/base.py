@@ -3,6 +3,11 @@
 An engine is built once per model and context size (`make_engine`): it prepares the weights in the
 form its kernels read, allocates its activations and its KV cache, and then runs forwards. The
 checks on what goes in (token ids, context room) live here, once for every backend.
+
+Sequences are a dimension: an engine holds `slots` sequences (1 unless asked), each with its own
+n_ctx positions of cache and its own position. `step` runs one forward over rows of several of them
+(each slot's new tokens after what it holds: a decode step of many, a prompt chunk beside them);
+prefill / decode / rewind / reset without a slot are slot 0's, the single-sequence commands' case.
 """
 
 from __future__ import annotations
@@ -20,34 +25,53 @@ class Engine(ABC):
     device = "?"  # what --device names
     backend = "?"  # how bench reports it
 
-    def __init__(self, cfg: ModelConfig, n_ctx: int | None, kv_value_bytes: int = 4):
+    def __init__(self, cfg: ModelConfig, n_ctx: int | None, kv_value_bytes: int = 4, slots: int = 1):
         if n_ctx is not None and n_ctx < 1:
             raise InputError(f"context size must be at least 1, got {n_ctx}")
+        if slots < 1:
+            raise InputError(f"an engine holds at least one sequence, got {slots}")
         self.cfg = cfg
-        self.n_ctx = min(n_ctx or cfg.max_position, cfg.max_position)
-        self.pos = 0  # tokens in the KV cache
+        self.n_ctx = min(n_ctx or cfg.max_position, cfg.max_position)  # per sequence
+        self.slots = slots
+        self.positions = [0] * slots  # tokens in each sequence's KV cache
         self.kv_value_bytes = kv_value_bytes  # 4: an f32 KV cache, 2: f16
         self.check_fits()  # before a backend allocates its cache and activations
+
+    @property
+    def pos(self) -> int:
+        """Tokens in slot 0's cache (the one sequence of run, chat, logits, diff, bench)."""
+        return self.positions[0]
+
+    @pos.setter
+    def pos(self, value: int):
+        self.positions[0] = value
 
     def check_fits(self):
         """Refuse a context whose KV cache and activations exceed the memory they would live in: the
         host's here; a device backend checks its device's instead."""
-        check_engine_fits(self.cfg, self.n_ctx, self.kv_value_bytes)
+        check_engine_fits(self.cfg, self.n_ctx, self.kv_value_bytes, self.slots)
 
     @property
     @abstractmethod
     def kv_bytes(self) -> int:
         """Bytes held by the KV cache."""
 
-    def reset(self):
-        """Forget the cached tokens."""
-        self.pos = 0
+    def reset(self, slot: int | None = None):
+        """Forget the cached tokens (of one slot; of every slot when None)."""
+        for s in range(self.slots) if slot is None else [self._slot(slot)]:
+            self.positions[s] = 0
 
-    def rewind(self, pos: int):
-        """Keep only the first `pos` cached tokens (a shared prompt prefix), forget the rest."""
-        if not 0 <= pos <= self.pos:
-            raise InputError(f"cannot rewind to {pos}: the cache holds {self.pos} tokens")
-        self.pos = pos
+    def rewind(self, pos: int, slot: int = 0):
+        """Keep only the first `pos` cached tokens of a slot (a shared prompt prefix), forget the rest."""
+        held = self.positions[self._slot(slot)]
+        if not 0 <= pos <= held:
+            raise InputError(f"cannot rewind to {pos}: the cache holds {held} tokens")
+        self.positions[slot] = pos
+
+    def _slot(self, slot: int) -> int:
+        if not 0 <= slot < self.slots:
+            raise InputError(f"no sequence slot {slot}: the engine holds {self.slots}")
+        return slot
 
     def warm_up(self):
         """One token through the model, then forgotten: the one-time costs of a first forward (a JIT
@@ -58,21 +82,30 @@ class Engine(ABC):
             self.prefill([0])
             self.rewind(pos)
 
-    def check(self, tokens) -> np.ndarray:
-        """Token ids this engine can take after what it holds, as int64."""
+    def check(self, tokens, slot: int = 0) -> np.ndarray:
+        """Token ids this engine can take after what the slot holds, as int64."""
         tokens = np.asarray(tokens, np.int64).reshape(-1)
         if len(tokens) == 0:
             raise InputError("no tokens to run")
-        if self.pos + len(tokens) > self.n_ctx:
-            raise InputError(f"{self.pos + len(tokens)} tokens exceed the context of {self.n_ctx}")
+        held = self.positions[self._slot(slot)]
+        if held + len(tokens) > self.n_ctx:
+            raise InputError(f"{held + len(tokens)} tokens exceed the context of {self.n_ctx}")
         if tokens.min() < 0 or tokens.max() >= self.cfg.vocab_size:
             raise InputError(f"token id out of range 0..{self.cfg.vocab_size - 1}")
         return tokens
 
     @abstractmethod
     def prefill(self, tokens, all_logits: bool = False, hidden: bool = False):
-        """Run the tokens after what the cache holds; logits [1 or T, vocab] float32 of the last (or
-        every) token; with hidden=True also the residual stream [L+1, T, H]."""
+        """Run the tokens after what slot 0's cache holds; logits [1 or T, vocab] float32 of the last
+        (or every) token; with hidden=True also the residual stream [L+1, T, H]."""
+
+    def step(self, batch: list) -> list:
+        """One forward over several sequences: batch is [(slot, token ids)], each slot at most once,
+        each continuing what its slot holds; the logits [vocab] of each entry's last token, in order.
+        A backend without sequences as a dimension runs slot 0 alone."""
+        if len(batch) != 1 or batch[0][0] != 0:
+            raise InputError(f"the {self.device} backend runs one sequence at a time")
+        return [self.prefill(batch[0][1])[0]]
 
     def decode(self, token: int, hidden: bool = False):
         """One token through the KV cache; logits [vocab] (and the residual stream [L+1, 1, H])."""

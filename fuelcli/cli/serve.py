@@ -25,6 +25,9 @@ def serve(
                                           "(FUEL_API_KEY also sets it)"),
     ctx_size: Optional[int] = ctx_size_option(f"{DEFAULT_CTX} or the model's if smaller"),
     threads: Optional[int] = Threads,
+    parallel: int = typer.Option(1, "--parallel", "-np", help="requests generated together, each on its own "
+                                 "slot of the KV cache (continuous batching, llama-server's -np); -c is split "
+                                 "between them"),
     queue: int = typer.Option(32, "--queue", help="requests that may wait for the engine; more get 503"),
     log_level: str = typer.Option("info", "--log-level", help="debug, info, warning or error"),
     metrics: bool = typer.Option(False, "--metrics", help="serve /metrics in Prometheus' text format (off by "
@@ -52,6 +55,8 @@ def serve(
         raise InputError(f"-c must be >= 0 (0 = the model's context), got {ctx_size}")
     if queue < 1:
         raise InputError(f"--queue must be at least 1, got {queue}")
+    if not 1 <= parallel <= 64:
+        raise InputError(f"--parallel must be between 1 and 64, got {parallel}")
     if log_level.lower() not in ("debug", "info", "warning", "error"):
         raise InputError(f"--log-level must be debug, info, warning or error, got {log_level!r}")
     if reasoning_format not in ("auto", "none", "deepseek"):
@@ -71,15 +76,20 @@ def serve(
     if ctx_size is not None and ctx_size > limit:
         raise InputError(f"-c {ctx_size} exceeds the model's context of {limit} tokens")
     n_ctx = min(DEFAULT_CTX, limit) if ctx_size is None else (ctx_size or limit)
+    if n_ctx // parallel < 2:
+        raise InputError(f"-c {n_ctx} split between --parallel {parallel} slots leaves {n_ctx // parallel} tokens each; "
+                         "each needs at least 2")
+    n_ctx //= parallel  # each slot's, as llama-server splits -c between its -np slots
     sock = bind(host, port)  # before loading: a port in use fails fast
     m.prefetch()
     tok = m.tokenizer
     kwargs = template_options(tok, None, chat_template_kwargs)
-    engine, _ = ready_engine(m, n_ctx, device, quiet=False, cache_type=cache_type)  # loads or compiles the kernels before serving
+    # loads or compiles the kernels before serving
+    engine, _ = ready_engine(m, n_ctx, device, quiet=False, cache_type=cache_type, slots=parallel)
     served = ServedModel(id=m.source.name, names={m.source.name, model}, tokenizer=tok, n_ctx=n_ctx,
                          vocab_size=m.cfg.vocab_size, eos_ids=m.eos_ids(), created=int(time.time()),
                          template_kwargs=kwargs, reasoning_format=reasoning_format)
     worker = EngineWorker(engine, tok, served.eos_ids, queue_size=queue, threads=threads)
-    err(f"fuel serve: {served.id} on {url(sock)} (context {n_ctx} tokens"
-        + (", API key required" if api_key else "") + "); Ctrl-C stops")
+    slots = f"{parallel} slots of {n_ctx} tokens" if parallel > 1 else f"context {n_ctx} tokens"
+    err(f"fuel serve: {served.id} on {url(sock)} ({slots}" + (", API key required" if api_key else "") + "); Ctrl-C stops")
     run(served, worker, sock, api_key, log_level.lower(), metrics)

@@ -115,14 +115,14 @@ def show_prompt(tok, ids: list[int], label: str = "prompt"):
         err(f"{i:6d} -> {piece!r}")
 
 
-def ready_engine(m, n_ctx: int, device: str | None, quiet: bool, cache_type: str = "f32"):
-    """An engine of n_ctx positions, warmed up; also the compile time when this run compiled the
-    kernels (0.0 when they came from the cache), so that no timing includes it. The start is over:
-    the garbage collector resumes (collector.py)."""
+def ready_engine(m, n_ctx: int, device: str | None, quiet: bool, cache_type: str = "f32", slots: int = 1):
+    """An engine of n_ctx positions (for each of `slots` sequences), warmed up; also the compile
+    time when this run compiled the kernels (0.0 when they came from the cache), so that no timing
+    includes it. The start is over: the garbage collector resumes (collector.py)."""
     from .. import collector
     from ..backends import make_engine
 
-    engine = make_engine(m.cfg, m.weights, n_ctx=n_ctx, device=device, cache_type=cache_type)
+    engine = make_engine(m.cfg, m.weights, n_ctx=n_ctx, device=device, cache_type=cache_type, slots=slots)
     compiling = False
     if engine.device == "cpu":
         from ..backends.cpu.engine import kernels_cached

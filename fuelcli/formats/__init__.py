@@ -4,8 +4,10 @@ floats.py, legacy.py or k_quants.py, registered here by its dispatch code.
 The numpy decode beside each layout is the readable reference (tests, the reference forward) and
 equals `gguf.quants.dequantize` bit for bit. The CPU and CUDA kernels read `Format.layout`.
 
-Adding a format: describe it (a layout NamedTuple with the next free code, a numpy decode) in the
-module of its kind, add it to _ALL, then give each backend its row decode / dot (backends/*/).
+Adding a format: describe it (a layout NamedTuple with the next free code, its f16 scales in
+fields named d, dmin or m, a numpy decode) in the module of its kind, add it to _ALL, then give
+each backend its kernels: the CPU record and emitters (backends/cpu/unpack.py) and the CUDA unit
+decoder (backends/cuda/kernels/unpack.py); both check at import that every format has one.
 """
 
 from __future__ import annotations

@@ -31,6 +31,11 @@ class Format:
     def block_bytes(self) -> int:
         return self.layout.block_bytes
 
+    @property
+    def f16_fields(self) -> tuple[int, ...]:
+        """Byte offsets in a block of its f16 scales: the layout fields d, dmin and m."""
+        return tuple(getattr(self.layout, n) for n in ("d", "dmin", "m") if hasattr(self.layout, n))
+
 
 def f16_at(blocks, offset: int):
     """(n, block_bytes) uint8 -> (n, 1) float32: the little-endian f16 at `offset` of each block."""

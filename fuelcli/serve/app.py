@@ -146,7 +146,7 @@ def create_app(model: ServedModel, worker: EngineWorker, api_key: str | None = N
         if not metrics:  # as llama-server without --metrics
             raise APIError(501, "metrics are off: start fuel serve with --metrics", type="not_supported_error",
                            code="not_supported")
-        text = worker.metrics.render(waiting=worker.jobs.qsize(), running=int(worker.current is not None))
+        text = worker.metrics.render(waiting=worker.jobs.qsize(), running=len(worker.running))
         return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
     routes = [Route("/health", endpoint(health, auth=False), methods=["GET"]),

@@ -1,15 +1,24 @@
-"""The engine worker: one thread owns the engine and runs the jobs one at a time, in arrival order.
+"""The engine worker: one thread owns the engine and runs the jobs on its sequence slots together
+(continuous batching, llama-server's -np): each engine step carries the next token of every job
+that is generating and a chunk of the prompt of a job that is starting, so a new request joins at
+the next step instead of after the others, and a step that serves four sequences costs little more
+than one (decode reads the weights once per step). With one slot (--parallel 1) jobs run one at a
+time, in arrival order, each step on the single-sequence kernels.
 
 Requests wait in a bounded queue; when it is full, submit() refuses with 503 and a Retry-After
-estimated from recent jobs. A cancelled job (client gone, server stopping) stops at its next token.
+estimated from recent jobs. A cancelled job (client gone, server stopping) stops at its next step
+and frees its slot at once.
 
-Prompt cache (llama-server's): the engine keeps the KV of the last job's tokens. A new prompt that
-shares a prefix with them rewinds the cache to the common prefix and prefills only the rest, so a
-multi-turn conversation does not re-prefill its history. At least one prompt token is always
-prefilled, since its logits start the generation.
+Prompt cache (llama-server's), per slot: each slot keeps the KV of its last job's tokens, and a new
+job takes a free slot by what it can reuse there (_slot_for: the slot of its own conversation's
+earlier turns first), rewinds it to the prefix they share and prefills only the rest; a multi-turn
+conversation lands on its own slot's cache. At least one prompt token is always prefilled, since its
+logits start the generation.
 
-A long prompt is prefilled a chunk per forward call, so a cancelled job (client gone, server
-stopping) stops after the current chunk rather than after the whole prompt.
+A step takes at most `prefill_chunk` tokens: the generating jobs' one each first, then prompt
+chunks, oldest job first; a long prompt thus enters over several steps while the others keep
+generating. Every row of a step runs the same kernels whatever the rows beside it (the engine's
+tiles with several slots), so a request's reply does not depend on the requests it was served with.
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ import queue
 import threading
 import time
 
-from ..generate import Sampler, Stats, StopMatcher, common_prefix, sample_steps
+from ..generate import Sampler, Stats, StopMatcher, TokenLoop, common_prefix
 from ..token_bytes import TokenBytes
 from .errors import APIError
 from .jobs import Delta, Done, Failed, Job
@@ -29,22 +38,106 @@ from .metrics import Metrics
 
 log = logging.getLogger("fuel.serve")
 
-PREFILL_CHUNK = 256  # tokens per forward call of a long prompt
+PREFILL_CHUNK = 256  # tokens a step takes at most: a long prompt enters over several steps
 
 FINISH = {"eos": "stop", "stop string": "stop", "max tokens": "length", "context full": "length"}
+
+
+class Running:
+    """One job on one slot: its prompt's progress, then its tokens, text and logprobs as they come."""
+
+    def __init__(self, worker: "EngineWorker", job: Job, slot: int, held: int):
+        self.worker, self.job, self.slot = worker, job, slot
+        self.ids = job.prompt_ids
+        self.fed = held  # prompt tokens the slot holds
+        self.stats = Stats(cached_tokens=held)
+        constraint = None
+        if job.grammar is not None:
+            from ..grammar import Constraint
+
+            constraint = Constraint(job.grammar, worker.tokenizer, worker.vocab_size, worker.eos_ids)
+        self.loop = TokenLoop(worker.engine, self.ids, job.max_tokens, Sampler(job.params, constraint),
+                              worker.eos_ids, self.stats)
+        self.next: int | None = None  # the token to feed next, once generating
+        self.stream = worker.tokenizer.stream(skip_special_tokens=True)
+        self.matcher = StopMatcher(job.stops)
+        self.pending, self.sent, self.entries_len = [], 0, 0  # logprobs not yet sent; characters sent; their tokens' length
+        self.started = time.perf_counter()
+        self.decode_from: float | None = None
+
+    @property
+    def prefilling(self) -> bool:
+        return self.next is None
+
+    def feed(self, budget: int) -> list[int]:
+        """This step's tokens: the next prompt chunk (at most budget), or the last token drawn."""
+        if self.prefilling:
+            return self.ids[self.fed: self.fed + budget]
+        return [self.next]
+
+    def stepped(self, n: int, logits) -> str | None:
+        """The step ran n of its tokens; logits of the last one. Returns a finish reason when done."""
+        if self.prefilling:
+            self.fed += n
+            if self.fed < len(self.ids):
+                return None
+            self.stats.prefill_s = time.perf_counter() - self.started
+            self.decode_from = time.perf_counter()
+        else:
+            self.stats.decode_steps += 1
+            self.stats.decode_s = time.perf_counter() - self.decode_from
+        held = self.worker.engine.positions[self.slot]
+        step = self.loop.take(logits, held, "prefill" if self.stats.generated == 0 else "decode")
+        if step is None:
+            return self._finish()
+        if self.stats.generated == 1:
+            self.worker.metrics.first_token(time.perf_counter() - self.job.arrived)
+        job = self.job
+        if job.n_logprobs is not None:
+            self.pending.append(logprobs_of(step.logits, step.token, job.n_logprobs, self.worker.token_bytes))
+        text, stopped = self.matcher.feed(self.stream.push(step.token))
+        if stopped:
+            # report the tokens that start before the cut (not those wholly inside the stop string)
+            keep = []
+            for lp in self.pending:
+                if self.entries_len >= self.sent + len(text):
+                    break
+                keep.append(lp)
+                self.entries_len += lp.shown
+            if text or keep:
+                job.emit(Delta(text, keep))
+            self.stats.stop_reason = "stop string"
+            return "stop"
+        if text:
+            job.emit(Delta(text, self.pending))
+            self.sent += len(text)
+            self.entries_len += sum(lp.shown for lp in self.pending)
+            self.pending = []
+        if self.loop.done:
+            return self._finish()
+        self.next = step.token
+        return None
+
+    def _finish(self) -> str:
+        tail, _ = self.matcher.feed(self.stream.flush())
+        tail += self.matcher.flush()
+        if tail or self.pending:
+            self.job.emit(Delta(tail, self.pending))
+        return FINISH[self.stats.stop_reason]
 
 
 class EngineWorker:
     def __init__(self, engine, tokenizer, eos_ids: set, queue_size: int, threads: int | None = None,
                  prefill_chunk: int = PREFILL_CHUNK, metrics: Metrics | None = None):
         self.engine, self.tokenizer, self.eos_ids, self.threads = engine, tokenizer, set(eos_ids), threads
-        self.prefill_chunk = prefill_chunk
+        self.prefill_chunk = max(prefill_chunk, engine.slots)  # room for every slot's next token
         self.vocab_size = engine.cfg.vocab_size
         self.metrics = metrics or Metrics()
         self.jobs: queue.Queue = queue.Queue(maxsize=queue_size)
-        self.cached: list[int] = []  # the tokens whose KV the engine holds; len == engine.pos
+        self.cached: list[list[int]] = [[] for _ in range(engine.slots)]  # each slot's held tokens
+        self.running: dict[int, Running] = {}  # slot -> its job
+        self._used = [0.0] * engine.slots  # when each slot last took a job (the least recent goes first)
         self.token_bytes = TokenBytes(tokenizer)
-        self.current: Job | None = None
         self.stopping = False
         self._job_seconds = 1.0  # running mean of a job's duration, for Retry-After
         self._thread = threading.Thread(target=self._run, name="fuel-engine", daemon=True)
@@ -60,18 +153,18 @@ class EngineWorker:
         try:
             self.jobs.put_nowait(job)
         except queue.Full:
-            wait = math.ceil(self._job_seconds * (self.jobs.qsize() + 1))
+            wait = math.ceil(self._job_seconds * (self.jobs.qsize() + 1) / self.engine.slots)
             raise APIError(503, f"the server is busy: {self.jobs.maxsize} requests are already waiting "
                            "(fuel serve --queue); retry later", type="server_error", code="queue_full",
                            headers={"Retry-After": str(min(max(wait, 1), 600))}) from None
 
     def stop(self) -> None:
-        """Refuse new jobs, cancel the running one and every waiting one; the thread then exits."""
+        """Refuse new jobs, cancel the running ones and every waiting one; the thread then exits."""
         if self.stopping:
             return
         self.stopping = True
-        if self.current is not None:
-            self.current.cancel()
+        for r in list(self.running.values()):
+            r.job.cancel()
         while True:
             try:
                 job = self.jobs.get_nowait()
@@ -91,110 +184,92 @@ class EngineWorker:
             import numba
 
             numba.set_num_threads(self.threads)  # per thread in numba: set here, where the forwards run
-        while True:
-            job = self.jobs.get()
-            if job is None:
-                return
-            if job.cancelled:
-                job.emit(Done("cancelled", Stats()))
-                self.metrics.finished(job.kind, "cancelled", Stats(), time.perf_counter() - job.arrived)
+        while self._admit():
+            self._drop_cancelled()
+            if not self.running:
                 continue
-            self.current = job
-            t0 = time.perf_counter()
             try:
-                self._serve(job)
+                self._step()
             except Exception as e:  # never kill the thread; the engine state is unknown: start afresh
                 log.error("generation failed: %s: %s", type(e).__name__, e)
                 log.debug("the failure in full", exc_info=True)  # only at --log-level debug
                 self.engine.reset()
-                self.cached = []
-                job.emit(Failed(APIError(500, f"generation failed: {type(e).__name__}: {e}", type="server_error")))
-                self.metrics.finished(job.kind, "error", Stats(), time.perf_counter() - job.arrived)
-            finally:
-                self.current = None
-            self._job_seconds = 0.8 * self._job_seconds + 0.2 * (time.perf_counter() - t0)
+                self.cached = [[] for _ in range(self.engine.slots)]
+                for r in list(self.running.values()):
+                    r.job.emit(Failed(APIError(500, f"generation failed: {type(e).__name__}: {e}",
+                                               type="server_error")))
+                    self.metrics.finished(r.job.kind, "error", Stats(), time.perf_counter() - r.job.arrived)
+                self.running.clear()
+        for r in list(self.running.values()):  # stopping: the jobs left end as cancelled
+            self._end(r, "cancelled")
 
-    def _reuse(self, ids: list[int]) -> int:
-        """Rewinds the cache to the longest prefix it shares with `ids`; returns its length."""
-        n = min(common_prefix(self.cached, ids), len(ids) - 1)
-        self.engine.rewind(n)
-        self.cached = self.cached[:n]
-        return n
+    def _admit(self) -> bool:
+        """Takes waiting jobs into free slots (waits for one when nothing runs); False once stopped."""
+        while len(self.running) < self.engine.slots:
+            try:
+                job = self.jobs.get(block=not self.running)
+            except queue.Empty:
+                return True
+            if job is None:
+                return False
+            if job.cancelled:
+                job.emit(Done("cancelled", Stats()))
+                self.metrics.finished(job.kind, "cancelled", Stats(), time.perf_counter() - job.arrived)
+                continue
+            slot = self._slot_for(job.prompt_ids)
+            held = min(common_prefix(self.cached[slot], job.prompt_ids), len(job.prompt_ids) - 1)
+            self.engine.rewind(held, slot)
+            self.cached[slot] = self.cached[slot][:held]
+            self._used[slot] = time.perf_counter()
+            self.running[slot] = Running(self, job, slot, held)
+        return True
 
-    def _prefill_ahead(self, job: Job, ids: list[int], pos: int) -> tuple[int, float]:
-        """Feeds ids[pos:] a chunk per call, all but the last chunk (sample_steps prefills that one and
-        takes its logits); stops early when the job is cancelled. Returns (tokens held, seconds)."""
-        t0 = time.perf_counter()
-        while len(ids) - pos > self.prefill_chunk and not job.cancelled:
-            self.engine.prefill(ids[pos: pos + self.prefill_chunk])
-            pos += self.prefill_chunk
-            self.cached = ids[:pos]
-        return pos, time.perf_counter() - t0
+    def _slot_for(self, ids: list[int]) -> int:
+        """A free slot for a prompt: one whose tokens the prompt continues (its conversation's earlier
+        turns: all but the last few tokens shared), the longest such; else an empty one; else the one
+        sharing the most of the prompt if that is at least half of it (a common system prompt), else
+        the least recently used: a conversation keeps its slot while others come and go."""
+        free = [s for s in range(self.engine.slots) if s not in self.running]
+        shared = {s: common_prefix(self.cached[s], ids) for s in free}
+        own = [s for s in free if self.cached[s] and shared[s] >= 0.9 * len(self.cached[s])]
+        if own:
+            return max(own, key=lambda s: shared[s])
+        empty = [s for s in free if not self.cached[s]]
+        if empty:
+            return empty[0]
+        best = max(free, key=lambda s: (shared[s], -self._used[s]))
+        return best if 2 * shared[best] >= len(ids) else min(free, key=lambda s: self._used[s])
 
-    def _serve(self, job: Job) -> None:
-        ids, stats = job.prompt_ids, Stats()
-        hit = self._reuse(ids)
-        ahead, ahead_s = self._prefill_ahead(job, ids, hit)
-        if job.cancelled:
-            stats.prompt_tokens, stats.cached_tokens, stats.prefill_s = len(ids), hit, ahead_s
-            job.emit(Done("cancelled", stats))
-            self._finished(job, stats, "cancelled")
-            return
-        constraint = None
-        if job.grammar is not None:
-            from ..grammar import Constraint
+    def _drop_cancelled(self) -> None:
+        for r in [r for r in self.running.values() if r.job.cancelled]:
+            self._end(r, "cancelled")
 
-            constraint = Constraint(job.grammar, self.tokenizer, self.vocab_size, self.eos_ids)
-        steps = sample_steps(self.engine, ids, job.max_tokens, Sampler(job.params, constraint), self.eos_ids, stats,
-                             ahead)
-        stream, matcher = self.tokenizer.stream(skip_special_tokens=True), StopMatcher(job.stops)
-        pending, sent, entries_len = [], 0, 0  # logprobs not yet sent; characters sent; their tokens' length
-        finish = None
-        try:
-            for step in steps:
-                if len(stats.tokens) == 1:
-                    self.metrics.first_token(time.perf_counter() - job.arrived)
-                if job.cancelled:
-                    finish = "cancelled"
-                    break
-                if job.n_logprobs is not None:
-                    pending.append(logprobs_of(step.logits, step.token, job.n_logprobs, self.token_bytes))
-                text, stopped = matcher.feed(stream.push(step.token))
-                if stopped:
-                    # report the tokens that start before the cut (not those wholly inside the stop string)
-                    keep = []
-                    for lp in pending:
-                        if entries_len >= sent + len(text):
-                            break
-                        keep.append(lp)
-                        entries_len += lp.shown
-                    if text or keep:
-                        job.emit(Delta(text, keep))
-                    finish, stats.stop_reason = "stop", "stop string"
-                    break
-                if text:
-                    job.emit(Delta(text, pending))
-                    sent += len(text)
-                    entries_len += sum(lp.shown for lp in pending)
-                    pending = []
-        finally:
-            steps.close()
-            self.cached = (ids + stats.tokens)[: self.engine.pos]
-            stats.cached_tokens, stats.prefill_s = hit, stats.prefill_s + ahead_s
-        if finish is None:
-            tail, _ = matcher.feed(stream.flush())
-            tail += matcher.flush()
-            if tail or pending:
-                job.emit(Delta(tail, pending))
-            finish = FINISH[stats.stop_reason]
-        job.emit(Done(finish, stats))
-        self._finished(job, stats, finish)
+    def _step(self) -> None:
+        """One engine step: the generating jobs' next tokens, then prompt chunks while the budget lasts."""
+        order = sorted(self.running.values(), key=lambda r: (r.prefilling, r.job.arrived))
+        batch, budget = [], self.prefill_chunk
+        for r in order:
+            tokens = r.feed(budget) if budget > 0 else []
+            if tokens:
+                batch.append((r, tokens))
+                budget -= len(tokens)
+        outs = self.engine.step([(r.slot, tokens) for r, tokens in batch])
+        for (r, tokens), logits in zip(batch, outs):
+            self.cached[r.slot].extend(tokens)
+            finish = r.stepped(len(tokens), logits)
+            if finish is not None:
+                self._end(r, finish)
 
-    def _finished(self, job: Job, s: Stats, finish: str) -> None:
-        self.metrics.finished(job.kind, finish, s, time.perf_counter() - job.arrived)
+    def _end(self, r: Running, finish: str) -> None:
+        self.running.pop(r.slot, None)
+        s = r.stats
+        s.prefill_s = s.prefill_s or time.perf_counter() - r.started  # a job cancelled in its prompt
+        r.job.emit(Done(finish, s))
+        self._job_seconds = 0.8 * self._job_seconds + 0.2 * (time.perf_counter() - r.started)
+        self.metrics.finished(r.job.kind, finish, s, time.perf_counter() - r.job.arrived)
         fresh = s.prompt_tokens - s.cached_tokens
         pp = fresh / s.prefill_s if s.prefill_s else 0.0
         tg = s.decode_steps / s.decode_s if s.decode_s else 0.0
         why = "cancelled (client gone or server stopping)" if finish == "cancelled" else s.stop_reason
         log.info("%s: prompt %d tokens (%d cached, %d prefilled at %.1f tok/s) | generated %d tokens, %.1f tok/s "
-                 "| stop: %s", job.kind, s.prompt_tokens, s.cached_tokens, fresh, pp, s.generated, tg, why)
+                 "| stop: %s", r.job.kind, s.prompt_tokens, s.cached_tokens, fresh, pp, s.generated, tg, why)

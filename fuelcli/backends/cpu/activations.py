@@ -21,19 +21,20 @@ class Quantized(NamedTuple):
     # bf16 planes (amx.py)
     xs: np.ndarray  # [rows * K / 32] its block scales
     xf: np.ndarray  # [rows * K / 32] its block sums
-    xp: np.ndarray  # int8 [4 * K + 64]: one token as its decode kernels read it: two int8 planes
-    # (the planes kernels; they read a unit past K at most), then both again in the K-quants' layout
-    # (core.py's quantize), or int16 words (the words kernels)
-    xz: np.ndarray  # [K / 16]: that token's 16-element sums
+    xp: np.ndarray  # int8 [tokens * (4 * K + 64)]: each token on the decode kernels as they read it:
+    # two int8 planes (the planes kernels; they read a unit past K at most), then both again in the
+    # K-quants' layout (core.py's quantize), or int16 words (the words kernels)
+    xz: np.ndarray  # [tokens * K / 16]: those tokens' 16-element sums
 
 
-def quantized(rows: int, max_k: int, amx_planes: bool = False) -> Quantized:
+def quantized(rows: int, max_k: int, amx_planes: bool = False, tokens: int = 1) -> Quantized:
+    """Room for `rows` rows of at most max_k, `tokens` of them on the decode kernels at once."""
     nb = -(-max_k // ACTIVATION_BLOCK)
     k = nb * ACTIVATION_BLOCK
     xq_rows = 2 * -(-rows // TILE) * TILE if amx_planes else rows
     return Quantized(xq=np.zeros(xq_rows * k, np.int16), xs=np.zeros(rows * nb, np.float32),
-                     xf=np.zeros(rows * nb, np.float32), xp=np.zeros(4 * k + 64, np.int8),
-                     xz=np.zeros(k // 16, np.float32))
+                     xf=np.zeros(rows * nb, np.float32), xp=np.zeros(tokens * (4 * k + 64), np.int8),
+                     xz=np.zeros(tokens * (k // 16), np.float32))
 
 
 class Activations(NamedTuple):
@@ -53,11 +54,15 @@ class Activations(NamedTuple):
     eup: np.ndarray  # [1, moe_I]
     ey: np.ndarray  # [1, H]
     qx: Quantized  # the input of the next matrix products, prepared for the block formats
-    desc: np.ndarray  # [3, 13] int64: the task kernels of one parallel loop (matmul.batch)
+    desc: np.ndarray  # [DESC_ROWS, 13] int64: the task kernels of one parallel loop (matmul.batch)
+    ddesc: np.ndarray  # [3, slots, 13] int64: each product's decode kernels, a token each (matmul.interleave)
     part: np.ndarray  # a decode step's attention runs: MAX_SPLITS * heads * part_stride(head_dim)
+    last: np.ndarray  # [slots, H] the last row of each sequence in a step (its logits' input)
 
 
-def allocate(cfg: ModelConfig, rows: int, planes: bool = False) -> Activations:
+def allocate(cfg: ModelConfig, rows: int, planes: bool = False, slots: int = 1) -> Activations:
+    """Activations for `rows` tokens at a time, of up to `slots` sequences (each one's next token
+    on the decode kernels)."""
     def f32(*shape):
         return np.zeros(shape, np.float32)
 
@@ -69,8 +74,10 @@ def allocate(cfg: ModelConfig, rows: int, planes: bool = False) -> Activations:
         up=f32(rows, cfg.intermediate_size), router=f32(rows, E), experts=np.zeros(k, np.int64),
         expert_w=f32(k), egate=f32(1, max(cfg.moe_intermediate_size, 1)),
         eup=f32(1, max(cfg.moe_intermediate_size, 1)), ey=f32(1, H),
-        qx=quantized(rows, max_k, planes),
+        qx=quantized(rows, max_k, planes, tokens=slots),
         desc=np.zeros((DESC_ROWS, DESC_COLS), np.int64),
+        ddesc=np.zeros((3, slots, DESC_COLS), np.int64),
         part=f32(MAX_SPLITS * cfg.num_heads * part_stride(cfg.head_dim)),
+        last=f32(slots, H),
     )
 

@@ -163,7 +163,7 @@ def split_task(mod, name):
 
 def _row_chunk(bd, code, row, k0, kc, emit):
     """emit(kb, <32 x float>) for each 32-group kb of elements [k0, k0 + kc) of one stored row."""
-    BL = U.BLOCK[code]
+    BL = U.record(code).layout
     per = BL.block_elems // G
     fb0 = bd.udiv(k0, c64(BL.block_elems))
     with Loop(bd, 0, bd.udiv(kc, c64(BL.block_elems))) as fbi:

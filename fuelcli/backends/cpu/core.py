@@ -3,8 +3,8 @@
 Every kernel is a task kernel `void f(i64 task, i64 a0, ..., i64 a10)` (TASK_ARGS arguments): numba
 runs `n` of them in one parallel loop (matmul.run_tasks) or calls one directly.
 
-  quantize(t, x, ldx, K, xq, xs, xf, xp, xz)   row t of x -> int16 per 32-block (matmul.py says why);
-                                           xp != 0 (one token): also the layout its decode kernels
+  quantize(t, x, ldx, K, xq, xs, xf, xp, xz, n_dec)   row t of x -> int16 per 32-block (matmul.py
+                                           says why); t < n_dec: also the layout the decode kernels
                                            read (int8 planes and 16-element sums, or int16 words)
   silu_mul(t, gate, up, n)                 gate[t] <- silu(gate[t]) * up[t]
   gelu_mul(t, gate, up, n)                 gate[t] <- gelu_tanh(gate[t]) * up[t]
@@ -14,6 +14,7 @@ runs `n` of them in one parallel loop (matmul.run_tasks) or calls one directly.
   kv_store(t, k, v, kc, vc, pos0, n)       K and V rows into the cache (K in KEY_BLOCK blocks), f32 or
                                            rounded to f16 (module(cache=...): --cache-type)
   batch(task, desc, n)                     several task kernels in one parallel loop
+  interleave(task, desc, n)                n task kernels of as many tasks, their tasks in turn
   attention(task, q, k, v, out, pos0, window, n_heads, n_kv, T, splits, part)   attention.py
   combine(task, part, out, splits, rows)   attention.py: a decode step's key runs into its output
 """
@@ -42,7 +43,8 @@ Q_MAX = 32639.0
 
 def _quantize(isa, mod, name):
     """Row t -> xq = rint(x * Q_MAX / amax) per 32-block, xs = amax / Q_MAX, xf = the block's f32
-    sum. With xp != 0 (one token) also the layout its decode kernels read, in xp: on an ISA with the
+    sum. Rows t < n_dec (tokens that run the decode kernels) also get the layout those read, in
+    xp + t * (4K + 64) (and xz + t * K/16): on an ISA with the
     int8 planes (llvm.planes_isa), xp[k] = hi, xp[K + k] = lo with xq = 256 * hi + lo
     (hi = (xq + 128) >> 8), both planes again from xp[2K] in the K-quants' layout when K is a
     multiple of their block (unpack.PLANES_KBLOCK), and xz[j] = the sum of xq over elements
@@ -50,10 +52,11 @@ def _quantize(isa, mod, name):
     offset; elsewhere xp holds xq as int16 words, each 32-block's even elements and then its odd
     ones (the words kernels), with the same xz."""
     fn, bd = func(mod, name, TASK_ARGS)
-    t, x_, ldx, K, xq_, xs_, xf_, xp_, xz_ = fn.args[:9]
+    t, x_, ldx, K, xq_, xs_, xf_, xp_, xz_, n_dec = fn.args[:10]
     x, xq, xs, xf = ptr_to(bd, x_, F32T), ptr_to(bd, xq_, I16), ptr_to(bd, xs_, F32T), ptr_to(bd, xf_, F32T)
-    xp, xz = ptr_to(bd, xp_, I8), ptr_to(bd, xz_, F32T)
-    one_token = bd.icmp_signed("!=", xp_, c64(0))
+    xp = bd.gep(ptr_to(bd, xp_, I8), [bd.mul(t, bd.add(bd.mul(K, c64(4)), c64(64)))])
+    xz = bd.gep(ptr_to(bd, xz_, F32T), [bd.mul(t, bd.udiv(K, c64(16)))])
+    one_token = bd.icmp_signed("<", t, n_dec)
     nb = bd.udiv(K, c64(G))
     xrow = bd.gep(x, [bd.mul(t, ldx)])
     qrow = bd.gep(xq, [bd.mul(t, K)])
@@ -284,7 +287,23 @@ def _batch(isa, mod, name):
     bd.ret_void()
 
 
-CORE = ("quantize", "silu_mul", "attention", "rmsnorm", "rope", "kv_store", "batch", "combine", "gelu_mul")
+def _interleave(isa, mod, name):
+    """interleave(task, desc, n): the tasks of n task kernels with as many tasks each (desc as
+    batch's), taken in turn: task i runs row i % n's kernel with task index i // n. One matrix's
+    decode kernels for n tokens: a thread's run of tasks reads a group of weight rows once from
+    memory and for the other tokens from its cache."""
+    fn, bd = func(mod, name, TASK_ARGS)
+    task, desc_, n = fn.args[:3]
+    desc = ptr_to(bd, desc_, I64)
+    kty = ir.FunctionType(ir.VoidType(), [I64] * TASK_ARGS).as_pointer()
+    row = bd.gep(desc, [bd.mul(bd.urem(task, n), c64(TASK_ARGS + 1))])
+    fields = [bd.load(bd.gep(row, [c64(i)])) for i in range(TASK_ARGS + 1)]
+    bd.call(bd.inttoptr(fields[0], kty), [bd.udiv(task, n)] + fields[2:])
+    bd.ret_void()
+
+
+CORE = ("quantize", "silu_mul", "attention", "rmsnorm", "rope", "kv_store", "batch", "combine", "gelu_mul",
+        "interleave")
 
 
 CACHE_ELEMENTS = {"f32": F32T, "f16": ir.HalfType()}  # the KV cache's element type (kv_cache.CACHE_TYPES)
@@ -305,6 +324,7 @@ def module(isa: Isa, head_dim: int, cache: str = "f32") -> tuple[ir.Module, list
     _batch(isa, mod, names[6])
     combine(mod, names[7], head_dim, TASK_ARGS)
     _glu(isa, mod, names[8], "gelu_tanh")
+    _interleave(isa, mod, names[9])
     return mod, names
 
 

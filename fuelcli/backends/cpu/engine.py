@@ -14,6 +14,7 @@ from ...block import rope_variants
 from ...config import ModelConfig
 from ...rope import cos_sin_tables
 from ...weights.build import ModelWeights
+from ...errors import InputError
 from ..base import Engine
 from ..kv_cache import CACHE_TYPES, KVCache
 from . import amx
@@ -62,10 +63,10 @@ class CpuEngine(Engine):
     backend = "cpu numba"
 
     def __init__(self, cfg: ModelConfig, weights: ModelWeights, n_ctx: int | None = None,
-                 n_batch: int = N_BATCH, cache_type: str = "f32"):
+                 n_batch: int = N_BATCH, cache_type: str = "f32", slots: int = 1):
         from . import forward as F
 
-        super().__init__(cfg, n_ctx, np.dtype(CACHE_TYPES[cache_type]).itemsize)
+        super().__init__(cfg, n_ctx, np.dtype(CACHE_TYPES[cache_type]).itemsize, slots)
         self.weights, self._forward = weights, F.forward
         mats, vecs, vec_tab = [], [], []
         self._keep = []  # the arrays whose addresses the kernel reads must outlive it
@@ -108,7 +109,9 @@ class CpuEngine(Engine):
         self.mats = np.array(mats, np.int64).reshape(-1, 4)
         self.codes = sorted({int(c) for c in self.mats[:, 3]})
         isa = host_isa()
-        use_amx = amx.available(isa) and any(is_quant(c) for c in self.codes)
+        # several sequences: no AMX, whose use follows how many rows a product has: a row's result
+        # must not depend on the rows beside it (matmul.describe_product)
+        use_amx = amx.available(isa) and any(is_quant(c) for c in self.codes) and slots == 1
         if use_amx:  # bench tables and diff provenance say which kernels ran
             self.backend = "cpu numba amx"
         if cache_type != "f32":  # bench tables and diff provenance say which cache ran
@@ -135,10 +138,11 @@ class CpuEngine(Engine):
             self.lay[l, F.L_QSCALE] = 0 if a.scale is None else _bits(a.scale * np.sqrt(cfg.head_dim), 1.0)
             self.lay[l, F.L_ACT] = ACTIVATION_CODES[b.ffn.activation]
         self.cos, self.sin = cos_sin_tables(ropes, cfg.head_dim, self.n_ctx)
-        self.kv = KVCache(L, self.n_ctx, cfg.num_kv_heads, cfg.head_dim, key_block=KEY_BLOCK, cache_type=cache_type)
-        self.n_batch = max(1, min(n_batch, self.n_ctx))
-        self.act = allocate(cfg, self.n_batch, planes=use_amx)
-        self._last = np.empty((1, cfg.vocab_size), np.float32)
+        self.kv = KVCache(L, self.n_ctx, cfg.num_kv_heads, cfg.head_dim, key_block=KEY_BLOCK, cache_type=cache_type,
+                          slots=slots)
+        self.n_batch = max(1, min(n_batch, self.n_ctx * slots))
+        self.act = allocate(cfg, self.n_batch, planes=use_amx, slots=slots)
+        self._last = np.empty((slots, cfg.vocab_size), np.float32)
 
     @property
     def kv_bytes(self) -> int:
@@ -153,11 +157,11 @@ class CpuEngine(Engine):
     def core(self) -> np.ndarray:
         return self._tables.get()[1]
 
-    def _args(self, tokens: np.ndarray, all_logits: bool, logits: np.ndarray, states: np.ndarray,
+    def _args(self, tokens: np.ndarray, segs: np.ndarray, all_logits: bool, logits: np.ndarray, states: np.ndarray,
               tables: tuple | None = None) -> tuple:
-        """forward.forward's arguments for `tokens` after the cached ones."""
+        """forward.forward's arguments for `tokens`, the rows of the segments `segs` (forward.py)."""
         kern, core = tables or (self.kern, self.core)
-        return (tokens, self.pos, self.mats, self.mat_idx, self.moe_idx, self.vecs, self.vec_tab, self.vec_idx,
+        return (tokens, segs, self.mats, self.mat_idx, self.moe_idx, self.vecs, self.vec_tab, self.vec_idx,
                 self.embed_i, self.out_i, self.final_norm_i, self.dims,
                 np.int64(np.float32(self.cfg.rms_norm_eps).view(np.int32)), self.lay, self.cos, self.sin,
                 self.kv.k, self.kv.v, kern, core, self.act, all_logits, logits, states)
@@ -169,23 +173,54 @@ class CpuEngine(Engine):
         the ~0.1 s of a token). The tables' types are all the compile needs of them."""
         f = self._forward
         stand_in = (np.zeros((1, N_KERNEL_COLS), np.int64), np.zeros(1, np.int64))
-        args = self._args(np.zeros(1, np.int64), False, self._last, np.empty((0, 1, 1), np.float32), stand_in)
+        args = self._args(np.zeros(1, np.int64), self._segs([(0, 0, 1)]), False, self._last[:1],
+                          np.empty((0, 1, 1), np.float32), stand_in)
         sig = tuple(f.typeof_pyval(a) for a in args)
         if not load_cached(f, sig):
             f.compile(sig)
         self._tables.get()
 
+    @staticmethod
+    def _segs(rows: list) -> np.ndarray:
+        """forward.py's segment table: (slot, first position, tokens) per sequence of a step."""
+        return np.array(rows, np.int64).reshape(-1, 3)
+
     def prefill(self, tokens, all_logits: bool = False, hidden: bool = False):
         tokens = self.check(tokens)
         T, cfg = len(tokens), self.cfg
-        logits = np.empty((T, cfg.vocab_size), np.float32) if all_logits else self._last
+        logits = np.empty((T, cfg.vocab_size), np.float32) if all_logits else self._last[:1]
         hidden_out = np.empty((cfg.num_layers + 1, T, cfg.hidden_size) if hidden else (0, 1, 1), np.float32)
         for s in range(0, T, self.n_batch):
             e = min(T, s + self.n_batch)
             states = np.empty((cfg.num_layers + 1, e - s, cfg.hidden_size), np.float32) if hidden else hidden_out
-            self._forward(*self._args(tokens[s:e], all_logits, logits[s:e] if all_logits else logits, states))
+            segs = self._segs([(0, self.pos, e - s)])
+            self._forward(*self._args(tokens[s:e], segs, all_logits, logits[s:e] if all_logits else logits, states))
             if hidden:
                 hidden_out[:, s:e] = states
             self.pos += e - s
         logits = logits if all_logits else logits.copy()
         return (logits, hidden_out) if hidden else logits
+
+    def step(self, batch: list) -> list:
+        """One forward over the new tokens of several sequences (base.Engine.step): every product
+        runs over all rows at once (each sequence's next token on the decode kernels, a weight row
+        read once for all of them; prompt chunks on the tiles), each sequence's attention over its
+        own slot. Up to n_batch rows a call; a longer batch is refused (the caller chunks prompts)."""
+        slots = [slot for slot, _ in batch]
+        if not batch or len(set(slots)) != len(slots):
+            raise InputError(f"a step takes each sequence at most once, got slots {slots}")
+        ids = [self.check(tokens, slot) for slot, tokens in batch]
+        T = sum(len(t) for t in ids)
+        if T > self.n_batch:
+            raise InputError(f"a step of {T} tokens exceeds the engine's {self.n_batch} rows")
+        order = sorted(range(len(batch)), key=lambda i: len(ids[i]) > 1)  # one-token sequences first
+        segs = self._segs([(slots[i], self.positions[slots[i]], len(ids[i])) for i in order])
+        logits = self._last[:len(batch)]
+        self._forward(*self._args(np.concatenate([ids[i] for i in order]), segs, False, logits,
+                                  np.empty((0, 1, 1), np.float32)))
+        for slot, t in zip(slots, ids):
+            self.positions[slot] += len(t)
+        out = [None] * len(batch)
+        for row, i in enumerate(order):
+            out[i] = logits[row].copy()
+        return out

@@ -26,8 +26,8 @@ from numba.extending import overload
 from .amx import AMX_MIN_TOKENS
 from .jit import FAST, OWN_FLAGS, helper
 from .llvm import args11, ptr
-from .matmul import (C_KV_STORE, C_RMSNORM, C_ROPE, C_SPLIT, attention, batch, dequant_row, describe, glu, matmul,
-                     matmul_task, quantize_rows, split_rows, tasks)
+from .matmul import (C_KV_STORE, C_RMSNORM, C_ROPE, C_SPLIT, attention, batch, dequant_row, describe_product, glu,
+                     matmul, quantize_for, split_rows, tasks)
 
 M_Q, M_K, M_V, M_O, M_GATE, M_UP, M_DOWN, M_ROUTER = range(8)
 N_MATS = 8
@@ -35,6 +35,7 @@ V_ATTN_NORM, V_FFN_NORM, V_QB, V_KB, V_VB, V_OB, V_QN, V_KN, V_POST_ATTN, V_POST
 N_VECS = 10
 L_WINDOW, L_ROPE, L_QSCALE, L_ACT = range(4)
 N_LAY = 4
+SEG_SLOT, SEG_POS, SEG_ROWS = range(3)  # segs[] columns
 # dims[] layout; D_QUANT: 1 when some matrix is a block format (its inputs get quantised);
 # D_EMBED_SCALE, D_SOFTCAP: f32 bits of the embedding scale and the final logit softcap (0: none)
 D_NH, D_NKV, D_HD, D_TOPK, D_NORM_TOPK, D_QUANT, D_EMBED_SCALE, D_SOFTCAP = range(8)
@@ -48,26 +49,31 @@ def vaddr(vecs, vec_tab, i):
 
 
 @helper()
-def prepare(x, act, quant, core):
-    """x for the kernels: split into bf16 planes for AMX prefill (core[C_SPLIT] != 0, enough
-    tokens: matmul.matmul_task), else quantised for the block-format kernels (when the model has any)."""
-    if x.shape[0] >= AMX_MIN_TOKENS and core[C_SPLIT] != 0:
+def prepare(x, act, quant, core, n_dec):
+    """x for the kernels (its first n_dec rows run the decode kernels, the rest the tiles: matmul.
+    describe_product): split into bf16 planes for AMX prefill (core[C_SPLIT] != 0, enough tokens,
+    none on the decode kernels), else quantised for the block-format kernels (when the model has any)."""
+    if n_dec == 0 and x.shape[0] >= AMX_MIN_TOKENS and core[C_SPLIT] != 0:
         split_rows(x, act.qx.xq, core)
     elif quant:
-        quantize_rows(x, act.qx, core)
+        quantize_for(x, act.qx, core, n_dec)
 
 
 @helper()
-def linear(x, act, mats, i, kern, out):
+def linear(x, act, mats, i, kern, core, out, n_dec):
     """out = x @ W_i^T for matrix i of the table (x prepared)."""
-    matmul(x, act.qx, mats[i, 0], mats[i, 1], mats[i, 2], mats[i, 3], kern, out)
+    if n_dec == 1 and x.shape[0] == 1:  # one sequence's decode step: the kernel alone
+        matmul(x, act.qx, mats[i, 0], mats[i, 1], mats[i, 2], mats[i, 3], kern, out)
+    else:
+        batch(act.desc, describe_linear(x, act, mats, i, kern, core, out, 0, 0, n_dec), core, x.shape[0] > n_dec)
 
 
 @helper()
-def describe_linear(x, act, mats, i, kern, out, r):
-    """Row r of the batch: out = x @ W_i^T (x prepared)."""
-    fn, n, a = matmul_task(x, act.qx, mats[i, 0], mats[i, 1], mats[i, 2], mats[i, 3], kern, ptr(out))
-    describe(act.desc, r, fn, n, a)
+def describe_linear(x, act, mats, i, kern, core, out, r, m, n_dec):
+    """out = x @ W_i^T into the batch from row r (x prepared; m: this product's decode table, 0..2);
+    the next free row."""
+    return describe_product(act.desc, r, x, act.qx, mats[i, 0], mats[i, 1], mats[i, 2], mats[i, 3], kern, core,
+                            ptr(out), n_dec, act.ddesc[m])
 
 
 @helper()
@@ -120,15 +126,15 @@ def copy_into(dst, src):
 
 
 @helper()
-def gated(h, act, mats, ig, iu, idn, fn, kern, core, quant, gate, up, out):
+def gated(h, act, mats, ig, iu, idn, fn, kern, core, quant, gate, up, out, n_dec):
     """out = down(fn(gate(h)) * up(h)) (fn: matmul.ACT_*); h prepared. gate and up run in one
     parallel loop."""
-    describe_linear(h, act, mats, ig, kern, gate, 0)
-    describe_linear(h, act, mats, iu, kern, up, 1)
-    batch(act.desc, 2, core, h.shape[0] > 1)
+    r = describe_linear(h, act, mats, ig, kern, core, gate, 0, 0, n_dec)
+    r = describe_linear(h, act, mats, iu, kern, core, up, r, 1, n_dec)
+    batch(act.desc, r, core, h.shape[0] > n_dec)
     glu(gate, up, fn, core)
-    prepare(gate, act, quant, core)
-    linear(gate, act, mats, idn, kern, out)
+    prepare(gate, act, quant, core, n_dec)
+    linear(gate, act, mats, idn, kern, core, out, n_dec)
 
 
 @helper(fastmath=False)
@@ -162,11 +168,11 @@ def route(logits, k, renorm, experts, weights):
 
 
 @helper()
-def moe(h, act, mats, router_i, exp_idx_l, k, renorm, fn, kern, core, quant, out):
+def moe(h, act, mats, router_i, exp_idx_l, k, renorm, fn, kern, core, quant, out, n_dec):
     """Sparse FFN of one layer, token by token; act's router/expert buffers are the engine's."""
     T, H = h.shape
     logits = act.router[:T]
-    linear(h, act, mats, router_i, kern, logits)
+    linear(h, act, mats, router_i, kern, core, logits, n_dec)
     experts, weights = act.experts, act.expert_w
     for t in range(T):
         for j in range(H):
@@ -174,57 +180,65 @@ def moe(h, act, mats, router_i, exp_idx_l, k, renorm, fn, kern, core, quant, out
         route(logits[t], k, renorm, experts, weights)
         ht = h[t : t + 1]
         for i in range(k):
-            prepare(ht, act, quant, core)  # the previous expert's down projection overwrote it
+            prepare(ht, act, quant, core, 1)  # the previous expert's down projection overwrote it
             e = exp_idx_l[experts[i]]
-            gated(ht, act, mats, e[0], e[1], e[2], fn, kern, core, quant, act.egate, act.eup, act.ey)
+            gated(ht, act, mats, e[0], e[1], e[2], fn, kern, core, quant, act.egate, act.eup, act.ey, 1)
             for j in range(H):
                 out[t, j] += weights[i] * act.ey[0, j]
 
 
-def ffn(exp_idx, l, h, act, mats, mi, fn, dims, kern, core, quant, gate, up, out):
+def ffn(exp_idx, l, h, act, mats, mi, fn, dims, kern, core, quant, gate, up, out, n_dec):
     """The FFN of layer l (fn: its activation). exp_idx is None for a model without MoE layers: a
     type, so a dense model's forward holds no MoE code (and the call from Python stays on numba's
     fast path)."""
 
 
 @overload(ffn, jit_options=OWN_FLAGS)
-def _ffn(exp_idx, l, h, act, mats, mi, fn, dims, kern, core, quant, gate, up, out):
+def _ffn(exp_idx, l, h, act, mats, mi, fn, dims, kern, core, quant, gate, up, out, n_dec):
     if isinstance(exp_idx, types.NoneType):
-        def dense(exp_idx, l, h, act, mats, mi, fn, dims, kern, core, quant, gate, up, out):
-            gated(h, act, mats, mi[M_GATE], mi[M_UP], mi[M_DOWN], fn, kern, core, quant, gate, up, out)
+        def dense(exp_idx, l, h, act, mats, mi, fn, dims, kern, core, quant, gate, up, out, n_dec):
+            gated(h, act, mats, mi[M_GATE], mi[M_UP], mi[M_DOWN], fn, kern, core, quant, gate, up, out, n_dec)
         return dense
 
-    def sparse_or_dense(exp_idx, l, h, act, mats, mi, fn, dims, kern, core, quant, gate, up, out):
+    def sparse_or_dense(exp_idx, l, h, act, mats, mi, fn, dims, kern, core, quant, gate, up, out, n_dec):
         if mi[M_ROUTER] >= 0:
             moe(h, act, mats, mi[M_ROUTER], exp_idx[l], dims[D_TOPK], dims[D_NORM_TOPK] != 0, fn, kern, core, quant,
-                out)
+                out, n_dec)
         else:
-            gated(h, act, mats, mi[M_GATE], mi[M_UP], mi[M_DOWN], fn, kern, core, quant, gate, up, out)
+            gated(h, act, mats, mi[M_GATE], mi[M_UP], mi[M_DOWN], fn, kern, core, quant, gate, up, out, n_dec)
     return sparse_or_dense
 
 
 @njit(**FAST)
-def forward(tokens, pos0, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, embed_i, out_i, final_norm_i,
+def forward(tokens, segs, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, embed_i, out_i, final_norm_i,
             dims, eps, lay, cos, sin, k_cache, v_cache, kern, core, act, all_logits, logits, hidden_out):
     """The entry point from Python (forward_body's docstring says what it does). Its body is a helper
     too: numba keys a helper's compiled code by its caller's flags as well, and an entry point's
     differ from a helper's, so helpers called from both would compile twice (prepare, linear,
     describe_linear and batch, from the forward and from the FFN)."""
-    forward_body(tokens, pos0, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, embed_i, out_i, final_norm_i,
+    forward_body(tokens, segs, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, embed_i, out_i, final_norm_i,
                  dims, eps, lay, cos, sin, k_cache, v_cache, kern, core, act, all_logits, logits, hidden_out)
 
 
 @helper()
-def forward_body(tokens, pos0, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, embed_i, out_i, final_norm_i,
+def forward_body(tokens, segs, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, embed_i, out_i, final_norm_i,
                  dims, eps, lay, cos, sin, k_cache, v_cache, kern, core, act, all_logits, logits, hidden_out):
-    """One forward over T new tokens at positions pos0..pos0+T-1, writing K/V into the cache.
+    """One forward over T new tokens of one or more sequences, writing their K/V into the cache.
 
+    segs: int64 [n, 3], one row per sequence in the step (SEG_SLOT, SEG_POS, SEG_ROWS): its cache
+    slot, the position of its first new token, its number of tokens; the tokens are the segments'
+    rows one after the other. Every product runs over all T rows; RoPE, the cache store and the
+    attention run per segment, on its slot's cache (k_cache, v_cache: [L, slots, ...]).
     eps: the RMSNorm epsilon as the bits of an f32. cos, sin: [RoPE tables, n_ctx, head_dim/2].
-    act: the engine's activations (activations.py), at least T rows each. logits: [T or 1, vocab]
-    (all positions, or the last one). hidden_out: [L+1, T, H] residual stream after the embedding
-    and after each layer, or an empty array to skip it. exp_idx: None when no layer is MoE.
+    act: the engine's activations (activations.py), at least T rows each. logits: [T, vocab] (every
+    row) or [n, vocab] (each segment's last). hidden_out: [L+1, T, H] residual stream after the
+    embedding and after each layer, or an empty array to skip it. exp_idx: None when no layer is MoE.
     """
     T = tokens.shape[0]
+    n_seg = segs.shape[0]
+    n_dec = 0  # the leading one-token segments' rows: on the decode kernels (matmul.describe_product)
+    while n_dec < n_seg and segs[n_dec, SEG_ROWS] == 1:
+        n_dec += 1
     nh, nkv, hd = dims[D_NH], dims[D_NKV], dims[D_HD]
     quant = dims[D_QUANT] != 0
     L = mat_idx.shape[0]
@@ -245,27 +259,34 @@ def forward_body(tokens, pos0, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, e
         vi = vec_idx[l]
         ri = lay[l, L_ROPE]
         cs, sn = (np.int64(0), np.int64(0)) if ri < 0 else (ptr(cos[ri]), ptr(sin[ri]))
-        prepare(h, act, quant, core)
-        describe_linear(h, act, mats, mi[M_Q], kern, q, 0)
-        describe_linear(h, act, mats, mi[M_K], kern, k, 1)
-        describe_linear(h, act, mats, mi[M_V], kern, v, 2)
-        batch(act.desc, 3, core, h.shape[0] > 1)
-        rope(q, vaddr(vecs, vec_tab, vi[V_QB]), vaddr(vecs, vec_tab, vi[V_QN]), nh, hd, pos0, cs, sn, eps,
-             lay[l, L_QSCALE], core)
-        rope(k, vaddr(vecs, vec_tab, vi[V_KB]), vaddr(vecs, vec_tab, vi[V_KN]), nkv, hd, pos0, cs, sn, eps, 0, core)
-        if vi[V_VB] >= 0:
-            add_bias(v, vaddr(vecs, vec_tab, vi[V_VB]), core)
-        tasks(core[C_KV_STORE], T, args11(ptr(k), ptr(v), ptr(k_cache[l]), ptr(v_cache[l]), pos0, nkv * hd))
-        attention(q, k_cache[l], v_cache[l], pos0, lay[l, L_WINDOW], nh, nkv, att, act.part, core)
-        prepare(att, act, quant, core)
-        linear(att, act, mats, mi[M_O], kern, o)
+        prepare(h, act, quant, core, n_dec)
+        r = describe_linear(h, act, mats, mi[M_Q], kern, core, q, 0, 0, n_dec)
+        r = describe_linear(h, act, mats, mi[M_K], kern, core, k, r, 1, n_dec)
+        r = describe_linear(h, act, mats, mi[M_V], kern, core, v, r, 2, n_dec)
+        batch(act.desc, r, core, T > n_dec)
+        r0 = 0
+        for j in range(n_seg):
+            slot, pos0, r1 = segs[j, SEG_SLOT], segs[j, SEG_POS], r0 + segs[j, SEG_ROWS]
+            qj, kj, vj = q[r0:r1], k[r0:r1], v[r0:r1]
+            rope(qj, vaddr(vecs, vec_tab, vi[V_QB]), vaddr(vecs, vec_tab, vi[V_QN]), nh, hd, pos0, cs, sn, eps,
+                 lay[l, L_QSCALE], core)
+            rope(kj, vaddr(vecs, vec_tab, vi[V_KB]), vaddr(vecs, vec_tab, vi[V_KN]), nkv, hd, pos0, cs, sn, eps, 0,
+                 core)
+            if vi[V_VB] >= 0:
+                add_bias(vj, vaddr(vecs, vec_tab, vi[V_VB]), core)
+            kc, vc = k_cache[l, slot], v_cache[l, slot]
+            tasks(core[C_KV_STORE], r1 - r0, args11(ptr(kj), ptr(vj), ptr(kc), ptr(vc), pos0, nkv * hd))
+            attention(qj, kc, vc, pos0, lay[l, L_WINDOW], nh, nkv, att[r0:r1], act.part, core)
+            r0 = r1
+        prepare(att, act, quant, core, n_dec)
+        linear(att, act, mats, mi[M_O], kern, core, o, n_dec)
         if vi[V_OB] >= 0:
             add_bias(o, vaddr(vecs, vec_tab, vi[V_OB]), core)
         if vi[V_POST_ATTN] >= 0:
             rmsnorm(o, none, vaddr(vecs, vec_tab, vi[V_POST_ATTN]), eps, o, core)
         rmsnorm(x, o, vaddr(vecs, vec_tab, vi[V_FFN_NORM]), eps, h, core)
-        prepare(h, act, quant, core)
-        ffn(exp_idx, l, h, act, mats, mi, lay[l, L_ACT], dims, kern, core, quant, gate, up, o)
+        prepare(h, act, quant, core, n_dec)
+        ffn(exp_idx, l, h, act, mats, mi, lay[l, L_ACT], dims, kern, core, quant, gate, up, o, n_dec)
         if vi[V_POST_FFN] >= 0:
             rmsnorm(o, none, vaddr(vecs, vec_tab, vi[V_POST_FFN]), eps, o, core)
         nxt = vec_idx[l + 1, V_ATTN_NORM] if l + 1 < L else final_norm_i
@@ -273,11 +294,18 @@ def forward_body(tokens, pos0, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, e
         if keep_hidden:
             copy_into(hidden_out[l + 1], x)
     if all_logits:
-        prepare(h, act, quant, core)
-        linear(h, act, mats, out_i, kern, logits)
-    else:
+        prepare(h, act, quant, core, n_dec)
+        linear(h, act, mats, out_i, kern, core, logits, n_dec)
+    else:  # each segment's last row on the decode kernels, as one sequence's (one segment: the view)
         last = h[T - 1 : T]
-        prepare(last, act, quant, core)
-        linear(last, act, mats, out_i, kern, logits)
+        if n_seg > 1:
+            last = act.last[:n_seg]
+            r1 = 0
+            for j in range(n_seg):
+                r1 += segs[j, SEG_ROWS]
+                for i in range(H):
+                    last[j, i] = h[r1 - 1, i]
+        prepare(last, act, quant, core, last.shape[0])
+        linear(last, act, mats, out_i, kern, core, logits, last.shape[0])
     if dims[D_SOFTCAP] != 0:
         softcap(logits, dims[D_SOFTCAP])

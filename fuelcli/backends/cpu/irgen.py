@@ -220,9 +220,9 @@ def func(mod, name, nargs):
 def dpw(isa: Isa, bd, acc, a, b):
     """acc + pair sums: lane i += a16[2i]*b16[2i] + a16[2i+1]*b16[2i+1] (a, b, acc <L x i32>)."""
     L = isa.lanes
-    if isa.name == "avx512vnni":
+    if isa.name == "avx512vnni" and not isa.emulated:
         return call_intrinsic(bd, "llvm.x86.avx512.vpdpwssd.512", acc.type, [acc, a, b])
-    if isa.name == "avxvnni":
+    if isa.name == "avxvnni" and not isa.emulated:
         return call_intrinsic(bd, "llvm.x86.avx512.vpdpwssd.256", acc.type, [acc, a, b])
     a16, b16 = bd.bitcast(a, vec(I16, 2 * L)), bd.bitcast(b, vec(I16, 2 * L))
     if isa.name == "avx2":
@@ -233,10 +233,14 @@ def dpw(isa: Isa, bd, acc, a, b):
     return bd.add(acc, bd.add(ev, od))
 
 
-def dpb(bd, acc, w, x):
+def dpb(isa: Isa, bd, acc, w, x):
     """acc + quad sums (vpdpbusd): lane i += sum_j w[4i+j] * x[4i+j], w unsigned and x signed bytes
     (<4L x i8>), acc <L x i32>."""
     L = acc.type.count
+    if isa.emulated:
+        p = bd.mul(bd.zext(w, vec(I32, 4 * L)), bd.sext(x, vec(I32, 4 * L)))
+        quads = [bd.shuffle_vector(p, p, const(I32, range(j, 4 * L, 4))) for j in range(4)]
+        return bd.add(acc, bd.add(bd.add(quads[0], quads[1]), bd.add(quads[2], quads[3])))
     w32, x32 = bd.bitcast(w, vec(I32, L)), bd.bitcast(x, vec(I32, L))
     return call_intrinsic(bd, f"llvm.x86.avx512.vpdpbusd.{32 * L}", acc.type, [acc, w32, x32])
 

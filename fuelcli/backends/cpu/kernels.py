@@ -39,6 +39,7 @@ from functools import lru_cache
 from llvmlite import ir
 
 from . import amx
+from . import emit as E
 from . import unpack as U
 from .llvm import ISAS, Isa, compile_module, is_cached, planes_isa
 from .core import TASK_ARGS
@@ -88,8 +89,8 @@ WORD_AHEAD = 4096
 
 def _reduce_groups(isa, bd, P, full=True):
     """The lane sums of the groups' dots P[j] (8 or 4 <8 x i32>) by vphaddd: full -> <n x i32>, lane
-    j the sum of P[j]; else (q6_k, 8 groups) the two vectors after the second level, the sums of
-    lanes 0-3 and 4-7 of each group in unpack.Q6_K_SUMS order.
+    j the sum of P[j]; else (a words_sub16 format, 8 groups) the two vectors after the second level, the sums of
+    lanes 0-3 and 4-7 of each group in emit.SUB16_ORDER.
     (In-lane unpacks and adds instead measured the same on a Zen 3 core, where vphaddd takes two
     cycles: the reduction is not what bounds these kernels.)"""
     n = len(P)
@@ -115,16 +116,17 @@ def _decode_words(isa, mod, code, name):
     fn, bd = func(mod, name, 10)
     fn.linkage = "internal"
     w, row_bytes, n_rows, K, _xq, xs_, xf_, out_, xw_, xz_ = fn.args
-    BL = U.BLOCK[code]
+    rec = U.record(code)
+    BL = rec.layout
     per = BL.block_elems // G  # groups per format block
-    chunk = U.WORD_CHUNK // per  # format blocks per chunk
+    chunk = E.WORD_CHUNK // per  # format blocks per chunk
     xz = ptr_to(bd, xz_, F32T)
     L = G // 4  # i32 lanes of a group's dot
     half = vec(I16, G // 2)
     wp, xw = ptr_to(bd, w, I8), ptr_to(bd, xw_, I16)
     xs, xf, out = ptr_to(bd, xs_, F32T), ptr_to(bd, xf_, F32T), ptr_to(bd, out_, F32T)
     nb = bd.udiv(K, c64(BL.block_elems))
-    has_min = code in U.HAS_MIN
+    has_min = rec.has_min
     ahead = c64(WORD_AHEAD)
 
     def dot(even, odd, g):  # <8 x i32>: group g's weights (even, odd) times its activations
@@ -147,14 +149,16 @@ def _decode_words(isa, mod, code, name):
         if n == 1:  # one group: its lanes times its scale
             sc = bd.fmul(bd.extract_element(ch.scale, ir.Constant(I32, 0)), bd.load(bd.gep(xs, [g0])))
             a = fmuladd(bd, bd.sitofp(P[0], vec(F32T, L)), splat(bd, sc, L), a)
-        elif code == U.Q6_K.code:
+        elif rec.words_sub16:  # a scale per 16 elements, in SUB16_ORDER
             xsv = load(bd, xs, g0, vec(F32T, n))
-            sv = bd.fmul(ch.scale, bd.shuffle_vector(xsv, xsv, const(I32, [s // 2 for s in U.Q6_K_SUMS])))
-            # the weights are q: the zero point times the activations' 16-element sums comes off, exactly
-            zs = bd.fptosi(load(bd, xz, bd.mul(g0, c64(2)), vec(F32T, 2 * n)), vec(I32, 2 * n))
-            zs = bd.mul(bd.shuffle_vector(zs, zs, const(I32, U.Q6_K_SUMS)), splat_c(I32, U.Q6_K.layout.zero, 2 * n))
+            sv = bd.fmul(ch.scale, bd.shuffle_vector(xsv, xsv, const(I32, [s // 2 for s in E.SUB16_ORDER])))
+            if rec.words_zero:  # the weights are q: the zero point times the activations'
+                # 16-element sums comes off, exactly
+                zs = bd.fptosi(load(bd, xz, bd.mul(g0, c64(2)), vec(F32T, 2 * n)), vec(I32, 2 * n))
+                zs = bd.mul(bd.shuffle_vector(zs, zs, const(I32, E.SUB16_ORDER)), splat_c(I32, rec.words_zero, 2 * n))
             for q, part in enumerate(_reduce_groups(isa, bd, P, False)):
-                part = bd.sub(part, bd.shuffle_vector(zs, zs, const(I32, range(8 * q, 8 * q + 8))))
+                if rec.words_zero:
+                    part = bd.sub(part, bd.shuffle_vector(zs, zs, const(I32, range(8 * q, 8 * q + 8))))
                 a = fmuladd(bd, bd.sitofp(part, vec(F32T, L)), bd.shuffle_vector(sv, sv, const(I32, range(8 * q, 8 * q + 8))), a)
         else:
             sums = bd.sitofp(_reduce_groups(isa, bd, P), vec(F32T, n))
@@ -184,12 +188,12 @@ PLANES_AHEAD = 8  # rows ahead whose bytes a planes kernel asks for into L2 (see
 
 
 def _decode_planes(isa, mod, code, name):
-    """decode on the activations' int8 planes (avx512vnni, the formats in unpack.PLANES).
+    """decode on the activations' int8 planes (avx512vnni: each format's planes emitter).
 
     Each unit of 64 weights is dotted with both planes, 64 multiply-adds per vpdpbusd: the high
     plane's sums shifted left by 8 are the accumulator of the low plane's, the same int32 as the
     int16 dot. One conversion and one FMA per unit, with the lane's scale (unpack.planes_blocks), or
-    per block where its units share one lane map (unpack.PLANES_KLAYOUT: Q4_K, on the activations'
+    per block where its units share one lane map (a record's planes_klayout: Q4_K, on the activations'
     K-quant layout); two rows at a time share the activation loads and the vector work of their
     scales. The zero point of q comes off at the end: z * sum over 16-element pieces of scale *
     (the activations' sums there). The bytes PLANES_AHEAD rows on are fetched into L2 (prefetcht1):
@@ -199,18 +203,19 @@ def _decode_planes(isa, mod, code, name):
     fn, bd = func(mod, name, 10)
     fn.linkage = "internal"
     w, row_bytes, n_rows, K, _xq, xs_, xf_, out_, xp_, xz_ = fn.args
-    BL = U.BLOCK[code]
-    U8 = U.PLANES_UNIT
+    rec = U.record(code)
+    BL = rec.layout
+    U8 = E.PLANES_UNIT
     L = U8 // 4  # i32 lanes of a unit's dot
     wp = ptr_to(bd, w, I8)
     xs, xf, out = ptr_to(bd, xs_, F32T), ptr_to(bd, xf_, F32T), ptr_to(bd, out_, F32T)
     xh, xz = ptr_to(bd, xp_, I8), ptr_to(bd, xz_, F32T)
-    shared = code in U.PLANES_KLAYOUT  # a block's units share one lane map: the planes' K-quant layout
+    shared = rec.planes_klayout  # a block's units share one lane map: the planes' K-quant layout
     if shared:
         xh = bd.gep(xh, [bd.mul(K, c64(2))])
     xl = bd.gep(xh, [K])
     per = BL.block_elems // G  # 32-element groups per format block
-    chunk = U.PLANES_CHUNK // BL.block_elems  # format blocks per main-loop chunk
+    chunk = E.PLANES_CHUNK // BL.block_elems  # format blocks per main-loop chunk
     nb = bd.udiv(K, c64(BL.block_elems))
     n_main = bd.mul(bd.udiv(nb, c64(chunk)), c64(chunk))
     n_pairs = bd.add(n_main, bd.mul(bd.udiv(bd.sub(nb, n_main), c64(2)), c64(2)))
@@ -223,7 +228,7 @@ def _decode_planes(isa, mod, code, name):
         acc = [Var(bd, splat_c(F32T, 0.0, L)) for _ in range(R)]
         ahead = bd.mul(row_bytes, c64(PLANES_AHEAD))
         # the min and zero-point sums, one accumulator per chunk size (their lane counts differ)
-        keys = [k for k, on in (("min", code in U.HAS_MIN), ("zero", code in U.PLANES_ZERO)) if on]
+        keys = [k for k, on in (("min", rec.has_min), ("zero", rec.planes_zero is not None)) if on]
         sums = {(k, n): Var(bd, splat_c(F32T, 0.0, n * per * (2 if k == "zero" else 1) * R))
                 for k in keys for n in sorted({chunk, 2, 1} if chunk > 1 else {1})}
 
@@ -244,13 +249,13 @@ def _decode_planes(isa, mod, code, name):
                     # chains, high and low plane: one chain of eight vpdpbusd is ~40 cycles long)
                     hi, lo = splat_c(I32, 0, L), splat_c(I32, 0, L)
                     for (ph, pl), wu in zip(planes, blk.units[i]):
-                        hi, lo = dpb(bd, hi, wu, ph), dpb(bd, lo, wu, pl)
+                        hi, lo = dpb(isa, bd, hi, wu, ph), dpb(isa, bd, lo, wu, pl)
                     isum = bd.add(bd.shl(hi, splat_c(I32, 8, L)), lo)
                     a = fmuladd(bd, bd.sitofp(isum, vec(F32T, L)), blk.lane_scales[i][0], a)
                 else:
                     for (ph, pl), wu, ls in zip(planes, blk.units[i], blk.lane_scales[i]):
-                        hi = dpb(bd, splat_c(I32, 0, L), wu, ph)
-                        isum = dpb(bd, bd.shl(hi, splat_c(I32, 8, L)), wu, pl)
+                        hi = dpb(isa, bd, splat_c(I32, 0, L), wu, ph)
+                        isum = dpb(isa, bd, bd.shl(hi, splat_c(I32, 8, L)), wu, pl)
                         a = fmuladd(bd, bd.sitofp(isum, vec(F32T, L)), ls, a)
                 acc[i].set(a)
             for key, v, x, n in (("min", blk.min, xf, g), ("zero", blk.zero_scale, xz, 2 * g)):
@@ -270,7 +275,7 @@ def _decode_planes(isa, mod, code, name):
             for (key, nblk), var in sums.items():
                 v, n = var.get(), var.get().type.count // R
                 part = hsum(bd, bd.shuffle_vector(v, v, const(I32, range(n * i, n * (i + 1)))))
-                zero = ir.Constant(F32T, float(U.PLANES_ZERO.get(code, 0)))
+                zero = ir.Constant(F32T, float(rec.planes_zero or 0))
                 total = bd.fadd(total, part) if key == "min" else bd.fsub(total, bd.fmul(zero, part))
             bd.store(total, bd.gep(out, [bd.add(r0, c64(i))]))
 
@@ -285,7 +290,7 @@ def _unpack_panel(isa, bd, code, wp, row_bytes, n_rows, k0, kc, panel, scales, m
     Each group of L rows is decoded row by row into a row-major stage, then transposed L x L with
     shuffles (storing one pair at a time took 40% of a 39-token prefill). Lanes past n_rows get
     zeros (their results are never stored)."""
-    L, BL = isa.lanes, U.BLOCK[code]
+    L, BL = isa.lanes, U.record(code).layout
     per = BL.block_elems // G
     nb = kc // G if isinstance(kc, int) else bd.udiv(kc, c64(G))
     ngroups = TASK_ROWS // L
@@ -354,11 +359,11 @@ def _store_out(bd, out, v, mask, L):
                [v, bd.bitcast(out, vt.as_pointer()), ir.Constant(I32, 4), mask])
 
 
-def _micro_quant(isa, mod, code, TT, RG, name):
+def _micro_quant(isa, mod, has_min, TT, RG, name):
     """The token-tile kernel: TT tokens x RG groups of L rows (consecutive panel groups) over nb
-    32-blocks. A panel load feeds TT products, an activation broadcast RG."""
+    32-blocks (has_min: each with a min times the activations' block sum). A panel load feeds TT
+    products, an activation broadcast RG."""
     L = isa.lanes
-    has_min = code in U.HAS_MIN
     fn, bd = func(mod, name, 13)
     fn.linkage = "internal"
     fn.attributes.add("noinline")  # large: called from several places, never copied
@@ -449,14 +454,13 @@ def _asm_block(has_min):
     return "\n".join(lines)
 
 
-def _micro_quant_avx2(mod, code, name, masked):
+def _micro_quant_avx2(mod, has_min, name, masked):
     """The AVX2 token-tile kernel, ASM_TILE, in inline assembly: LLVM reordered the IR version's
     steps and spilled its sums (16 vector registers hold 6 int32 and 6 f32 sums, 2 panel vectors,
     a broadcast and a product). Same arguments as _micro_quant; a tile with rows past the matrix
     goes to `masked`, the IR version."""
     isa = ISAS["avx2"]
     L = isa.lanes
-    has_min = code in U.HAS_MIN
     fn, bd = func(mod, name, 13)
     fn.linkage = "internal"
     fn.attributes.add("noinline")
@@ -487,7 +491,7 @@ def _unpack_quant(isa, mod, code, name):
     """unpack(w, row_bytes, n_rows, k0, kc, panel, scales, mins): one chunk of a task's panel."""
     fn, bd = func(mod, name, 8)
     w, row_bytes, n_rows, k0, kc, panel_, scales_, mins_ = fn.args
-    mins = ptr_to(bd, mins_, F32T) if code in U.HAS_MIN else None
+    mins = ptr_to(bd, mins_, F32T) if U.record(code).has_min else None
     _unpack_panel(isa, bd, code, ptr_to(bd, w, I8), row_bytes, n_rows, k0, kc, ptr_to(bd, panel_, I32),
                   ptr_to(bd, scales_, F32T), mins)
     bd.ret_void()
@@ -582,7 +586,7 @@ def _dequant_quant(isa, mod, code, name):
     """Exact decode: scale * w (+ min) per element, no fused multiply-add, no reassociation."""
     fn, bd = func(mod, name, 3)
     row_, K, out_ = fn.args
-    BL = U.BLOCK[code]
+    BL = U.record(code).layout
     row, out = ptr_to(bd, row_, I8), ptr_to(bd, out_, F32T)
     with Loop(bd, 0, bd.udiv(K, c64(BL.block_elems))) as fb:
         blk = U.block(code, bd, row, fb)
@@ -597,7 +601,7 @@ def _dequant_quant(isa, mod, code, name):
 
 
 def _elem_bytes(code):
-    return 4 if code == U.F32.code else 2
+    return U.record(code).layout.block_bytes
 
 
 def _decode_float(isa, mod, code, name):
@@ -765,7 +769,7 @@ def format_module(code: int, isa: Isa) -> tuple[ir.Module, list[str]]:
     fmt = BY_CODE[code].name
     mod = ir.Module(name=f"fuel_{fmt}_{isa.name}")
     names = [f"fuel_{k}_{fmt}_{isa.name}" for k in KINDS]
-    if code in U.FLOATS:
+    if not U.record(code).quant:
         _decode_task(mod, _decode_float(isa, mod, code, names[0] + "_rows"), names[0])
         _unpack_float(isa, mod, code, names[1])
         _dequant_float(isa, mod, code, names[2])
@@ -804,18 +808,18 @@ def driver_module(kind: str, isa: Isa) -> tuple[ir.Module, list[str]]:
             micro[tt, rg] = _micro_float_avx2(mod, f"{name}_asm", micro[tt, rg])
         driver = _panel_driver(isa, mod, name + "_rows", KC_FLOAT, F32T, KC_FLOAT * isa.lanes, micro, False)
     else:
-        code = next(iter(U.HAS_MIN)) if kind == "quant_min" else U.Q8_0.code  # only has_min matters
+        has_min = kind == "quant_min"
         tt, rg = tile_shape(isa, True)
-        micro = {(n, g): _micro_quant(isa, mod, code, n, g, f"{name}_tile{n}x{g}") for n in {tt, 1} for g in {rg, 1}}
+        micro = {(n, g): _micro_quant(isa, mod, has_min, n, g, f"{name}_tile{n}x{g}") for n in {tt, 1} for g in {rg, 1}}
         if isa.name == "avx2":
-            micro[tt, rg] = _micro_quant_avx2(mod, code, f"{name}_asm", micro[tt, rg])
+            micro[tt, rg] = _micro_quant_avx2(mod, has_min, f"{name}_asm", micro[tt, rg])
         driver = _panel_driver(isa, mod, name + "_rows", KC, I32, KC // 2 * isa.lanes, micro, True)
     _prefill_task(mod, driver, name)
     return mod, [name]
 
 
 def driver_kind(code: int) -> str:
-    return "float" if code in U.FLOATS else "quant_min" if code in U.HAS_MIN else "quant"
+    return U.record(code).driver_kind
 
 
 def _module_name(which: str, key) -> str:
@@ -855,10 +859,10 @@ def cached(codes, isa: Isa, use_amx: bool = False) -> bool:
     """Whether every kernel module the formats in `codes` need is in the on-disk cache."""
     names = [_module_name("format", c) for c in codes]
     names += [_module_name("driver", k) for k in {driver_kind(c) for c in codes}]
-    on_amx = {c for c in codes if use_amx and c not in U.FLOATS}
+    on_amx = {c for c in codes if use_amx and is_quant(c)}
     names += [_module_name("amx", c) for c in on_amx] + [_module_name("driver", "amx")] * bool(on_amx)
     return all(is_cached(n, isa) for n in names)
 
 
 def is_quant(code: int) -> bool:
-    return code not in U.FLOATS
+    return U.record(code).quant

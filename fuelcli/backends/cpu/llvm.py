@@ -45,6 +45,7 @@ class Isa(NamedTuple):
     lanes: int  # i32 / f32 lanes of one vector register
     cpu: str  # LLVM cpu name when not the host's (tests run every ISA on one machine)
     features: str  # LLVM feature string when not the host's
+    emulated: bool = False  # its dot instructions as portable IR, for the host (emulated(): tests)
 
 
 ISAS = {
@@ -106,6 +107,13 @@ def host_isa() -> Isa:
     return next(ISAS[n] for n in ISAS if supported(n))
 
 
+def emulated(name: str) -> Isa:
+    """ISA `name`'s kernels (its vector width, its kernels' choice: avx512vnni's planes decode) with
+    its integer dots written as portable IR and compiled for this host: the tests run that logic on
+    a CPU without the instructions (its results, not its speed)."""
+    return ISAS[name]._replace(emulated=True)
+
+
 def planes_isa(isa: Isa) -> bool:
     """Whether the ISA's block-format decode kernels read one token's int16 activations as two int8
     planes (vpdpbusd: kernels._decode_planes); the others read them as int16 words (_decode_words)."""
@@ -115,7 +123,7 @@ def planes_isa(isa: Isa) -> bool:
 def _target_machine(isa: Isa):
     _llvm()
     best = next(n for n in ISAS if supported(n))
-    if isa.name == best or (isa.name == "generic" and not isa.cpu):
+    if isa.emulated or isa.name == best or (isa.name == "generic" and not isa.cpu):
         cpu, feats = llb.get_host_cpu_name(), llb.get_host_cpu_features().flatten()
     else:
         cpu, feats = isa.cpu, isa.features
@@ -139,7 +147,8 @@ def _object_path(name: str, isa: Isa, perf_map: bool = False):
     tm, target = _target_machine(isa)
     key = hashlib.sha256("\n".join([name, SOURCE_DIGEST, llvmlite.__version__, str(llb.llvm_version_info),
                                     tm.triple, target, llb.get_host_cpu_name(),
-                                    llb.get_host_cpu_features().flatten(), "perf-map" if perf_map else ""])
+                                    llb.get_host_cpu_features().flatten(), "perf-map" if perf_map else "",
+                                    "emulated" if isa.emulated else ""])
                          .encode()).hexdigest()[:32]
     return tm, cache_dir() / f"{isa.name}-{name}-{key}.o"
 

@@ -33,8 +33,11 @@ from .llvm import args11, kcall, ptr, stack_counter, take, thread_count
 K_DECODE, K_PREFILL, K_UNPACK, K_DEQUANT, K_QUANT, K_AMX_PREFILL, K_AMX_UNPACK = range(7)
 N_KERNEL_COLS = 7
 # the core table; C_SPLIT is 0 without AMX
-C_QUANTIZE, C_SILU, C_ATTENTION, C_RMSNORM, C_ROPE, C_KV_STORE, C_BATCH, C_COMBINE, C_GELU, C_SPLIT = range(10)
-DESC_ROWS, DESC_COLS = 3, 13  # a batch of task kernels: (address, n_tasks, 11 arguments) per row
+(C_QUANTIZE, C_SILU, C_ATTENTION, C_RMSNORM, C_ROPE, C_KV_STORE, C_BATCH, C_COMBINE, C_GELU, C_INTERLEAVE,
+ C_SPLIT) = range(11)
+# a batch of task kernels: (address, n_tasks, 11 arguments) per row; up to 3 products (q, k, v) of
+# 2 row groups each (the decode-kernel tokens and the tiled ones)
+DESC_ROWS, DESC_COLS = 6, 13
 
 
 def kernel_table(codes, isa, use_amx: bool = False) -> np.ndarray:
@@ -105,12 +108,18 @@ def tasks(fn, n, args, one_by_one=False):
 
 @helper()
 def quantize_rows(x, qx, core):
+    """One sequence's rows: a lone token gets its decode kernels' layout (quantize_for)."""
+    quantize_for(x, qx, core, np.int64(1) if x.shape[0] == 1 else np.int64(0))
+
+
+@helper()
+def quantize_for(x, qx, core, n_dec):
     """x [T, K] (C-contiguous) -> int16 per 32-block into the first T*K of qx.xq and T*K/32 of qx.xs
-    (block scales) and qx.xf (block sums): flat row-major buffers. One token also gets the layout
-    its decode kernels read, in qx.xp (and qx.xz: core.py's quantize)."""
+    (block scales) and qx.xf (block sums): flat row-major buffers. Its first n_dec rows (tokens on
+    the decode kernels) also get the layout those read, in qx.xp and qx.xz (core.py's quantize)."""
     T, K = x.shape
-    tasks(core[C_QUANTIZE], T, args11(ptr(x), K, K // AB * AB, ptr(qx.xq), ptr(qx.xs), ptr(qx.xf),
-                                      ptr(qx.xp) if T == 1 else 0, ptr(qx.xz)))
+    tasks(core[C_QUANTIZE], T, args11(ptr(x), K, K // AB * AB, ptr(qx.xq), ptr(qx.xs), ptr(qx.xf), ptr(qx.xp),
+                                      ptr(qx.xz), n_dec))
 
 
 @helper()
@@ -158,29 +167,72 @@ def attention(q, k_cache, v_cache, pos0, window, n_heads, n_kv, out, part, core)
 
 
 @helper()
-def matmul_task(x, qx, w_addr, n_rows, row_bytes, code, kern, out_addr):
-    """(kernel, n_tasks, args) of out = x @ W^T for the stored matrix at w_addr. The kernel reads x
-    itself (float formats), its int16 quantisation (block formats; one token: or its int8 planes) or,
-    AMX_MIN_TOKENS tokens or more of a block format on AMX, its bf16 planes: qx holds what
-    forward.prepare made of x."""
+def decode_task(x, qx, b, w_addr, n_rows, row_bytes, code, kern, out_addr):
+    """(kernel, n_tasks, args) of row b of out = x @ W^T on the decode kernels: they read token b's
+    x (float formats) or its int16 quantisation, int8 planes or words (block formats; quantize_for
+    wrote them for b < its n_dec)."""
+    K = x.shape[1]
+    nb = K // AB
+    xp = ptr(qx.xq) + 2 * b * K if kern[code, K_QUANT] else ptr(x) + 4 * b * K
+    return (kern[code, K_DECODE], (n_rows + DECODE_ROWS - 1) // DECODE_ROWS,
+            args11(w_addr, n_rows, row_bytes, K, xp, ptr(qx.xs) + 4 * b * nb, ptr(qx.xf) + 4 * b * nb,
+                   out_addr + 4 * b * n_rows, ptr(qx.xp) + b * (4 * K + 64), ptr(qx.xz) + 4 * b * (K // 16)))
+
+
+@helper()
+def tile_task(x, qx, r0, w_addr, n_rows, row_bytes, code, kern, out_addr):
+    """(kernel, n_tasks, args) of rows r0.. of out = x @ W^T on the tiles: the kernel reads x itself
+    (float formats), its int16 quantisation (block formats) or, AMX_MIN_TOKENS tokens or more of a
+    block format on AMX, its bf16 planes (forward.prepare made them of x)."""
     T, K = x.shape
-    xp = ptr(qx.xq) if kern[code, K_QUANT] else ptr(x)
-    if T == 1:
-        return (kern[code, K_DECODE], (n_rows + DECODE_ROWS - 1) // DECODE_ROWS,
-                args11(w_addr, n_rows, row_bytes, K, xp, ptr(qx.xs), ptr(qx.xf), out_addr, ptr(qx.xp), ptr(qx.xz)))
-    if T >= AMX_MIN_TOKENS and kern[code, K_AMX_PREFILL] != 0:
+    rows = T - r0
+    nb = K // AB
+    xp = ptr(qx.xq) + 2 * r0 * K if kern[code, K_QUANT] else ptr(x) + 4 * r0 * K
+    out = out_addr + 4 * r0 * n_rows
+    if rows >= AMX_MIN_TOKENS and kern[code, K_AMX_PREFILL] != 0:
         return (kern[code, K_AMX_PREFILL], (n_rows + AMX_ROWS - 1) // AMX_ROWS,
-                args11(kern[code, K_AMX_UNPACK], w_addr, n_rows, row_bytes, K, T, xp, 0, 0, out_addr))
+                args11(kern[code, K_AMX_UNPACK], w_addr, n_rows, row_bytes, K, rows, xp, 0, 0, out))
     return (kern[code, K_PREFILL], (n_rows + TASK_ROWS - 1) // TASK_ROWS,
-            args11(kern[code, K_UNPACK], w_addr, n_rows, row_bytes, K, T, xp, ptr(qx.xs), ptr(qx.xf), out_addr))
+            args11(kern[code, K_UNPACK], w_addr, n_rows, row_bytes, K, rows, xp, ptr(qx.xs) + 4 * r0 * nb,
+                   ptr(qx.xf) + 4 * r0 * nb, out))
+
+
+@helper()
+def describe_product(desc, r, x, qx, w_addr, n_rows, row_bytes, code, kern, core, out_addr, n_dec, ddesc):
+    """out = x @ W^T described into desc from row r (returns the next free row): x's first n_dec
+    rows on the decode kernels (one task kernel a token, in ddesc, their tasks interleaved, so
+    that a group of weight rows is read once for all of them), the rest on the tiles. A row's result
+    is the same whatever rows run beside it."""
+    T = x.shape[0]
+    if n_dec == 1:
+        fn, n, a = decode_task(x, qx, 0, w_addr, n_rows, row_bytes, code, kern, out_addr)
+        describe(desc, r, fn, n, a)
+        r += 1
+    elif n_dec > 1:
+        n = np.int64(0)
+        for b in range(n_dec):
+            fn, n, a = decode_task(x, qx, b, w_addr, n_rows, row_bytes, code, kern, out_addr)
+            describe(ddesc, b, fn, n, a)
+        describe(desc, r, core[C_INTERLEAVE], n * n_dec, args11(ptr(ddesc), n_dec))
+        r += 1
+    if T > n_dec:
+        fn, n, a = tile_task(x, qx, n_dec, w_addr, n_rows, row_bytes, code, kern, out_addr)
+        describe(desc, r, fn, n, a)
+        r += 1
+    return r
 
 
 @helper()
 def matmul(x, qx, w_addr, n_rows, row_bytes, code, kern, out):
     """out[t, n] = sum_k x[t, k] * W[n, k] for the stored matrix W at w_addr (n_rows x row_bytes,
-    format `code`); x and out C-contiguous, qx holds x prepared (matmul_task)."""
-    fn, n, a = matmul_task(x, qx, w_addr, n_rows, row_bytes, code, kern, ptr(out))
-    tasks(fn, n, a, x.shape[0] > 1)
+    format `code`) of one sequence's rows: one token on the decode kernels, more on the tiles; x and
+    out C-contiguous, qx holds x prepared."""
+    T = x.shape[0]
+    if T == 1:
+        fn, n, a = decode_task(x, qx, 0, w_addr, n_rows, row_bytes, code, kern, ptr(out))
+    else:
+        fn, n, a = tile_task(x, qx, 0, w_addr, n_rows, row_bytes, code, kern, ptr(out))
+    tasks(fn, n, a, T > 1)
 
 
 @helper()

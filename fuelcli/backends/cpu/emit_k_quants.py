@@ -1,0 +1,243 @@
+"""The CPU emitters of ggml's K-quants (layouts and bit drawings: fuelcli/formats/k_quants.py).
+
+    q4_k  w = q                   scale d*sc_i,   min -(dmin*m_i)   (sub-block i = group i)
+    q6_k  w = (q - 32) * sc_s     scale d         (|w| <= 4096: the 16-element scales are folded in)
+
+A K-quant block is 8 groups, so its sub-block indices are compile-time constants; the 6-bit scales
+are unpacked with vector operations, not per group.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from ...formats import Q4_K, Q6_K
+from .emit import (LANES, PLANES_KBLOCK, PLANES_UNIT, SUB16_ORDER, Block, CpuFormat, PlanesBlocks, WordChunk,
+                   concat, f16, f16_lanes, words, wsplat)
+from .irgen import F32T, G, I8, I16, I32, I64, c64, const, load, splat, splat_c, vec
+
+
+# ------------------------------------------------------------------ block
+
+
+def _q4_k_scales(bd, blocks):
+    """<8n x float> d * sc_i and -(dmin * m_i) of n blocks [(row, byte offset)], block after
+    block. The 8 six-bit scales and mins come out of the 12 scale bytes in the byte domain, as
+    ggml's get_scale_min_k4 (sub-block i < 4: the low 6 bits of bytes i and i+4; i >= 4: the
+    nibbles of byte i+4 and the top 2 bits of bytes i-4 and i): two byte shuffles put each value's
+    low and high bits in its place, masks and shifts of 16-bit lanes finish it, every block's bytes
+    in one vector; then one widening and one conversion for all the scales, one for the mins."""
+    L = Q4_K.layout
+    n, m = L.sub_blocks, len(blocks)
+    half = n // 2
+    raws = [load(bd, row, bd.add(p, c64(L.scales)), vec(I8, 16)) for row, p in blocks]
+    raw = raws[0] if m == 1 else bd.shuffle_vector(raws[0], raws[1], const(I32, range(32)))
+    zero = 16 * m  # an index past raw: a zero byte
+    # per block: [scales 0-7 | mins 0-7]; lows: sc_i<4 byte i, sc_i>=4 byte i+4, m_i<4 byte i+4,
+    # m_i>=4 byte i+4 again (its high nibble); highs: the bytes whose top 2 bits go to bits 4-5
+    low_idx = [*range(half), *range(2 * half, 3 * half), *range(half, 2 * half), *range(2 * half, 3 * half)]
+    high_idx = [zero] * half + [*range(half)] + [zero] * half + [*range(half, 2 * half)]
+    pick = lambda idx: bd.shuffle_vector(raw, splat_c(I8, 0, 16 * m), const(I32, [16 * b + i if i != zero else zero for b in range(m) for i in idx]))  # noqa: E731
+    lows, highs = pick(low_idx), pick(high_idx)
+    k8 = lambda vals: const(I8, list(vals) * m)  # noqa: E731
+    low = bd.or_(bd.and_(lows, k8([63] * half + [15] * half + [63] * half + [0] * half)),
+                 bd.and_(bd.lshr(lows, splat_c(I8, 4, 16 * m)), k8([0] * (3 * half) + [15] * half)))
+    sm = bd.or_(low, bd.and_(bd.lshr(highs, splat_c(I8, 2, 16 * m)), splat_c(I8, 0x30, 16 * m)))
+    sc = bd.shuffle_vector(sm, sm, const(I32, [16 * b + i for b in range(m) for i in range(n)]))
+    mn = bd.shuffle_vector(sm, sm, const(I32, [16 * b + n + i for b in range(m) for i in range(n)]))
+
+    # d and dmin of every block converted at once: [d_0, dmin_0, d_1, dmin_1]
+    dd = f16_lanes(bd, [row for row, _ in blocks for _ in range(2)],
+                    [bd.add(p, c64(off)) for _, p in blocks for off in (L.d, L.dmin)])
+
+    def per_block(j):  # <8n x float>: block b's d (j = 0) or dmin (j = 1) in its 8 lanes
+        return bd.shuffle_vector(dd, dd, const(I32, [2 * b + j for b in range(m) for _ in range(n)]))
+
+    scale = bd.fmul(per_block(0), bd.uitofp(sc, vec(F32T, n * m)))
+    mins = bd.fneg(bd.fmul(per_block(1), bd.uitofp(mn, vec(F32T, n * m))))
+    return scale, mins
+
+
+
+
+def _q4_k(bd, row, blk):
+    L = Q4_K.layout
+    n = L.sub_blocks
+    p = bd.mul(blk, c64(L.block_bytes))
+    scale, mins = _q4_k_scales(bd, [(row, p)])
+    w = []
+    for i in range(n):  # sub-block i: chunk i // 2 of qs, low nibbles for even i, high for odd
+        qs = load(bd, row, bd.add(p, c64(L.qs + (i // 2) * L.sub_elems)), vec(I8, G))
+        q = bd.and_(qs, splat_c(I8, 15, G)) if i % 2 == 0 else bd.lshr(qs, splat_c(I8, 4, G))
+        w.append(bd.zext(q, vec(I16, G)))
+    return Block(w, scale, mins)
+
+
+def _q6_k(bd, row, blk):
+    L = Q6_K.layout
+    p = bd.mul(blk, c64(L.block_bytes))
+    d = f16(bd, row, bd.add(p, c64(L.d)))
+    quarter = L.half // 4  # 32 elements: the l of element l + quarter*k
+    scs = bd.sext(load(bd, row, bd.add(p, c64(L.scales)), vec(I8, L.sub_blocks)), vec(I16, L.sub_blocks))
+    w, exact = [], []
+    for h in range(L.block_elems // L.half):
+        qh = load(bd, row, bd.add(p, c64(L.qh + h * quarter)), vec(I8, G))
+        for k in range(4):
+            ql = load(bd, row, bd.add(p, c64(L.ql + h * L.half // 2 + quarter * (k & 1))), vec(I8, G))
+            lo = bd.and_(ql, splat_c(I8, 15, G)) if k < 2 else bd.lshr(ql, splat_c(I8, 4, G))
+            hi = bd.and_(bd.lshr(qh, splat_c(I8, 2 * k, G)), splat_c(I8, 3, G))
+            q = bd.sub(bd.or_(lo, bd.shl(hi, splat_c(I8, 4, G))), splat_c(I8, L.zero, G))
+            s0 = h * L.half // L.sub_elems + 2 * k  # sub-blocks s0 (l < 16) and s0 + 1
+            scv = bd.shuffle_vector(scs, scs, const(I32, [s0] * (G // 2) + [s0 + 1] * (G // 2)))
+            q16 = bd.sext(q, vec(I16, G))
+            w.append(bd.mul(q16, scv))
+            exact.append((bd.fmul(splat(bd, d, G), bd.sitofp(scv, vec(F32T, G))), q16))
+    n = L.block_elems // G
+    return Block(w, splat(bd, d, n), None, exact)
+
+
+
+# ------------------------------------------------------------------ planes
+
+
+# Q4_K's units read the activations' K-quant layout (planes_klayout; core.py's quantize writes it): in each block of
+# PLANES_KBLOCK elements, lane i of unit u holds elements 16i + 4u .. 16i + 4u + 3, so lane i of every
+# unit lies in the block's 16-element row i (sub-block i // 2): the four units of a block share one
+# lane map, their dots sum in one accumulator and are converted and scaled once a block, not once a
+# unit (Zen 4, one thread, an 8960 x 1536 matrix from L3: 0.83-0.85x the time). Each unit's weights
+# are gathered from the stored block with one permute of its dwords.
+assert PLANES_KBLOCK == Q4_K.layout.block_elems
+KDW_Q4_K = [8 * (i // 4) + 4 * (i % 2) for i in range(LANES)]  # qs dword of lane i, unit 0: chunk
+# i // 4, its 16-byte half i % 2; unit u reads the dword u on
+
+
+def _q4_k_planes(bd, rows, fb, nblk, xs8):
+    """Unit u, lane i (the K-quant layout): qs dword KDW_Q4_K[i] + u, masked to its low nibbles
+    (sub-block i // 2 even) or to its high nibbles in place (odd: 16 * q, whose scale carries the
+    1 / 16): one permute and one AND a unit. One lane-scale vector a row: lane i, sub-block i // 2."""
+    L = Q4_K.layout
+    n = L.sub_blocks
+    p = bd.mul(fb, c64(L.block_bytes))
+    scale, mins = _q4_k_scales(bd, [(row, p) for row in rows])
+    xs_odd = bd.fmul(xs8, const(F32T, [1.0 if j % 2 == 0 else 1 / 16 for j in range(n)]))
+    sv = bd.fmul(scale, concat(bd, [xs_odd] * len(rows)))
+    mask = const(I32, [0x0F0F0F0F if (i // 2) % 2 == 0 else 0xF0F0F0F0 - (1 << 32) for i in range(LANES)])
+    units, lane_scales = [], []
+    for r, row in enumerate(rows):
+        q0, q1 = (load(bd, row, bd.add(p, c64(L.qs + 64 * h)), vec(I32, LANES)) for h in range(2))
+        units.append([bd.bitcast(bd.and_(bd.shuffle_vector(q0, q1, const(I32, [d + u for d in KDW_Q4_K])), mask),
+                                 vec(I8, PLANES_UNIT)) for u in range(4)])
+        lane_scales.append([bd.shuffle_vector(sv, sv, const(I32, [n * r + i // 2 for i in range(LANES)]))])
+    return PlanesBlocks(units, lane_scales, mins, None)
+
+
+def _q6_k_planes(bd, rows, fb, nblk, xs8):
+    """Unit u = 2h + kk (half h, k in {2kk, 2kk+1}): the low 4 bits are 64 consecutive bytes of ql
+    (low nibbles for kk = 0, high for kk = 1), the top 2 bits those of qh[32h .. 32h+31] at bits
+    2k, moved to bits 4-5 by one 16-bit shift per half (a shift across the byte boundary only moves
+    bits that the 0x30 mask drops). Lane i of unit u lies in sub-block 4u + i // 4."""
+    L = Q6_K.layout
+    p = bd.mul(fb, c64(L.block_bytes))
+    quarter = L.half // 4
+    xs16 = bd.shuffle_vector(xs8, xs8, const(I32, [s // 2 for s in range(L.sub_blocks)]))
+    units, lane_scales, svs = [], [], []
+    for row in rows:
+        d = f16(bd, row, bd.add(p, c64(L.d)))
+        scs = bd.sitofp(load(bd, row, bd.add(p, c64(L.scales)), vec(I8, L.sub_blocks)), vec(F32T, L.sub_blocks))
+        sv = bd.fmul(bd.fmul(splat(bd, d, L.sub_blocks), scs), xs16)
+        svs.append(sv)
+        lane_scales.append([bd.shuffle_vector(sv, sv, const(I32, [4 * u + i // 4 for i in range(LANES)]))
+                            for u in range(L.block_elems // PLANES_UNIT)])
+        units.append([])
+        for u in range(L.block_elems // PLANES_UNIT):
+            h, kk = divmod(u, 2)
+            ql = load(bd, row, bd.add(p, c64(L.ql + h * L.half // 2)), vec(I8, PLANES_UNIT))
+            lo = bd.and_(bd.lshr(ql, splat_c(I8, 4, PLANES_UNIT)) if kk else ql, splat_c(I8, 15, PLANES_UNIT))
+            qh = load(bd, row, bd.add(p, c64(L.qh + h * quarter)), vec(I8, quarter))
+            words = bd.bitcast(bd.shuffle_vector(qh, qh, const(I32, [*range(quarter), *range(quarter)])),
+                               vec(I16, PLANES_UNIT // 2))
+            w = PLANES_UNIT // 4  # words per half
+            if kk == 0:  # bits 0-1 (first half) and 2-3 (second) to bits 4-5
+                words = bd.shl(words, const(I16, [4] * w + [2] * w))
+            else:  # bits 4-5 stay, bits 6-7 to 4-5
+                words = bd.lshr(words, const(I16, [0] * w + [2] * w))
+            hi = bd.and_(bd.bitcast(words, vec(I8, PLANES_UNIT)), splat_c(I8, 0x30, PLANES_UNIT))
+            units[-1].append(bd.or_(lo, hi))
+    return PlanesBlocks(units, lane_scales, None, concat(bd, svs))
+
+
+
+
+# ------------------------------------------------------------------ words
+
+
+_KMASK = (0x3F3F3F3F, 0x0F0F0F0F, 0x03030303)
+
+
+def _q4_k_scale_bytes(bd, row, p):
+    """The 8 six-bit scales and then the 8 mins of the block at byte p as <16 x i8>, unpacked with
+    32-bit integer operations (llama.cpp's kmask trick: the integer pipes, not the vector ones)."""
+    L = Q4_K.layout
+    u = [load(bd, row, bd.add(p, c64(L.scales + 4 * i)), I32) for i in range(3)]
+    k1, k2, k3 = (ir.Constant(I32, k) for k in _KMASK)
+    c = lambda v: ir.Constant(I32, v)  # noqa: E731
+    top = lambda v: bd.shl(bd.and_(bd.lshr(v, c(6)), k3), c(4))  # noqa: E731  (bits 6-7 of each byte -> 4-5)
+    sc = [bd.and_(u[0], k1), bd.or_(bd.and_(u[2], k2), top(u[0]))]
+    mn = [bd.and_(u[1], k1), bd.or_(bd.and_(bd.lshr(u[2], c(4)), k2), top(u[1]))]
+    pair = lambda lo, hi: bd.or_(bd.zext(lo, I64), bd.shl(bd.zext(hi, I64), c64(32)))  # noqa: E731
+    v = ir.Constant(vec(I64, 2), ir.Undefined)
+    v = bd.insert_element(v, pair(*sc), ir.Constant(I32, 0))
+    v = bd.insert_element(v, pair(*mn), ir.Constant(I32, 1))
+    return bd.bitcast(v, vec(I8, 16))
+
+
+def _q4_k_words(bd, row, b0, n):
+    """Chunk c of qs (32 bytes, 16 words): group 2c in the low nibbles (bits 0-3 and 8-11 of each
+    word), group 2c + 1 in the high ones (bits 4-7 and 12-15)."""
+    L = Q4_K.layout
+    p = bd.mul(b0, c64(L.block_bytes))
+    raw = _q4_k_scale_bytes(bd, row, p)
+    f = lambda idx: bd.uitofp(bd.shuffle_vector(raw, raw, const(I32, idx)), vec(F32T, 8))  # noqa: E731
+    d = f16_lanes(bd, row, [bd.add(p, c64(L.d)), bd.add(p, c64(L.dmin))])
+    dd = lambda i: bd.shuffle_vector(d, d, const(I32, [i] * 8))  # noqa: E731
+    scale = bd.fmul(dd(0), f(range(8)))
+    mins = bd.fneg(bd.fmul(dd(1), f(range(8, 16))))
+    groups = []
+    m = wsplat(15)
+    for c in range(L.sub_blocks // 2):
+        w = words(bd, load(bd, row, bd.add(p, c64(L.qs + c * L.sub_elems)), vec(I8, G)))
+        groups.append((bd.and_(w, m), bd.and_(bd.lshr(w, wsplat(8)), m)))
+        groups.append((bd.and_(bd.lshr(w, wsplat(4)), m), bd.lshr(w, wsplat(12))))
+    return WordChunk(groups, scale, mins)
+
+
+def _q6_k_words(bd, row, b0, n):
+    """Group 4h + k (half h, quarter k): its low 4 bits from the words of ql[64h + 32(k & 1) ..]
+    (the low nibbles for k < 2, the high ones for k >= 2), its top 2 bits from the words of
+    qh[32h ..] at bits 2k of each byte, moved to bits 4-5; both bytes of a word at once, then split.
+    The weights are q, not q - 32: the kernel takes 32 times the activations' 16-element sums off."""
+    L = Q6_K.layout
+    p = bd.mul(b0, c64(L.block_bytes))
+    quarter = L.half // 4
+    d = f16(bd, row, bd.add(p, c64(L.d)))
+    scs = load(bd, row, bd.add(p, c64(L.scales)), vec(I8, L.sub_blocks))
+    scs = bd.sitofp(bd.shuffle_vector(scs, scs, const(I32, SUB16_ORDER)), vec(F32T, L.sub_blocks))
+    scale = bd.fmul(splat(bd, d, L.sub_blocks), scs)
+
+    def shift(v, n):  # v >> n, or v << -n
+        return v if n == 0 else bd.lshr(v, wsplat(n)) if n > 0 else bd.shl(v, wsplat(-n))
+
+    groups = []
+    for h in range(L.block_elems // L.half):
+        qh = words(bd, load(bd, row, bd.add(p, c64(L.qh + h * quarter)), vec(I8, G)))
+        for k in range(4):
+            ql = words(bd, load(bd, row, bd.add(p, c64(L.ql + h * L.half // 2 + quarter * (k & 1))), vec(I8, G)))
+            q = bd.or_(bd.and_(shift(ql, 4 * (k // 2)), wsplat(0x0F0F)), bd.and_(shift(qh, 2 * k - 4), wsplat(0x3030)))
+            groups.append((bd.and_(q, wsplat(0xFF)), bd.lshr(q, wsplat(8))))
+    return WordChunk(groups, scale, None)
+
+
+# (Q6_K's 16 sub-blocks would need 7 operations a unit to gather on the K-quant layout: slower)
+RECORDS = [CpuFormat(Q4_K, block=_q4_k, words=_q4_k_words, planes=_q4_k_planes, has_min=True, planes_klayout=True),
+           CpuFormat(Q6_K, block=_q6_k, words=_q6_k_words, planes=_q6_k_planes, planes_zero=Q6_K.layout.zero,
+                     words_sub16=True, words_zero=Q6_K.layout.zero)]
