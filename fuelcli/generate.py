@@ -314,13 +314,18 @@ class TokenLoop:
             return None
         self.sampler.accept(token)
         self.history.append(token)
-        self.stats.tokens.append(token)
+        return self.taken(Step(token, logits), held)
+
+    def taken(self, step: Step, held: int) -> Step:
+        """A token drawn elsewhere, already fed to the sampler and appended to the history (a
+        speculative round's: speculative.Speculation.settle), counted as take counts its own."""
+        self.stats.tokens.append(step.token)
         self.stats.generated += 1
         if self.stats.generated >= self.max_tokens:
             self.stats.stop_reason = "max tokens"
         elif held >= self.engine.n_ctx:
             self.stats.stop_reason = "context full"
-        return Step(token, logits)
+        return step
 
     @property
     def done(self) -> bool:

@@ -3,14 +3,14 @@
 A drafter proposes the next tokens: a small model of the same vocabulary (`DraftModel`, mlx-lm's
 --draft-model, llama.cpp's -md) or n-grams of the prompt and the text so far (`PromptLookup`,
 llama.cpp's lookup, transformers' prompt_lookup_num_tokens). The target runs the pending token and
-the k proposals in one forward (engine.prefill(..., all_logits=True)): its logits at each of the
-k + 1 positions. `verify` walks them in order through the sampler chain, exactly as plain decoding
+the k proposals in one forward (engine.verify): its logits at each of the k + 1 positions, each row
+bit for bit what a decode step of that token gives. `verify` walks them in order through the sampler chain, exactly as plain decoding
 would, and stops at the first proposal the target does not take; the target's KV cache is rewound
 to the accepted prefix (engine.rewind). So one forward yields 1 to k + 1 tokens.
 
 Greedy (temp 0): a proposal is taken when it is the chain's argmax, the token plain decoding picks;
-the text is the same token for token, up to the floating-point rounding by which the verify forward
-(the prefill kernels) and a decode step differ (docs/performance.md measures it). Sampled: the
+since the verify rows are the decode steps' logits bit for bit, the text is the same token for
+token. Sampled: the
 rejection rule of Leviathan et al. (2023) / Chen et al. (2023): proposal d, drawn by the drafter
 from q, is taken with probability min(1, p(d) / q(d)), p the target's distribution after the whole
 chain; on a rejection the token is drawn from max(p - q, 0), normalised; after k taken proposals
@@ -35,9 +35,10 @@ import numpy as np
 
 from .errors import InputError
 from .finite import check_engine_logits
+from .backends.base import VERIFY_ROWS
 from .generate import Sampler, SamplerParams, Step, common_prefix
 
-DRAFT_MAX = 16  # default cap on the proposals one step verifies (llama.cpp's former --draft-max default)
+DRAFT_MAX = VERIFY_ROWS - 1  # default cap on the proposals one step verifies (llama.cpp's --draft-max default, 16)
 DRAFT_P_MIN = 0.75  # default --draft-p-min; measured in docs/performance.md
 NGRAM_MAX, NGRAM_MIN = 3, 1  # prompt lookup: the longest and shortest n-gram matched (longest first)
 
@@ -121,6 +122,9 @@ class PromptLookup:
     def follow(self, history: list[int]):
         """Nothing to keep in step: the proposals are read from the history itself."""
 
+    def start(self, params: SamplerParams):
+        """Nothing depends on the sampling settings."""
+
 
 class DraftModel:
     """Proposals from a small model of the same vocabulary, drawn by the target's sampler chain
@@ -133,10 +137,18 @@ class DraftModel:
 
     def __init__(self, engine, target_vocab: int, params: SamplerParams, p_min: float = DRAFT_P_MIN):
         self.engine, self.target_vocab, self.p_min = engine, target_vocab, p_min
-        seed = None if params.seed is None else params.seed + 1  # its own stream, not the target's
-        self.sampler = Sampler(SamplerParams(**{**params.__dict__, "seed": seed}))
+        self.params = None
+        self.start(params)
         self.held: list[int] = []  # the ids in the draft's KV cache
         self.draft_s = 0.0  # mean seconds per drafted token (DraftLength's cost model)
+
+    def start(self, params: SamplerParams):
+        """The sampler chain of a generation's settings (the server's differ per request), drawing
+        from its own stream; kept while the settings stay (a fresh stream per generation with one
+        seed would repeat the same proposals, which the rejection rule does not allow)."""
+        if params != self.params:
+            seed = None if params.seed is None else params.seed + 1  # its own stream, not the target's
+            self.params, self.sampler = params, Sampler(SamplerParams(**{**params.__dict__, "seed": seed}))
 
     def follow(self, history: list[int]):
         """The draft's cache: the longest prefix it shares with history, minus one token at least
@@ -281,7 +293,9 @@ class DraftLength:
 
 
 class Speculation:
-    """A drafter and its DraftLength: `steps` is generate.sample_steps with proposals verified."""
+    """A drafter and its DraftLength. `steps` is generate.sample_steps with proposals verified; a
+    caller that runs the engine itself (the server's worker) goes round by round: `propose`, the
+    target's `forward`, then `settle`."""
 
     def __init__(self, drafter, draft_max: int | None = None):
         self.drafter = drafter
@@ -297,6 +311,7 @@ class Speculation:
         the drafter's proposals. Steps come after the round's rewind; a caller that stops consuming
         leaves the engine holding a prefix of prompt + the tokens yielded."""
         stats.prompt_tokens, stats.cached_tokens, stats.speculation = len(prompt_ids), cached, self.name
+        self.drafter.start(sampler.p)
         t0 = time.perf_counter()
         rows = engine.prefill(prompt_ids[cached:])
         stats.prefill_s = time.perf_counter() - t0
@@ -306,16 +321,8 @@ class Speculation:
         t0 = time.perf_counter()
         try:
             while True:
-                steps, eos, taken = verify(sampler, rows, drafts, q, history, eos_ids, max_tokens - stats.generated)
-                if drafts:
-                    stats.drafted += len(drafts)
-                    stats.accepted += taken
-                    engine.rewind(engine.pos - len(drafts) + taken)
-                    self.length.observe(taken, taken + (taken < len(drafts) and not eos and len(steps) > taken))
-                elif shadow is not None and steps:  # the proposal not verified: would it have been taken?
-                    self.length.observe(int(steps[0].token == shadow), 1)
-                if stats.generated:  # rows came from a decode or verify forward, not the prompt's prefill
-                    stats.decode_steps += len(steps) + eos
+                steps, eos = self.settle(engine, sampler, rows, drafts, q, shadow, history, eos_ids,
+                                         max_tokens - stats.generated, stats)
                 for step in steps:
                     stats.tokens.append(step.token)
                     stats.generated += 1
@@ -329,7 +336,8 @@ class Speculation:
                 if engine.pos >= engine.n_ctx:
                     stats.stop_reason = "context full"
                     break
-                rows, drafts, q, shadow = self._forward(engine, history, sampler, max_tokens - stats.generated)
+                drafts, q, shadow = self.propose(engine, history, sampler, max_tokens - stats.generated)
+                rows = self.forward(engine, history, drafts)
                 stats.decode_s = time.perf_counter() - t0
         finally:  # also when the caller closes the generator early (a stop string, a cancelled request)
             stats.decode_s = time.perf_counter() - t0
@@ -337,33 +345,50 @@ class Speculation:
             if engine.pos > keep:
                 engine.rewind(keep)
 
-    def _forward(self, engine, history: list[int], sampler: Sampler, left: int):
-        """One target forward after history (its last token pending, not in the cache): the pending
-        token alone (a decode step) or with the proposals chosen. Returns (logit rows, proposals,
-        their q, the proposal not verified or None)."""
-        room = min(engine.n_ctx - engine.pos - 1, left - 1)  # proposals beyond `left - 1` could not be emitted
+    def propose(self, engine, history: list[int], sampler: Sampler, left: int, slot: int = 0):
+        """The proposals to verify after history (its last token pending, not in the slot's cache),
+        `left` tokens still to generate. Returns (proposals, their q, the proposal not verified or
+        None: DraftLength learns from it whether verifying would have paid)."""
+        room = min(engine.n_ctx - engine.positions[slot] - 1, left - 1, VERIFY_ROWS - 1)
         drafter, length = self.drafter, self.length
-        drafts, q, shadow = [], None, None
-        if room > 0:
-            if isinstance(drafter, PromptLookup):
-                drafts, q = drafter.propose(history, min(room, length.cap), sampler)
-                k = length.choose(len(drafts), 0.0)
-                shadow = drafts[0] if drafts and not k else None
-                drafts = drafts[:k]
-            else:
-                k = length.choose(room, drafter.draft_s)
-                if k:
-                    drafts, q = drafter.propose(history, k, sampler)
-        token = history[-1]
+        if room <= 0:
+            return [], None, None
+        if isinstance(drafter, PromptLookup):
+            drafts, q = drafter.propose(history, min(room, length.cap), sampler)
+            k = length.choose(len(drafts), 0.0)
+            return drafts[:k], q, (drafts[0] if drafts and not k else None)
+        k = length.choose(room, drafter.draft_s)
+        return (*drafter.propose(history, k, sampler), None) if k else ([], None, None)
+
+    def forward(self, engine, history: list[int], drafts: list[int], slot: int = 0) -> np.ndarray:
+        """The target's forward over the pending token (history[-1]) and the proposals: logit rows
+        [1 + len(drafts), vocab], each row as a decode step gives it (engine.verify)."""
         t0 = time.perf_counter()
         if drafts:
-            rows = engine.prefill([token] + drafts, all_logits=True)
-            length.observe_verify(len(drafts) + 1, time.perf_counter() - t0)
+            rows = engine.verify([history[-1]] + drafts, slot)
+            self.length.observe_verify(len(drafts) + 1, time.perf_counter() - t0)
         else:
-            rows = engine.decode(token)[None]
-            length.observe_decode(time.perf_counter() - t0)
+            token = history[-1]  # slot 0: plain decoding's own call (a device backend's decode kernels)
+            rows = (engine.decode(token) if slot == 0 else engine.step([(slot, [token])])[0])[None]
+            self.length.observe_decode(time.perf_counter() - t0)
         check_engine_logits(engine, rows, history + drafts, "decode", len(history) - 1)
-        return rows, drafts, q, shadow
+        return rows
+
+    def settle(self, engine, sampler: Sampler, rows, drafts, q, shadow, history: list[int], eos_ids: set,
+               limit: int, stats, slot: int = 0) -> tuple[list[Step], bool]:
+        """The tokens of one round (verify's), the slot's cache rewound to the accepted prefix (the
+        pending token and the proposals taken), the round counted in stats. Returns (steps, eos)."""
+        steps, eos, taken = verify(sampler, rows, drafts, q, history, eos_ids, limit)
+        if drafts:
+            stats.drafted += len(drafts)
+            stats.accepted += taken
+            engine.rewind(engine.positions[slot] - len(drafts) + taken, slot)
+            self.length.observe(taken, taken + (taken < len(drafts) and not eos and len(steps) > taken))
+        elif shadow is not None and steps:  # the proposal not verified: would it have been taken?
+            self.length.observe(int(steps[0].token == shadow), 1)
+        if stats.generated:  # rows came from a decode or verify forward, not the prompt's prefill
+            stats.decode_steps += len(steps) + eos
+        return steps, eos
 
 
 def lookup(draft_max: int | None = None) -> Speculation:

@@ -176,37 +176,66 @@ def chi_square(counts: dict, exact: dict, n: int) -> tuple[float, int]:
     return stat, len(exact) - 1
 
 
-SAMPLED = dict(temp=1.0, top_k=3, top_p=1.0, min_p=0.0)
-N_DRAWS = 4000
+SAMPLED = dict(temp=1.0, top_k=2, top_p=1.0, min_p=0.0)  # 8 outcomes of 3 tokens: few draws suffice
+N_DRAWS = 1500
 CHI2_LIMIT_P = 1e-4  # a correct rule fails once in 10,000 runs
+
+
+class TargetsPicks(S.PromptLookup):
+    """Certain proposals (q = 1, as the lookup's) that are always worth verifying: the target's own
+    greedy continuation (a random tiny model's text seldom repeats a prompt n-gram). Taken with
+    probability p(d) < 1 at temperature 1, so both branches of the rule run."""
+
+    def __init__(self, engine):
+        super().__init__()
+        self.engine, self.known = engine, {}
+
+    def propose(self, history, k, sampler):
+        key = (tuple(history), k)
+        if key not in self.known:
+            self.engine.reset()
+            logits, out = self.engine.prefill(history)[0], []
+            for _ in range(k):
+                out.append(int(np.argmax(logits)))
+                logits = self.engine.decode(out[-1])
+            self.known[key] = out
+        return list(self.known[key]), None
 
 
 @pytest.mark.parametrize("drafter", ["draft model", "lookup"])
 def test_sampled_output_follows_the_targets_distribution(pair, drafter, monkeypatch):
-    """The first three tokens (the 2nd and 3rd come from a verify of two proposals) of many
-    sampled generations against their exact distribution under plain sampling: chi-square at
-    p = 1e-4. Negative control: taking every proposal gives the drafter's distribution, which the
-    same test must reject."""
+    """The first three tokens of many sampled generations (the 1st from the prompt's logits, the
+    2nd and 3rd from one verify of a proposal: its check, then the row after it when taken) against
+    their exact distribution under plain sampling: chi-square at p = 1e-4. The draft model is the
+    target itself drawing at another temperature and top-k (q overlaps p, with mass where p has
+    none), so proposals are both taken and rejected. Negative control: taking every proposal gives
+    the drafter's distribution, which the same test must reject."""
     from scipy.stats import chi2
 
-    target, draft = pair
-    prompt = [7, 8, 9, 7, 8]  # the lookup proposes after the repeated 7 8
+    target, _ = pair
+    prompt = [7, 8, 9, 7, 8]
     engine = engine_of(target, n_ctx=32)
     exact = exact_joint(engine, prompt, SAMPLED, 3)
 
     def draws(n, seed):
         params = SamplerParams(**SAMPLED, seed=seed)
-        spec = (S.draft_model(engine_of(draft, 32), VOCAB, params, 2, p_min=0.0) if drafter == "draft model"
-                else S.lookup(2))
-        sampler, counts, stats = Sampler(params), {}, Stats()
+        if drafter == "draft model":
+            spec = S.draft_model(engine_of(target, 32), VOCAB, params, 2, p_min=0.0)
+            spec.drafter.sampler = Sampler(SamplerParams(temp=1.6, top_k=5, top_p=1.0, min_p=0.0, seed=seed + 1))
+        else:
+            spec = S.Speculation(TargetsPicks(engine_of(target, 32)), 2)
+        sampler, counts, total = Sampler(params), {}, Stats()
         for _ in range(n):
             engine.reset()
+            stats = Stats()
             seq = tuple(s.token for s in spec.steps(engine, prompt, 3, sampler, set(), stats))
             counts[seq] = counts.get(seq, 0) + 1
-        return counts, stats
+            total.drafted += stats.drafted
+            total.accepted += stats.accepted
+        return counts, total
 
     counts, stats = draws(N_DRAWS, 0)
-    assert stats.drafted > N_DRAWS  # the verify path ran (and rejected some: not all taken)
+    assert stats.drafted == N_DRAWS  # every generation verified a proposal
     assert 0 < stats.accepted < stats.drafted
     stat, df = chi_square(counts, exact, N_DRAWS)
     assert stat < chi2.ppf(1 - CHI2_LIMIT_P, df), (stat, df)
@@ -252,7 +281,7 @@ def test_draft_length_follows_the_costs():
     cheap.observe_decode(0.010)
     for T in (3, 9, 17):
         cheap.observe_verify(T, 0.010 + 0.0005 * T)  # verify costs about a decode step
-    cheap.observe(40, 44)  # 90% taken
+    cheap.observe(97, 100)  # 97% taken: the longest verify pays best (at 90%, 14 would)
     assert cheap.choose(16, 0.0) == 16
     assert 0 < cheap.choose(16, 0.004) < 16  # drafting costs: fewer
     dear = S.DraftLength(16)
@@ -288,13 +317,17 @@ def test_run_json_carries_the_acceptance(pair):
         r = json.loads(out)
         assert r["tokens"] == json.loads(plain)["tokens"]
         s = r["stats"]["speculation"]
-        assert s["method"] in ("lookup", "draft model") and s["drafted"] >= s["accepted"] > 0
+        assert s["method"] == ("lookup" if "--lookup-decoding" in extra else "draft model")
+        assert s["drafted"] >= s["accepted"] and s["drafted"] > 0
         assert s["acceptance_rate"] == pytest.approx(s["accepted"] / s["drafted"])
+        if s["method"] == "draft model":  # the model drafting for itself: every proposal taken
+            assert s["accepted"] == s["drafted"]
 
 
 @pytest.mark.parametrize("args, message", [
     (("--lookup-decoding", "--draft-model", "x"), "give --draft-model or --lookup-decoding, not both"),
-    (("--lookup-decoding", "--draft-max", "0"), "--draft-max must be at least 1, got 0"),
+    (("--lookup-decoding", "--draft-max", "0"), "--draft-max must be within 1..16, got 0"),
+    (("--lookup-decoding", "--draft-max", "17"), "--draft-max must be within 1..16, got 17"),
     (("--draft-max", "4"), "--draft-max needs --draft-model or --lookup-decoding"),
     (("--lookup-decoding", "--draft-p-min", "0.5"), "--draft-p-min needs --draft-model"),
     (("--draft-model", "x", "--draft-p-min", "1.5"), "--draft-p-min must be within 0..1, got 1.5"),
@@ -351,3 +384,122 @@ def test_chat_speculates(pair):
         (target_dir / "chat_template.jinja").unlink()
     assert r.exception is None and plain.exception is None
     assert r.stdout == plain.stdout and "lookup:" in r.stderr
+
+
+# --- serve ----------------------------------------------------------------------------------------
+
+def test_serve_speculates_and_answers_as_without(tiny, tmp_path):
+    """fuel serve's worker with a speculative round in place of each decode step: the greedy answers
+    (a chat whose reply repeats its prompt's words) are the plain worker's, and usage reports the
+    proposals in OpenAI's predicted-output fields."""
+    import threading
+    import time
+
+    import openai
+    from serve_helpers import with_tokenizer
+
+    from fuelcli.serve.jobs import ServedModel
+    from fuelcli.serve.server import bind, make_server, url
+    from fuelcli.serve.worker import EngineWorker
+
+    m = open_model(str(with_tokenizer(tiny("qwen2_window"), tmp_path / "tiny-chat")))
+    tok = m.tokenizer
+    answers = {}
+    for name, spec in (("plain", None), ("lookup", S.lookup(4)),
+                       ("self-draft", S.draft_model(engine_of(m), m.cfg.vocab_size, SamplerParams(), 3, p_min=0.0))):
+        engine = engine_of(m)
+        worker = EngineWorker(engine, tok, m.eos_ids(), queue_size=4, speculation=spec)
+        served = ServedModel("tiny-chat", {"tiny-chat"}, tok, engine.n_ctx, m.cfg.vocab_size, m.eos_ids(), 0)
+        sock = bind("127.0.0.1", 0)
+        server = make_server(served, worker, None, log_level="warning")
+        worker.start()
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+        thread.start()
+        while not server.started:
+            time.sleep(0.01)
+        client = openai.OpenAI(base_url=url(sock) + "/v1", api_key="none", max_retries=0)
+        try:
+            got = []
+            for text in ("abcabcabc", "hello hello hello"):
+                r = client.chat.completions.create(model="tiny-chat", messages=[{"role": "user", "content": text}],
+                                                   max_tokens=24, temperature=0)
+                got.append(r.choices[0].message.content)
+                details = r.usage.completion_tokens_details
+                if spec is None:
+                    assert details is None
+                else:
+                    assert details.accepted_prediction_tokens + details.rejected_prediction_tokens > 0
+                    if name == "self-draft":
+                        assert details.rejected_prediction_tokens == 0 and details.accepted_prediction_tokens > 0
+            answers[name] = got
+        finally:
+            worker.stop()
+            server.should_exit = True
+            thread.join(10)
+            worker.join(10)
+    assert answers["lookup"] == answers["plain"] and answers["self-draft"] == answers["plain"]
+
+
+def test_serve_refuses_speculation_on_several_slots(pair):
+    _, exc = cli("serve", str(pair[0].source.path), "--lookup-decoding", "--parallel", "2")
+    assert isinstance(exc, InputError) and "runs on one slot: drop --parallel 2" in str(exc), exc
+
+
+# --- a real pair: SmolLM2-135M's bf16 directory, its Q4_1 GGUF drafting -----------------------------
+
+@pytest.fixture(scope="module")
+def smollm2_pair(smollm2_dir, smollm2_gguf):
+    return open_model(str(smollm2_dir)), open_model(str(smollm2_gguf))
+
+
+def test_verify_rows_are_decode_steps_bit_for_bit(smollm2_pair):
+    """engine.verify's rows (bf16 and Q4_1 products) are the decode steps' logits exactly; the
+    negative control: the same tokens through prefill's tiles differ in the last bits."""
+    rng = np.random.default_rng(0)
+    for m in smollm2_pair:
+        engine = engine_of(m, 96)
+        prompt, extra = rng.integers(0, m.cfg.vocab_size, 40).tolist(), rng.integers(0, m.cfg.vocab_size, 9).tolist()
+        engine.prefill(prompt)
+        decoded = np.stack([engine.decode(t) for t in extra])
+        engine.rewind(len(prompt))
+        assert np.array_equal(engine.verify(extra), decoded) and engine.pos == len(prompt) + len(extra)
+        engine.rewind(len(prompt))
+        tiles = engine.prefill(extra, all_logits=True)
+        assert not np.array_equal(tiles, decoded)
+        assert float(np.abs(tiles - decoded).max()) < 0.1  # the same model, other rounding
+
+
+def test_real_pair_greedy_is_plain_decoding(smollm2_pair, monkeypatch):
+    """The Q4_1 file drafting for its bf16 directory (one tokenizer; near one model: most proposals
+    taken), the lookup, and the Q4_1 draft under a repetition penalty (a drafter that disagrees: many
+    proposals rejected): each the plain greedy text. Negative control: taking the disagreeing
+    drafter's proposals unverified changes the text."""
+    target, draft = smollm2_pair
+    S.check_vocabularies(target.tokenizer, draft.tokenizer, "smollm2 q4_1")
+    text = (Path(__file__).parents[1] / "examples" / "prompts" / "code-rewrite.txt").read_text()
+    prompt = target.tokenizer.encode_prompt(text, chat=True)
+    n_ctx, vocab, p = len(prompt) + 40, target.cfg.vocab_size, SamplerParams(**GREEDY)
+    engine = engine_of(target, n_ctx)
+    plain, _ = generate_ids(engine, prompt, 32, GREEDY)
+
+    def contrary():
+        spec = S.draft_model(engine_of(draft, n_ctx), vocab, p, 4, p_min=0.0)
+        spec.drafter.sampler = Sampler(SamplerParams(**GREEDY, repeat_penalty=2.0, repeat_last_n=-1))
+        return spec
+
+    for name, spec in (("lookup", S.lookup()), ("draft", S.draft_model(engine_of(draft, n_ctx), vocab, p, 4)),
+                       ("contrary draft", contrary())):
+        ids, stats = generate_ids(engine, prompt, 32, GREEDY, spec)
+        assert ids == plain, name
+        assert stats.accepted > 0, name
+        if name == "contrary draft":
+            assert stats.accepted < stats.drafted
+    monkeypatch.setattr(S, "verify", accept_all)
+    ids, _ = generate_ids(engine, prompt, 32, GREEDY, contrary())
+    assert ids != plain
+
+
+def test_a_real_draft_of_another_tokenizer_is_refused(smollm2_pair, qwen_coder_gguf):
+    qwen = open_model(str(qwen_coder_gguf))
+    with pytest.raises(InputError, match=r"--draft-model qwen: its vocabulary has 151936 tokens, the model's 49152"):
+        S.check_vocabularies(smollm2_pair[0].tokenizer, qwen.tokenizer, "qwen")

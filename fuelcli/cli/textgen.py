@@ -146,10 +146,12 @@ class SpeculationOptions:
     engine is built, `build` makes the speculative.Speculation."""
 
     def __init__(self, draft_model: str | None, lookup: bool, draft_max: int | None, p_min: float | None):
+        from ..speculative import DRAFT_MAX
+
         if draft_model is not None and lookup:
             raise InputError("give --draft-model or --lookup-decoding, not both")
-        if draft_max is not None and draft_max < 1:
-            raise InputError(f"--draft-max must be at least 1, got {draft_max}")
+        if draft_max is not None and not 1 <= draft_max <= DRAFT_MAX:
+            raise InputError(f"--draft-max must be within 1..{DRAFT_MAX}, got {draft_max}")
         if p_min is not None and not 0 <= p_min <= 1:
             raise InputError(f"--draft-p-min must be within 0..1, got {p_min}")
         if draft_model is None and p_min is not None:
