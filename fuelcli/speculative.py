@@ -191,9 +191,9 @@ class DraftModel:
             if i + 1 < k:
                 logits = self.engine.decode(d)[: self.target_vocab]
                 self.held.append(d)
-        if tokens:
-            seconds = (time.perf_counter() - t0) / len(tokens)
-            self.draft_s = seconds if not self.draft_s else 0.8 * self.draft_s + 0.2 * seconds
+        # a round that drafted nothing (p_min) still paid the draft's forward: it counts as one token's
+        seconds = (time.perf_counter() - t0) / max(len(tokens), 1)
+        self.draft_s = seconds if not self.draft_s else 0.8 * self.draft_s + 0.2 * seconds
         return tokens, (None if greedy else qs)
 
 
