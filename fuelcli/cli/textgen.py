@@ -139,7 +139,6 @@ def ready_engine(m, n_ctx: int, device: str | None, quiet: bool, cache_type: str
     return engine, compile_s
 
 
-
 class SpeculationOptions:
     """--draft-model / --lookup-decoding and their settings, checked before anything loads;
     `open` reads the draft (and checks its vocabulary against the model's) before the model's
