@@ -28,12 +28,14 @@ class Turn:
 
 class ChatSession:
     def __init__(self, engine, tokenizer, sampler: Sampler, eos_ids: set, system: str | None = None,
-                 template_kwargs: dict | None = None, stops: list[str] | None = None, max_tokens: int | None = None):
+                 template_kwargs: dict | None = None, stops: list[str] | None = None, max_tokens: int | None = None,
+                 speculation=None):
         if not tokenizer.chat_template:
             raise InputError("chat needs a chat template; this model has none (give --chat-template FILE)")
         self.engine, self.tokenizer, self.sampler, self.eos_ids = engine, tokenizer, sampler, eos_ids
         self.system, self.template_kwargs = system, template_kwargs
         self.stops, self.max_tokens = list(stops or []), max_tokens
+        self.speculation = speculation  # a speculative.Speculation, or None: plain decoding
         self.messages: list[dict] = []  # user and assistant turns, alternating
         self.held: list[int] = []  # the ids in the engine's KV cache (its first engine.pos)
 
@@ -73,7 +75,7 @@ class ChatSession:
         budget = self.max_tokens or self.engine.n_ctx
         try:
             for piece in generate(self.engine, self.tokenizer, turn.ids, budget, self.sampler, self.eos_ids,
-                                  self.stops, stats, cached=n):
+                                  self.stops, stats, cached=n, speculation=self.speculation):
                 pieces.append(piece)
                 yield piece
         finally:

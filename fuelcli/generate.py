@@ -143,6 +143,13 @@ class Stats:
     tokens: list = field(default_factory=list)
     cached_tokens: int = 0  # leading prompt tokens the KV cache already held (a chat's earlier turns)
     compile_s: float = 0.0  # one-time kernel compile before the clock started (0: none)
+    speculation: str = ""  # speculative decoding's drafter ("lookup", "draft model"), "" without
+    drafted: int = 0  # proposals verified by the model
+    accepted: int = 0  # of them, taken
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
 
     @property
     def prefilled(self) -> int:
@@ -154,11 +161,13 @@ class Stats:
         cached = f" (+{self.cached_tokens} cached)" if self.cached_tokens else ""
         return (f"prompt: {self.prefilled} tokens{cached}, {pp:.1f} tok/s | generated: {self.generated} tokens, "
                 f"{tg:.1f} tok/s | peak memory: {peak_bytes / 2**20:.0f} MiB"
+                + (f" | {self.speculation}: {self.accepted}/{self.drafted} drafted accepted"
+                   + (f" ({self.acceptance:.0%})" if self.drafted else "") if self.speculation else "")
                 + (f" | stop: {self.stop_reason}" if self.stop_reason else "")
                 + (f" | kernels compiled first: {self.compile_s:.1f} s, not counted" if self.compile_s else ""))
 
     def to_json(self, peak_bytes: int) -> dict:
-        return {
+        out = {
             "prompt_tokens": self.prompt_tokens, "cached_tokens": self.cached_tokens,
             "prefill_s": self.prefill_s,
             "prefill_tok_s": self.prefilled / self.prefill_s if self.prefill_s else None,
@@ -166,6 +175,10 @@ class Stats:
             "decode_tok_s": self.decode_steps / self.decode_s if self.decode_s else None,
             "stop_reason": self.stop_reason, "peak_memory_bytes": peak_bytes, "compile_s": self.compile_s,
         }
+        if self.speculation:
+            out["speculation"] = {"method": self.speculation, "drafted": self.drafted, "accepted": self.accepted,
+                                  "acceptance_rate": self.acceptance}
+        return out
 
 
 class StopMatcher:
@@ -255,10 +268,12 @@ def sample_steps(engine, prompt_ids: list[int], max_tokens: int, sampler: Sample
 
 
 def generate(engine, tokenizer, prompt_ids: list[int], max_tokens: int, sampler: Sampler,
-             eos_ids: set, stops: list[str], stats: Stats, cached: int = 0):
+             eos_ids: set, stops: list[str], stats: Stats, cached: int = 0, speculation=None):
     """Yields text pieces; fills `stats` as it goes (so an interrupted run still reports).
-    `cached` as in sample_steps."""
-    steps = sample_steps(engine, prompt_ids, max_tokens, sampler, eos_ids, stats, cached)
+    `cached` as in sample_steps; speculation: a speculative.Speculation, whose steps replace
+    sample_steps'."""
+    steps = (speculation.steps if speculation is not None else sample_steps)(
+        engine, prompt_ids, max_tokens, sampler, eos_ids, stats, cached)
     stream, matcher = tokenizer.stream(skip_special_tokens=True), StopMatcher(stops)
     for step in steps:
         text, hit = matcher.feed(stream.push(step.token))
@@ -299,13 +314,18 @@ class TokenLoop:
             return None
         self.sampler.accept(token)
         self.history.append(token)
-        self.stats.tokens.append(token)
+        return self.taken(Step(token, logits), held)
+
+    def taken(self, step: Step, held: int) -> Step:
+        """A token drawn elsewhere, already fed to the sampler and appended to the history (a
+        speculative round's: speculative.Speculation.settle), counted as take counts its own."""
+        self.stats.tokens.append(step.token)
         self.stats.generated += 1
         if self.stats.generated >= self.max_tokens:
             self.stats.stop_reason = "max tokens"
         elif held >= self.engine.n_ctx:
             self.stats.stop_reason = "context full"
-        return Step(token, logits)
+        return step
 
     @property
     def done(self) -> bool:

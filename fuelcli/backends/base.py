@@ -21,6 +21,9 @@ from ..errors import InputError
 from ..sizes import check_engine_fits
 
 
+VERIFY_ROWS = 17  # the most tokens one verify step takes: the pending token and 16 proposals
+
+
 class Engine(ABC):
     device = "?"  # what --device names
     backend = "?"  # how bench reports it
@@ -106,6 +109,16 @@ class Engine(ABC):
         if len(batch) != 1 or batch[0][0] != 0:
             raise InputError(f"the {self.device} backend runs one sequence at a time")
         return [self.prefill(batch[0][1])[0]]
+
+    def verify(self, tokens, slot: int = 0) -> np.ndarray:
+        """Speculative decoding's check: the tokens after what the slot holds, each as the decode step
+        of that token would run it; logits [T, vocab] of every token, bit for bit those of T decode
+        steps (a greedy choice among them is plain decoding's), at most VERIFY_ROWS tokens. Here T
+        decode steps; a backend with sequences as a dimension runs them as one forward."""
+        tokens = self.check(tokens, slot)
+        if len(tokens) > VERIFY_ROWS:
+            raise InputError(f"a verify step takes at most {VERIFY_ROWS} tokens, got {len(tokens)}")
+        return np.stack([self.decode(int(t)) if slot == 0 else self.step([(slot, [int(t)])])[0] for t in tokens])
 
     def decode(self, token: int, hidden: bool = False):
         """One token through the KV cache; logits [vocab] (and the residual stream [L+1, 1, H])."""

@@ -8,9 +8,9 @@ import typer
 
 from ..errors import InputError
 from .app import app
-from .options import (CacheType, ChatTemplate, ChatTemplateKwargs, Device, HfFile, MinKeep, MinP, ModelArg, RepeatLastN,
-                      RepeatPenalty, Revision, Seed, Stop, System, SystemFile, Temp, Threads, TopK, TopP,
-                      VerbosePrompt, ctx_size_option, err, unescape)
+from .options import (CacheType, ChatTemplate, ChatTemplateKwargs, Device, DraftMax, DraftModel, DraftPMin, HfFile,
+                      LookupDecoding, MinKeep, MinP, ModelArg, RepeatLastN, RepeatPenalty, Revision, Seed, Stop, System,
+                      SystemFile, Temp, Threads, TopK, TopP, VerbosePrompt, ctx_size_option, err, unescape)
 
 DEFAULT_CTX = 4096  # as llama-cli's former default and ollama's; -c 0 takes the model's whole context
 
@@ -44,6 +44,10 @@ def chat(
     threads: Optional[int] = Threads,
     verbose_prompt: bool = VerbosePrompt,
     stats: bool = typer.Option(False, "--stats", help="a stats line on stderr after each reply"),
+    draft_model: Optional[str] = DraftModel,
+    lookup_decoding: bool = LookupDecoding,
+    draft_max: Optional[int] = DraftMax,
+    draft_p_min: Optional[float] = DraftPMin,
     device: Optional[str] = Device,
     cache_type: str = CacheType,
     revision: Optional[str] = Revision,
@@ -61,17 +65,19 @@ def chat(
     stdout followed by a newline, so a chat can be scripted: printf 'Hi\\nAnd then?\\n' | fuel chat MODEL.
 
     Sampling as in fuel run (llama.cpp's chain: repetition penalty -> top-k -> top-p -> min-p ->
-    temperature).
+    temperature); speculative decoding too (--draft-model, --lookup-decoding).
     """
     from ..chat import ChatSession
     from ..generate import Sampler, SamplerParams
     from ..loader import open_model
     from ..threads import set_threads
-    from .textgen import context_size, ready_engine, system_text, template_options
+    from .textgen import SpeculationOptions, context_size, ready_engine, system_text, template_options
 
     if max_tokens == 0 or max_tokens < -1:
         raise InputError(f"--max-tokens must be at least 1, or -1 (no limit), got {max_tokens}")
-    sampler = Sampler(SamplerParams(temp, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed, min_keep))
+    params = SamplerParams(temp, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed, min_keep)
+    sampler = Sampler(params)
+    speculating = SpeculationOptions(draft_model, lookup_decoding, draft_max, draft_p_min)
     system = system_text(system, system_file)
     set_threads(threads)
     m = open_model(model, revision, hf_file)
@@ -82,9 +88,11 @@ def chat(
     interactive = sys.stdin.isatty()
     if not tok.chat_template:
         raise InputError("fuel chat needs a chat template; this model has none (give --chat-template FILE)")
+    speculating.open(m)
     engine, _ = ready_engine(m, n_ctx, device, quiet=False, cache_type=cache_type)
     session = ChatSession(engine, tok, sampler, m.eos_ids(), system, kwargs, [unescape(s) for s in stop],
-                          max_tokens if max_tokens > 0 else None)
+                          max_tokens if max_tokens > 0 else None,
+                          speculating.build(m, params, n_ctx, device, cache_type))
     if interactive:
         _line_editing()
         err(f"fuel chat: {m.source.name}, context {n_ctx} tokens. /help for commands, Ctrl-D to leave.")

@@ -58,6 +58,17 @@ JsonSchemaFile = typer.Option(None, "--json-schema", metavar="FILE", help="const
                               "validates against the JSON schema in FILE (pip install 'fuel-llm[grammar]')")
 GrammarFile = typer.Option(None, "--grammar", metavar="FILE", help="constrain the output to a GBNF grammar (llama.cpp's "
                            "format; llguidance's Lark syntax too) in FILE (pip install 'fuel-llm[grammar]')")
+DraftModel = typer.Option(None, "--draft-model", "-md", metavar="MODEL", help="speculative decoding: a small model "
+                          "of the same vocabulary proposes tokens and the model verifies several per forward "
+                          "(greedy output unchanged, sampled output of the model's distribution)")
+LookupDecoding = typer.Option(False, "--lookup-decoding", help="speculative decoding without a second model: "
+                              "proposals from n-grams of the prompt and the text so far (code edits, summaries, "
+                              "answers that quote their input)")
+DraftMax = typer.Option(None, "--draft-max", metavar="N", help="speculative decoding: verify up to N proposals per "
+                        "forward (default: adaptive, up to 16: as many as the measured costs and acceptance make "
+                        "fastest, none when plain decoding is faster)")
+DraftPMin = typer.Option(None, "--draft-p-min", metavar="P", help="--draft-model: stop drafting where the draft's "
+                         "top probability falls below P (default 0.75)")
 VerbosePrompt = typer.Option(False, "--verbose-prompt", help="print the rendered prompt and its token ids to stderr")
 
 

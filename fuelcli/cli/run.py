@@ -9,9 +9,10 @@ import typer
 
 from ..errors import InputError
 from .app import app
-from .options import (CacheType, ChatTemplate, ChatTemplateKwargs, Device, HfFile, MinKeep, MinP, ModelArg, RepeatLastN,
-                      GrammarFile, JsonSchemaFile, RepeatPenalty, Revision, Seed, Stop, System, SystemFile, Temp, Threads,
-                      TopK, TopP, VerbosePrompt, ctx_size_option, err, unescape)
+from .options import (CacheType, ChatTemplate, ChatTemplateKwargs, Device, DraftMax, DraftModel, DraftPMin, HfFile,
+                      LookupDecoding, MinKeep, MinP, ModelArg, RepeatLastN, GrammarFile, JsonSchemaFile, RepeatPenalty,
+                      Revision, Seed, Stop, System, SystemFile, Temp, Threads, TopK, TopP, VerbosePrompt,
+                      ctx_size_option, err, unescape)
 
 
 @app.command(short_help="Generate text from a prompt, streamed.")
@@ -40,6 +41,10 @@ def run(
     ctx_size: Optional[int] = ctx_size_option("the prompt + -n"),
     threads: Optional[int] = Threads,
     verbose_prompt: bool = VerbosePrompt,
+    draft_model: Optional[str] = DraftModel,
+    lookup_decoding: bool = LookupDecoding,
+    draft_max: Optional[int] = DraftMax,
+    draft_p_min: Optional[float] = DraftPMin,
     as_json: bool = typer.Option(False, "--json", help="no streaming: print one JSON object (text, token ids, "
                                  "stats) when done"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no stats line on stderr"),
@@ -59,18 +64,24 @@ def run(
 
     --json-schema FILE or --grammar FILE (GBNF) constrain the output: a token the grammar refuses
     is never drawn, and EOS only comes where the grammar may end (so -n can still cut it short).
+
+    --draft-model MODEL or --lookup-decoding: speculative decoding. Proposals (a small model's, or
+    the n-grams of the text so far) are verified several per forward of the model; greedy output
+    is the plain decoding's, sampled output follows the model's distribution (rejection sampling).
+    The stats line (and --json) gives how many proposals were accepted.
     """
     from ..generate import Sampler, SamplerParams, Stats, generate
     from ..loader import open_model
     from ..memory import peak_rss_bytes
     from ..threads import set_threads
-    from .textgen import (context_size, output_grammar, prompt_text, ready_engine, show_prompt, system_text,
-                          template_options)
+    from .textgen import (context_size, output_grammar, prompt_text, ready_engine, show_prompt, SpeculationOptions,
+                          system_text, template_options)
 
     if max_tokens < 1:
         raise InputError(f"--max-tokens must be at least 1, got {max_tokens}")
     params = SamplerParams(temp, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed, min_keep)
     wanted = output_grammar(json_schema, grammar)
+    speculating = SpeculationOptions(draft_model, lookup_decoding, draft_max, draft_p_min)
     text = prompt_text(prompt, file)
     system = system_text(system, system_file)
     n_threads = set_threads(threads)
@@ -83,6 +94,7 @@ def run(
     if needs and (no_chat_template or not tok.chat_template):
         raise InputError(f"{needs[0]} needs the model's chat template" +
                          (" (drop --no-chat-template)" if no_chat_template else "; this model has none"))
+    speculating.open(m)
     ids = tok.encode_prompt(text, system=system, chat=not no_chat_template, template_kwargs=kwargs)
     n_ctx = context_size(ctx_size, m.cfg.max_position, len(ids) + max_tokens)
     if len(ids) >= n_ctx:
@@ -97,10 +109,12 @@ def run(
         constraint = Constraint(wanted, tok, m.cfg.vocab_size, m.eos_ids())
     sampler = Sampler(params, constraint)
     engine, compile_s = ready_engine(m, n_ctx, device, quiet, cache_type)
+    spec = speculating.build(m, params, n_ctx, device, cache_type)
     stats = Stats(compile_s=compile_s)
     pieces, interrupted = [], False
     try:
-        for piece in generate(engine, tok, ids, max_tokens, sampler, m.eos_ids(), [unescape(s) for s in stop], stats):
+        for piece in generate(engine, tok, ids, max_tokens, sampler, m.eos_ids(), [unescape(s) for s in stop], stats,
+                              speculation=spec):
             if as_json:
                 pieces.append(piece)
             else:

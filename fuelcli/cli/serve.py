@@ -10,8 +10,8 @@ import typer
 
 from ..errors import InputError, MissingDependency
 from .app import app
-from .options import (CacheType, ChatTemplateKwargs, Device, HfFile, ModelArg, Revision, Threads, ctx_size_option,
-                      err)
+from .options import (CacheType, ChatTemplateKwargs, Device, DraftMax, DraftModel, DraftPMin, HfFile, LookupDecoding,
+                      ModelArg, Revision, Threads, ctx_size_option, err)
 
 DEFAULT_CTX = 4096  # as llama-server: the KV cache of a model's full context can be far larger
 
@@ -36,13 +36,21 @@ def serve(
     reasoning_format: str = typer.Option("auto", "--reasoning-format", help="auto: a reply's <think>...</think> "
                                          "goes to reasoning_content (models whose template knows <think>); none: "
                                          "it stays in content. A request's reasoning_format wins"),
+    draft_model: Optional[str] = DraftModel,
+    lookup_decoding: bool = LookupDecoding,
+    draft_max: Optional[int] = DraftMax,
+    draft_p_min: Optional[float] = DraftPMin,
     device: Optional[str] = Device,
     cache_type: str = CacheType,
     revision: Optional[str] = Revision,
     hf_file: Optional[str] = HfFile,
 ):
     """Serve MODEL over HTTP with OpenAI's API: /v1/chat/completions, /v1/completions, /v1/models
-    (and /metrics with --metrics)."""
+    (and /metrics with --metrics).
+
+    --draft-model or --lookup-decoding: speculative decoding as in fuel run (with --parallel 1);
+    a reply's usage then carries completion_tokens_details.accepted_prediction_tokens and
+    rejected_prediction_tokens."""
     try:
         import pydantic  # noqa: F401
         import starlette  # noqa: F401
@@ -62,7 +70,14 @@ def serve(
     if reasoning_format not in ("auto", "none", "deepseek"):
         raise InputError(f"--reasoning-format must be auto, deepseek or none, got {reasoning_format!r}")
     api_key = api_key if api_key is not None else os.environ.get("FUEL_API_KEY") or None
+    from .textgen import SpeculationOptions
 
+    speculating = SpeculationOptions(draft_model, lookup_decoding, draft_max, draft_p_min)
+    if speculating.on and parallel > 1:
+        raise InputError("speculative decoding (--draft-model, --lookup-decoding) runs on one slot: drop --parallel "
+                         f"{parallel}")
+
+    from ..generate import SamplerParams
     from ..loader import open_model
     from ..serve.jobs import ServedModel
     from ..serve.server import bind, run, url
@@ -84,12 +99,15 @@ def serve(
     m.prefetch()
     tok = m.tokenizer
     kwargs = template_options(tok, None, chat_template_kwargs)
+    speculating.open(m)
     # loads or compiles the kernels before serving
     engine, _ = ready_engine(m, n_ctx, device, quiet=False, cache_type=cache_type, slots=parallel)
+    spec = speculating.build(m, SamplerParams(), n_ctx, device, cache_type)  # each request's settings: start()
     served = ServedModel(id=m.source.name, names={m.source.name, model}, tokenizer=tok, n_ctx=n_ctx,
                          vocab_size=m.cfg.vocab_size, eos_ids=m.eos_ids(), created=int(time.time()),
                          template_kwargs=kwargs, reasoning_format=reasoning_format)
-    worker = EngineWorker(engine, tok, served.eos_ids, queue_size=queue, threads=threads)
+    worker = EngineWorker(engine, tok, served.eos_ids, queue_size=queue, threads=threads, speculation=spec)
     slots = f"{parallel} slots of {n_ctx} tokens" if parallel > 1 else f"context {n_ctx} tokens"
-    err(f"fuel serve: {served.id} on {url(sock)} ({slots}" + (", API key required" if api_key else "") + "); Ctrl-C stops")
+    err(f"fuel serve: {served.id} on {url(sock)} ({slots}" + (f", speculative: {spec.name}" if spec else "")
+        + (", API key required" if api_key else "") + "); Ctrl-C stops")
     run(served, worker, sock, api_key, log_level.lower(), metrics)

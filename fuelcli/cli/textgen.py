@@ -137,3 +137,53 @@ def ready_engine(m, n_ctx: int, device: str | None, quiet: bool, cache_type: str
     compile_s = time.perf_counter() - t0 if compiling else 0.0
     collector.resume(collect=compiling)
     return engine, compile_s
+
+
+class SpeculationOptions:
+    """--draft-model / --lookup-decoding and their settings, checked before anything loads;
+    `open` reads the draft (and checks its vocabulary against the model's) before the model's
+    engine is built, `build` makes the speculative.Speculation."""
+
+    def __init__(self, draft_model: str | None, lookup: bool, draft_max: int | None, p_min: float | None):
+        from ..speculative import DRAFT_MAX
+
+        if draft_model is not None and lookup:
+            raise InputError("give --draft-model or --lookup-decoding, not both")
+        if draft_max is not None and not 1 <= draft_max <= DRAFT_MAX:
+            raise InputError(f"--draft-max must be within 1..{DRAFT_MAX}, got {draft_max}")
+        if p_min is not None and not 0 <= p_min <= 1:
+            raise InputError(f"--draft-p-min must be within 0..1, got {p_min}")
+        if draft_model is None and p_min is not None:
+            raise InputError("--draft-p-min needs --draft-model")
+        if draft_model is None and not lookup and draft_max is not None:
+            raise InputError("--draft-max needs --draft-model or --lookup-decoding")
+        self.draft_model, self.lookup, self.draft_max, self.p_min = draft_model, lookup, draft_max, p_min
+        self.draft = None
+
+    @property
+    def on(self) -> bool:
+        return self.lookup or self.draft_model is not None
+
+    def open(self, m):
+        if self.draft_model is not None:
+            from ..loader import open_model
+            from ..speculative import check_vocabularies
+
+            self.draft = open_model(self.draft_model)
+            check_vocabularies(m.tokenizer, self.draft.tokenizer, self.draft_model)
+            self.draft.prefetch()
+
+    def build(self, m, params, n_ctx: int, device: str | None, cache_type: str):
+        """The Speculation (None when off); a draft model's engine of n_ctx positions, warmed up."""
+        from .. import speculative
+
+        if self.lookup:
+            return speculative.lookup(self.draft_max)
+        if self.draft is None:
+            return None
+        from ..backends import make_engine
+
+        engine = make_engine(self.draft.cfg, self.draft.weights, n_ctx=n_ctx, device=device, cache_type=cache_type)
+        engine.warm_up()
+        return speculative.draft_model(engine, m.cfg.vocab_size, params, self.draft_max,
+                                       speculative.DRAFT_P_MIN if self.p_min is None else self.p_min)

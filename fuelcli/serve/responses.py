@@ -14,9 +14,13 @@ from .reply import ReplyParser, whole
 
 
 def usage(s: Stats) -> dict:
-    return {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.generated,
-            "total_tokens": s.prompt_tokens + s.generated,
-            "prompt_tokens_details": {"cached_tokens": s.cached_tokens}}
+    out = {"prompt_tokens": s.prompt_tokens, "completion_tokens": s.generated,
+           "total_tokens": s.prompt_tokens + s.generated,
+           "prompt_tokens_details": {"cached_tokens": s.cached_tokens}}
+    if s.speculation:  # speculative decoding's proposals, in OpenAI's fields for predicted outputs
+        out["completion_tokens_details"] = {"accepted_prediction_tokens": s.accepted,
+                                            "rejected_prediction_tokens": s.drafted - s.accepted}
+    return out
 
 
 class _Format:

@@ -51,6 +51,9 @@ class Running:
         self.ids = job.prompt_ids
         self.fed = held  # prompt tokens the slot holds
         self.stats = Stats(cached_tokens=held)
+        if worker.speculation is not None:
+            self.stats.speculation = worker.speculation.name
+            worker.speculation.drafter.start(job.params)
         constraint = None
         if job.grammar is not None:
             from ..grammar import Constraint
@@ -90,6 +93,33 @@ class Running:
         step = self.loop.take(logits, held, "prefill" if self.stats.generated == 0 else "decode")
         if step is None:
             return self._finish()
+        return self.emitted(step)
+
+    def speculate(self, spec) -> str | None:
+        """One speculative round (speculative.Speculation) in place of a decode step: the drafter's
+        proposals after the last token drawn, verified in one forward, the slot rewound to the
+        accepted prefix; each token then sent as a decode step's. Returns a finish reason when done."""
+        engine, loop, slot, stats = self.worker.engine, self.loop, self.slot, self.stats
+        drafts, q, shadow = spec.propose(engine, loop.history, loop.sampler, self.job.max_tokens - stats.generated,
+                                         slot)
+        rows = spec.forward(engine, loop.history, drafts, slot)
+        fed = self.worker.cached[slot] + [self.next] + drafts
+        steps, eos = spec.settle(engine, loop.sampler, rows, drafts, q, shadow, loop.history, self.worker.eos_ids,
+                                 self.job.max_tokens - stats.generated, stats, slot)
+        held = engine.positions[slot]
+        self.worker.cached[slot] = fed[:held]
+        stats.decode_s = time.perf_counter() - self.decode_from
+        for i, step in enumerate(steps):
+            finish = self.emitted(loop.taken(step, held - (len(steps) - 1 - i)))
+            if finish is not None:
+                return finish
+        if eos:
+            stats.stop_reason = "eos"
+            return self._finish()
+        return None
+
+    def emitted(self, step) -> str | None:
+        """A token drawn (the sampler and stats have it): its text and logprobs sent, or the finish."""
         if self.stats.generated == 1:
             self.worker.metrics.first_token(time.perf_counter() - self.job.arrived)
         job = self.job
@@ -128,8 +158,11 @@ class Running:
 
 class EngineWorker:
     def __init__(self, engine, tokenizer, eos_ids: set, queue_size: int, threads: int | None = None,
-                 prefill_chunk: int = PREFILL_CHUNK, metrics: Metrics | None = None):
+                 prefill_chunk: int = PREFILL_CHUNK, metrics: Metrics | None = None, speculation=None):
+        if speculation is not None and engine.slots != 1:
+            raise ValueError("speculative decoding runs on one slot")
         self.engine, self.tokenizer, self.eos_ids, self.threads = engine, tokenizer, set(eos_ids), threads
+        self.speculation = speculation  # a speculative.Speculation (one slot), or None
         self.prefill_chunk = max(prefill_chunk, engine.slots)  # room for every slot's next token
         self.vocab_size = engine.cfg.vocab_size
         self.metrics = metrics or Metrics()
@@ -245,7 +278,15 @@ class EngineWorker:
             self._end(r, "cancelled")
 
     def _step(self) -> None:
-        """One engine step: the generating jobs' next tokens, then prompt chunks while the budget lasts."""
+        """One engine step: the generating jobs' next tokens, then prompt chunks while the budget lasts
+        (with speculative decoding, on one slot: a generating job's step is a speculative round)."""
+        if self.speculation is not None:
+            (r,) = self.running.values()
+            if not r.prefilling:
+                finish = r.speculate(self.speculation)
+                if finish is not None:
+                    self._end(r, finish)
+                return
         order = sorted(self.running.values(), key=lambda r: (r.prefilling, r.job.arrived))
         batch, budget = [], self.prefill_chunk
         for r in order:
@@ -271,5 +312,6 @@ class EngineWorker:
         pp = fresh / s.prefill_s if s.prefill_s else 0.0
         tg = s.decode_steps / s.decode_s if s.decode_s else 0.0
         why = "cancelled (client gone or server stopping)" if finish == "cancelled" else s.stop_reason
-        log.info("%s: prompt %d tokens (%d cached, %d prefilled at %.1f tok/s) | generated %d tokens, %.1f tok/s "
-                 "| stop: %s", r.job.kind, s.prompt_tokens, s.cached_tokens, fresh, pp, s.generated, tg, why)
+        spec = (f" | {s.speculation}: {s.accepted}/{s.drafted} drafted accepted" if s.speculation else "")
+        log.info("%s: prompt %d tokens (%d cached, %d prefilled at %.1f tok/s) | generated %d tokens, %.1f tok/s%s "
+                 "| stop: %s", r.job.kind, s.prompt_tokens, s.cached_tokens, fresh, pp, s.generated, tg, spec, why)

@@ -15,7 +15,7 @@ from ...config import ModelConfig
 from ...rope import cos_sin_tables
 from ...weights.build import ModelWeights
 from ...errors import InputError
-from ..base import Engine
+from ..base import VERIFY_ROWS, Engine
 from ..kv_cache import CACHE_TYPES, KVCache
 from . import amx
 from .activations import allocate
@@ -142,7 +142,8 @@ class CpuEngine(Engine):
         self.kv = KVCache(L, self.n_ctx, cfg.num_kv_heads, cfg.head_dim, key_block=KEY_BLOCK, cache_type=cache_type,
                           slots=slots)
         self.n_batch = max(1, min(n_batch, self.n_ctx * slots))
-        self.act = allocate(cfg, self.n_batch, planes=use_amx, slots=slots)
+        # decode-kernel rows: every slot's next token in a step, or one slot's verify (verify)
+        self.act = allocate(cfg, self.n_batch, planes=use_amx, slots=max(slots, min(VERIFY_ROWS, self.n_batch)))
         self._last = np.empty((slots, cfg.vocab_size), np.float32)
 
     @property
@@ -201,6 +202,20 @@ class CpuEngine(Engine):
             self.pos += e - s
         logits = logits if all_logits else logits.copy()
         return (logits, hidden_out) if hidden else logits
+
+    def verify(self, tokens, slot: int = 0) -> np.ndarray:
+        """base.Engine.verify in one forward: each token a one-row segment of the slot at its own
+        position, so every row runs the decode kernels (a weight row read once for all of them) and
+        the decode attention, the segments in order (each stores its K/V before the next attends)."""
+        tokens = self.check(tokens, slot)
+        T, held = len(tokens), self.positions[slot]
+        if T > self.act.last.shape[0]:
+            raise InputError(f"a verify step takes at most {self.act.last.shape[0]} tokens, got {T}")
+        logits = np.empty((T, self.cfg.vocab_size), np.float32)
+        self._forward(*self._args(tokens, self._segs([(slot, held + i, 1) for i in range(T)]), False, logits,
+                                  np.empty((0, 1, 1), np.float32)))
+        self.positions[slot] += T
+        return logits
 
     def step(self, batch: list) -> list:
         """One forward over the new tokens of several sequences (base.Engine.step): every product

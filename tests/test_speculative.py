@@ -1,0 +1,505 @@
+"""Speculative decoding (fuelcli/speculative.py): greedy output token for token the plain decoding's,
+sampled output of the target's distribution, vocabularies checked, the draft length's choice.
+
+Two tiny random checkpoints of one byte vocabulary (tests/tiny_models.py) serve as target and draft;
+the real pair is SmolLM2's Q4_1 demo drafting for its bf16 directory. Every identity test has a
+negative control: a verification that takes every proposal must break it."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from fuelcli import speculative as S
+from fuelcli.backends import make_engine
+from fuelcli.cli import app
+from fuelcli.errors import InputError
+from fuelcli.generate import Sampler, SamplerParams, Stats, sample_steps
+from fuelcli.loader import open_model
+
+sys.path.insert(0, str(Path(__file__).parent))
+from tiny_models import VOCAB, write_byte_tokenizer  # noqa: E402
+
+GREEDY = dict(temp=0.0, top_k=0, top_p=1.0, min_p=0.0)
+
+
+@pytest.fixture(scope="module")
+def pair(tiny):
+    """(target, draft) tiny models of one byte vocabulary, their weights unrelated."""
+    return tuple(open_model(str(write_byte_tokenizer(tiny(case)))) for case in ("llama2", "llama31"))
+
+
+def engine_of(m, n_ctx=256):
+    return make_engine(m.cfg, m.weights, n_ctx=n_ctx)
+
+
+def generate_ids(engine, prompt, n, params, spec=None, eos=frozenset()):
+    """(token ids, stats) of n tokens after prompt, plain (spec None) or speculative."""
+    engine.reset()
+    stats = Stats()
+    steps = sample_steps if spec is None else spec.steps
+    return [s.token for s in steps(engine, prompt, n, Sampler(SamplerParams(**params)), set(eos), stats)], stats
+
+
+REAL_VERIFY = S.verify
+
+
+def accept_all(sampler, rows, drafts, q, history, eos_ids, limit):
+    """A broken verification: every proposal taken, then the target's choice after the last."""
+    for d in drafts:
+        sampler.accept(d)
+        history.append(d)
+    steps, eos = [S.Step(d, rows[i]) for i, d in enumerate(drafts)], False
+    if len(steps) < limit:
+        more, eos, _ = REAL_VERIFY(sampler, rows[len(drafts):], [], None, history, eos_ids, 1)
+        steps += more
+    return steps, eos, len(drafts)
+
+
+PROMPT = [7, 8, 9, 10, 11, 12, 7, 8, 9, 10, 13, 14, 15, 7, 8, 9] * 3  # repeats: the lookup finds n-grams
+
+
+def speculations(target, draft, params=GREEDY):
+    p = SamplerParams(**params)
+    return {
+        "lookup fixed 4": S.lookup(4),
+        "lookup adaptive": S.lookup(),
+        "draft fixed 1": S.draft_model(engine_of(draft), VOCAB, p, 1, p_min=0.0),
+        "draft fixed 5": S.draft_model(engine_of(draft), VOCAB, p, 5, p_min=0.0),
+        "self-draft fixed 8": S.draft_model(engine_of(target), VOCAB, p, 8, p_min=0.0),
+        "draft adaptive": S.draft_model(engine_of(draft), VOCAB, p),
+    }
+
+
+@pytest.mark.parametrize("penalty", [1.0, 1.3])
+def test_greedy_is_plain_decoding_token_for_token(pair, penalty):
+    target, draft = pair
+    engine, params = engine_of(target), {**GREEDY, "repeat_penalty": penalty}
+    plain, plain_stats = generate_ids(engine, PROMPT, 120, params)
+    took = {}
+    for name, spec in speculations(target, draft, params).items():
+        ids, stats = generate_ids(engine, PROMPT, 120, params, spec)
+        assert ids == plain, name
+        assert stats.decode_steps == plain_stats.decode_steps and stats.stop_reason == "max tokens", name
+        assert stats.speculation == spec.name and 0 <= stats.accepted <= stats.drafted
+        took[name] = stats.accepted
+    assert took["self-draft fixed 8"] >= 100  # the target drafting for itself: every proposal taken
+    if penalty == 1.0:  # a penalised model shuns the repeats the lookup proposes
+        assert took["lookup fixed 4"] > 0
+
+
+def test_negative_control_a_verification_that_takes_wrong_tokens_differs(pair, monkeypatch):
+    target, draft = pair
+    engine = engine_of(target)
+    plain, _ = generate_ids(engine, PROMPT, 120, GREEDY)
+    monkeypatch.setattr(S, "verify", accept_all)
+    for name, spec in speculations(target, draft).items():
+        if name.startswith("self-draft") or name.endswith("adaptive"):
+            continue  # a self-draft's proposals are all right; adaptive lengths may verify none
+        ids, _ = generate_ids(engine, PROMPT, 120, GREEDY, spec)
+        assert ids != plain, name
+
+
+def test_eos_context_full_and_the_cache_left_behind(pair):
+    """Stops as plain decoding stops; the cache then holds a prefix of prompt + tokens yielded."""
+    target, draft = pair
+    plain_engine = engine_of(target, n_ctx=len(PROMPT) + 20)
+    plain, plain_stats = generate_ids(plain_engine, PROMPT, 100, GREEDY)
+    assert plain_stats.stop_reason == "context full" and len(plain) == 21
+    eos = {plain[10]}
+    plain_eos, eos_stats = generate_ids(plain_engine, PROMPT, 100, GREEDY, eos=eos)
+    assert eos_stats.stop_reason == "eos"
+    for spec in (S.lookup(6), S.draft_model(engine_of(target), VOCAB, SamplerParams(**GREEDY), 6, p_min=0.0)):
+        engine = engine_of(target, n_ctx=len(PROMPT) + 20)
+        ids, stats = generate_ids(engine, PROMPT, 100, GREEDY, spec)
+        assert (ids, stats.stop_reason, stats.decode_steps) == (plain, "context full", plain_stats.decode_steps)
+        ids, stats = generate_ids(engine, PROMPT, 100, GREEDY, spec, eos=eos)
+        assert (ids, stats.stop_reason, stats.decode_steps) == (plain_eos, "eos", eos_stats.decode_steps)
+        assert engine.pos <= len(PROMPT) + len(ids)
+        # a consumer that stops after 3 tokens: the engine holds no more than prompt + those 3
+        engine.reset()
+        st = Stats()
+        gen = spec.steps(engine, PROMPT, 100, Sampler(SamplerParams(**GREEDY)), set(), st)
+        got = [next(gen).token for _ in range(3)]
+        gen.close()
+        assert got == plain[:3] and engine.pos <= len(PROMPT) + 3 and st.tokens == got
+
+
+def test_chat_with_speculation_replies_as_without(pair):
+    from fuelcli.chat import ChatSession
+
+    target, _ = pair
+    target.tokenizer.chat_template = ("{% for m in messages %}{{ m['role'][0] }}:{{ m['content'] }};{% endfor %}"
+                                      "{% if add_generation_prompt %}a:{% endif %}")
+    replies = {}
+    for name, spec in (("plain", None), ("lookup", S.lookup(4))):
+        engine = engine_of(target)
+        session = ChatSession(engine, target.tokenizer, Sampler(SamplerParams(**GREEDY)), set(), max_tokens=30,
+                              speculation=spec)
+        out = []
+        for text in ("hello there", "and again, hello there", "hello"):
+            turn = session.prepare(text)
+            st = Stats()
+            out.append("".join(session.reply(turn, st)))
+            assert session.held == (turn.ids + st.tokens)[: engine.pos]
+        replies[name] = out
+    assert replies["lookup"] == replies["plain"]
+
+
+# --- sampled: the target's distribution -------------------------------------------------------
+
+def exact_joint(engine, prompt, params, n):
+    """{(t1..tn): probability} of plain sampling's first n tokens (the chain's distributions)."""
+    sampler = Sampler(SamplerParams(**params))
+    out = {(): 1.0}
+    for _ in range(n):
+        nxt = {}
+        for seq, p in out.items():
+            engine.reset()
+            logits = engine.prefill(prompt + list(seq))[0]
+            probs = sampler.probs(logits, prompt + list(seq))
+            for t in np.flatnonzero(probs):
+                nxt[seq + (int(t),)] = p * probs[t]
+        out = nxt
+    return out
+
+
+def chi_square(counts: dict, exact: dict, n: int) -> tuple[float, int]:
+    """Pearson's statistic over the outcomes (draws outside the support count as impossible)."""
+    assert set(counts) <= set(exact), set(counts) - set(exact)
+    stat = sum((counts.get(k, 0) - n * p) ** 2 / (n * p) for k, p in exact.items())
+    return stat, len(exact) - 1
+
+
+SAMPLED = dict(temp=1.0, top_k=2, top_p=1.0, min_p=0.0)  # 8 outcomes of 3 tokens: few draws suffice
+N_DRAWS = 1500
+CHI2_LIMIT_P = 1e-4  # a correct rule fails once in 10,000 runs
+
+
+class TargetsPicks(S.PromptLookup):
+    """Certain proposals (q = 1, as the lookup's) that are always worth verifying: the target's own
+    greedy continuation (a random tiny model's text seldom repeats a prompt n-gram). Taken with
+    probability p(d) < 1 at temperature 1, so both branches of the rule run."""
+
+    def __init__(self, engine):
+        super().__init__()
+        self.engine, self.known = engine, {}
+
+    def propose(self, history, k, sampler):
+        key = (tuple(history), k)
+        if key not in self.known:
+            self.engine.reset()
+            logits, out = self.engine.prefill(history)[0], []
+            for _ in range(k):
+                out.append(int(np.argmax(logits)))
+                logits = self.engine.decode(out[-1])
+            self.known[key] = out
+        return list(self.known[key]), None
+
+
+@pytest.mark.parametrize("drafter", ["draft model", "lookup"])
+def test_sampled_output_follows_the_targets_distribution(pair, drafter, monkeypatch):
+    """The first three tokens of many sampled generations (the 1st from the prompt's logits, the
+    2nd and 3rd from one verify of a proposal: its check, then the row after it when taken) against
+    their exact distribution under plain sampling: chi-square at p = 1e-4. The draft model is the
+    target itself drawing at another temperature and top-k (q overlaps p, with mass where p has
+    none), so proposals are both taken and rejected. Negative control: taking every proposal gives
+    the drafter's distribution, which the same test must reject."""
+    from scipy.stats import chi2
+
+    target, _ = pair
+    prompt = [7, 8, 9, 7, 8]
+    engine = engine_of(target, n_ctx=32)
+    exact = exact_joint(engine, prompt, SAMPLED, 3)
+
+    def draws(n, seed):
+        params = SamplerParams(**SAMPLED, seed=seed)
+        if drafter == "draft model":
+            spec = S.draft_model(engine_of(target, 32), VOCAB, params, 2, p_min=0.0)
+            spec.drafter.sampler = Sampler(SamplerParams(temp=1.6, top_k=5, top_p=1.0, min_p=0.0, seed=seed + 1))
+        else:
+            spec = S.Speculation(TargetsPicks(engine_of(target, 32)), 2)
+        sampler, counts, total = Sampler(params), {}, Stats()
+        for _ in range(n):
+            engine.reset()
+            stats = Stats()
+            seq = tuple(s.token for s in spec.steps(engine, prompt, 3, sampler, set(), stats))
+            counts[seq] = counts.get(seq, 0) + 1
+            total.drafted += stats.drafted
+            total.accepted += stats.accepted
+        return counts, total
+
+    counts, stats = draws(N_DRAWS, 0)
+    assert stats.drafted == N_DRAWS  # every generation verified a proposal
+    assert 0 < stats.accepted < stats.drafted
+    stat, df = chi_square(counts, exact, N_DRAWS)
+    assert stat < chi2.ppf(1 - CHI2_LIMIT_P, df), (stat, df)
+
+    monkeypatch.setattr(S, "verify", accept_all)
+    bad, _ = draws(N_DRAWS // 2, 1)
+    impossible = sum(c for k, c in bad.items() if k not in exact)  # proposals the target's top-k never has
+    bad_stat = sum((bad.get(k, 0) - N_DRAWS // 2 * p) ** 2 / (N_DRAWS // 2 * p) for k, p in exact.items())
+    assert impossible or bad_stat > chi2.ppf(1 - CHI2_LIMIT_P, df), bad_stat
+
+
+def test_rejection_step_draws_from_p_whatever_q():
+    """The rule alone, on hand-made distributions: d ~ q then the rule's output is distributed as
+    p (to within 4 standard errors in every cell); negative control: keeping d always gives q."""
+    rng = np.random.default_rng(0)
+    p = np.array([0.5, 0.2, 0.2, 0.1, 0.0])
+    q = np.array([0.1, 0.6, 0.0, 0.1, 0.2])  # mass where p has none, none where p has some
+    n = 40000
+    out = np.bincount([S._rejection_step(rng, p, int(rng.choice(5, p=q)), q) for _ in range(n)], minlength=5) / n
+    assert np.all(np.abs(out - p) <= 4 * np.sqrt(p * (1 - p) / n) + 1e-12), out
+    certain = np.bincount([S._rejection_step(rng, p, 1, None) for _ in range(n)], minlength=5) / n
+    assert np.all(np.abs(certain - p) <= 4 * np.sqrt(p * (1 - p) / n) + 1e-12), certain
+    kept = np.bincount(rng.choice(5, size=n, p=q), minlength=5) / n  # the proposals themselves
+    assert np.any(np.abs(kept - p) > 4 * np.sqrt(p * (1 - p) / n) + 1e-12)
+
+
+# --- pieces -----------------------------------------------------------------------------------
+
+def test_prompt_lookup_takes_the_latest_longest_match():
+    look = S.PromptLookup()
+    assert look.propose([1, 2, 3, 9, 9, 1, 2, 3, 4, 5, 6, 1, 2, 3], 2, None) == ([4, 5], None)  # latest 3-gram
+    assert look.propose([5, 1, 2, 7, 3, 2], 3, None) == ([7, 3, 2], None)  # only the 1-gram "2" recurs
+    assert look.propose([1, 2, 3], 4, None) == ([], None)
+    assert look.propose([4], 4, None) == ([], None)
+    assert look.propose([1, 1, 1, 1], 5, None) == ([1], None)  # the continuation ends where the text does
+
+
+def test_draft_length_follows_the_costs():
+    fixed = S.DraftLength(4, fixed=True)
+    assert fixed.choose(10, 0.0) == 4 and fixed.choose(2, 0.0) == 2 and fixed.choose(0, 0.0) == 0
+    cheap = S.DraftLength(16)
+    assert cheap.choose(8, 0.0) == 0  # no decode step measured yet
+    cheap.observe_decode(0.010)
+    for T in (3, 9, 17):
+        cheap.observe_verify(T, 0.010 + 0.0005 * T)  # verify costs about a decode step
+    cheap.observe(97, 100)  # 97% taken: the longest verify pays best (at 90%, 14 would)
+    assert cheap.choose(16, 0.0) == 16
+    assert 0 < cheap.choose(16, 0.004) < 16  # drafting costs: fewer
+    dear = S.DraftLength(16)
+    dear.observe_decode(0.010)
+    for T in (2, 5, 9, 17):
+        dear.observe_verify(T, 0.050 + 0.002 * T)  # a verify of T tokens: 5 decode steps and more
+    dear.observe(10, 40)  # 25% taken
+    chosen = [dear.choose(16, 0.0) for _ in range(200)]
+    assert sum(k > 0 for k in chosen) <= 4  # only probes, ever rarer: after 16, 32, 64, 128 refusals
+    dear.observe(400, 401)  # now nearly every proposal is taken: long verifies pay
+    assert dear.choose(16, 0.0) == 16
+
+
+# --- the command line ---------------------------------------------------------------------------
+
+runner = CliRunner()
+
+
+def cli(*args):
+    r = runner.invoke(app, list(args))
+    return r.stdout, r.exception
+
+
+def test_run_json_carries_the_acceptance(pair):
+    target, _ = pair
+    path = str(target.source.path)
+    base = ("run", path, "abcabcabcabcabc", "--no-chat-template", "--temp", "0", "-n", "24", "--json")
+    plain, exc = cli(*base)
+    assert exc is None
+    for extra in (("--lookup-decoding", "--draft-max", "4"), ("--draft-model", path, "--draft-p-min", "0")):
+        out, exc = cli(*base, *extra)
+        assert exc is None, exc
+        r = json.loads(out)
+        assert r["tokens"] == json.loads(plain)["tokens"]
+        s = r["stats"]["speculation"]
+        assert s["method"] == ("lookup" if "--lookup-decoding" in extra else "draft model")
+        assert s["drafted"] >= s["accepted"] and s["drafted"] > 0
+        assert s["acceptance_rate"] == pytest.approx(s["accepted"] / s["drafted"])
+        if s["method"] == "draft model":  # the model drafting for itself: every proposal taken
+            assert s["accepted"] == s["drafted"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--lookup-decoding", "--draft-model", "x"), "give --draft-model or --lookup-decoding, not both"),
+    (("--lookup-decoding", "--draft-max", "0"), "--draft-max must be within 1..16, got 0"),
+    (("--lookup-decoding", "--draft-max", "17"), "--draft-max must be within 1..16, got 17"),
+    (("--draft-max", "4"), "--draft-max needs --draft-model or --lookup-decoding"),
+    (("--lookup-decoding", "--draft-p-min", "0.5"), "--draft-p-min needs --draft-model"),
+    (("--draft-model", "x", "--draft-p-min", "1.5"), "--draft-p-min must be within 0..1, got 1.5"),
+    (("--draft-model", "x", "--draft-p-min", "nan"), "--draft-p-min must be within 0..1, got nan"),
+])
+@pytest.mark.parametrize("command", ["run", "chat"])
+def test_bad_speculation_options_are_one_error(pair, command, args, message):
+    path = str(pair[0].source.path)
+    _, exc = cli(command, path, *(("hi",) if command == "run" else ()), *args)
+    assert isinstance(exc, InputError) and message in str(exc) and "\n" not in str(exc), exc
+
+
+def vocab_variant(src: Path, dst: Path, change) -> Path:
+    """A copy of the tiny model src whose tokenizer.json vocabulary went through change(vocab)."""
+    import shutil
+
+    shutil.copytree(src, dst)
+    tj = json.loads((dst / "tokenizer.json").read_text())
+    tj["model"]["vocab"] = change(tj["model"]["vocab"])
+    (dst / "tokenizer.json").write_text(json.dumps(tj))
+    return dst
+
+
+def test_a_draft_of_another_vocabulary_is_refused(pair, tmp_path):
+    target, draft = pair
+    src = Path(draft.source.path)
+
+    def swap(v):  # the same size, two tokens' ids exchanged
+        a, b = sorted(v, key=v.get)[100:102]
+        return {**v, a: v[b], b: v[a]}
+
+    cases = {
+        "swapped": (vocab_variant(src, tmp_path / "swapped", swap), "its token 100 is"),
+        "smaller": (vocab_variant(src, tmp_path / "smaller", lambda v: {k: i for k, i in v.items() if i < 200}),
+                    "its vocabulary has 200 tokens, the model's 256"),
+    }
+    for name, (d, message) in cases.items():
+        _, exc = cli("run", str(target.source.path), "hi", "--draft-model", str(d))
+        assert isinstance(exc, InputError) and message in str(exc) and "\n" not in str(exc), (name, exc)
+    # the check compares tokens, not sizes: the swapped vocabulary has the target's size
+    assert len(json.loads((cases["swapped"][0] / "tokenizer.json").read_text())["model"]["vocab"]) == VOCAB
+
+
+def test_chat_speculates(pair):
+    target, _ = pair
+    target_dir = Path(target.source.path)
+    (target_dir / "chat_template.jinja").write_text(
+        "{% for m in messages %}{{ m['content'] }};{% endfor %}{% if add_generation_prompt %}>{% endif %}")
+    try:
+        r = runner.invoke(app, ["chat", str(target_dir), "--temp", "0", "-n", "16", "--stats", "--lookup-decoding"],
+                          input="abcabcabc\nabcabc\n")
+        plain = runner.invoke(app, ["chat", str(target_dir), "--temp", "0", "-n", "16"], input="abcabcabc\nabcabc\n")
+    finally:
+        (target_dir / "chat_template.jinja").unlink()
+    assert r.exception is None and plain.exception is None
+    assert r.stdout == plain.stdout and "lookup:" in r.stderr
+
+
+# --- serve ----------------------------------------------------------------------------------------
+
+def test_serve_speculates_and_answers_as_without(tiny, tmp_path):
+    """fuel serve's worker with a speculative round in place of each decode step: the greedy answers
+    (a chat whose reply repeats its prompt's words) are the plain worker's, and usage reports the
+    proposals in OpenAI's predicted-output fields."""
+    import threading
+    import time
+
+    import openai
+    from serve_helpers import with_tokenizer
+
+    from fuelcli.serve.jobs import ServedModel
+    from fuelcli.serve.server import bind, make_server, url
+    from fuelcli.serve.worker import EngineWorker
+
+    m = open_model(str(with_tokenizer(tiny("qwen2_window"), tmp_path / "tiny-chat")))
+    tok = m.tokenizer
+    answers = {}
+    for name, spec in (("plain", None), ("lookup", S.lookup(4)),
+                       ("self-draft", S.draft_model(engine_of(m), m.cfg.vocab_size, SamplerParams(), 3, p_min=0.0))):
+        engine = engine_of(m)
+        worker = EngineWorker(engine, tok, m.eos_ids(), queue_size=4, speculation=spec)
+        served = ServedModel("tiny-chat", {"tiny-chat"}, tok, engine.n_ctx, m.cfg.vocab_size, m.eos_ids(), 0)
+        sock = bind("127.0.0.1", 0)
+        server = make_server(served, worker, None, log_level="warning")
+        worker.start()
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+        thread.start()
+        while not server.started:
+            time.sleep(0.01)
+        client = openai.OpenAI(base_url=url(sock) + "/v1", api_key="none", max_retries=0)
+        try:
+            got = []
+            for text in ("abcabcabc", "hello hello hello"):
+                r = client.chat.completions.create(model="tiny-chat", messages=[{"role": "user", "content": text}],
+                                                   max_tokens=24, temperature=0)
+                got.append(r.choices[0].message.content)
+                details = r.usage.completion_tokens_details
+                if spec is None:
+                    assert details is None
+                else:
+                    assert details.accepted_prediction_tokens + details.rejected_prediction_tokens > 0
+                    if name == "self-draft":
+                        assert details.rejected_prediction_tokens == 0 and details.accepted_prediction_tokens > 0
+            answers[name] = got
+        finally:
+            worker.stop()
+            server.should_exit = True
+            thread.join(10)
+            worker.join(10)
+    assert answers["lookup"] == answers["plain"] and answers["self-draft"] == answers["plain"]
+
+
+def test_serve_refuses_speculation_on_several_slots(pair):
+    _, exc = cli("serve", str(pair[0].source.path), "--lookup-decoding", "--parallel", "2")
+    assert isinstance(exc, InputError) and "runs on one slot: drop --parallel 2" in str(exc), exc
+
+
+# --- a real pair: SmolLM2-135M's bf16 directory, its Q4_1 GGUF drafting -----------------------------
+
+@pytest.fixture(scope="module")
+def smollm2_pair(smollm2_dir, smollm2_gguf):
+    return open_model(str(smollm2_dir)), open_model(str(smollm2_gguf))
+
+
+def test_verify_rows_are_decode_steps_bit_for_bit(smollm2_pair):
+    """engine.verify's rows (bf16 and Q4_1 products) are the decode steps' logits exactly; the
+    negative control: the same tokens through prefill's tiles differ in the last bits."""
+    rng = np.random.default_rng(0)
+    for m in smollm2_pair:
+        engine = engine_of(m, 96)
+        prompt, extra = rng.integers(0, m.cfg.vocab_size, 40).tolist(), rng.integers(0, m.cfg.vocab_size, 9).tolist()
+        engine.prefill(prompt)
+        decoded = np.stack([engine.decode(t) for t in extra])
+        engine.rewind(len(prompt))
+        assert np.array_equal(engine.verify(extra), decoded) and engine.pos == len(prompt) + len(extra)
+        engine.rewind(len(prompt))
+        tiles = engine.prefill(extra, all_logits=True)
+        assert not np.array_equal(tiles, decoded)
+        assert float(np.abs(tiles - decoded).max()) < 0.1  # the same model, other rounding
+
+
+def test_real_pair_greedy_is_plain_decoding(smollm2_pair, monkeypatch):
+    """The Q4_1 file drafting for its bf16 directory (one tokenizer; near one model: most proposals
+    taken), the lookup, and the Q4_1 draft under a repetition penalty (a drafter that disagrees: many
+    proposals rejected): each the plain greedy text. Negative control: taking the disagreeing
+    drafter's proposals unverified changes the text."""
+    target, draft = smollm2_pair
+    S.check_vocabularies(target.tokenizer, draft.tokenizer, "smollm2 q4_1")
+    text = (Path(__file__).parents[1] / "examples" / "prompts" / "code-rewrite.txt").read_text()
+    prompt = target.tokenizer.encode_prompt(text, chat=True)
+    n_ctx, vocab, p = len(prompt) + 40, target.cfg.vocab_size, SamplerParams(**GREEDY)
+    engine = engine_of(target, n_ctx)
+    plain, _ = generate_ids(engine, prompt, 32, GREEDY)
+
+    def contrary():
+        spec = S.draft_model(engine_of(draft, n_ctx), vocab, p, 4, p_min=0.0)
+        spec.drafter.sampler = Sampler(SamplerParams(**GREEDY, repeat_penalty=2.0, repeat_last_n=-1))
+        return spec
+
+    for name, spec in (("lookup", S.lookup()), ("draft", S.draft_model(engine_of(draft, n_ctx), vocab, p, 4)),
+                       ("contrary draft", contrary())):
+        ids, stats = generate_ids(engine, prompt, 32, GREEDY, spec)
+        assert ids == plain, name
+        assert stats.accepted > 0, name
+        if name == "contrary draft":
+            assert stats.accepted < stats.drafted
+    monkeypatch.setattr(S, "verify", accept_all)
+    ids, _ = generate_ids(engine, prompt, 32, GREEDY, contrary())
+    assert ids != plain
+
+
+def test_a_real_draft_of_another_tokenizer_is_refused(smollm2_pair, qwen_coder_gguf):
+    qwen = open_model(str(qwen_coder_gguf))
+    with pytest.raises(InputError, match=r"--draft-model qwen: its vocabulary has 151936 tokens, the model's 49152"):
+        S.check_vocabularies(smollm2_pair[0].tokenizer, qwen.tokenizer, "qwen")
