@@ -11,10 +11,10 @@
 #   gpu       the device as numba-cuda sees it
 #   bench     `fuel bench --device cuda` (pp512, tg128) on a Llama-8B-shaped Q4_K GGUF of random
 #             weights written here (examples/synthetic_gguf.py), then Q8_0 on 8 of its layers
-#   tests     tests/test_cuda_*.py with the simulator off (kernels against the CPU decode, the four
-#             families against transformers and the CPU engine, the commands)
 #   diff      `fuel diff --device cuda --oracle self --layers` on tiny checkpoints of the families
 #   ptx       every kernel compiled to PTX for sm_90, with ptxas -v's registers and spills
+#   tests     tests/test_cuda_*.py with the simulator off (kernels against the CPU decode, the four
+#             families against transformers and the CPU engine, the commands): last, the slowest
 # A summary table last; with $OUT set (or --out DIR) also $OUT/summary.md and one archive of every log
 # and bench table, $OUT/gpu-check-logs.tar.gz. Exit 0 when no step failed. Steps stop starting once
 # BUDGET seconds (default 450) are spent; each step's limit is cut to what is left.
@@ -178,14 +178,16 @@ else
     bench bench-llama-8b-q8_0-8L "$q8" 90 -p 512 -n 128 -r 2
 fi
 
-TESTS=(tests/test_cuda_kernels.py tests/test_cuda_models.py tests/test_cuda_cli.py)
-step tests-cuda $((SIM ? 1500 : 240)) "$PY" -m pytest -q -p no:cacheprovider --no-header -rfE "${TESTS[@]}"
 for case in "${TINY[@]}"; do
     step "diff-tiny-$case" 60 "${FUEL[@]}" diff "$WORK/tiny/$case" --device cuda --oracle self --tokens "$TOKENS" --layers
 done
 
-# last: the PTX of every kernel, with ptxas -v's registers and spills (the tests compiled them already)
+# the PTX of every kernel, with ptxas -v's registers and spills
 step ptx-sm_90 120 env NUMBA_ENABLE_CUDASIM=0 "$PY" -m fuelcli.backends.cuda.ptx sm_90 --facts
+
+# last, with what is left of the budget: the kernel and model tests (every format's kernels compile)
+TESTS=(tests/test_cuda_kernels.py tests/test_cuda_models.py tests/test_cuda_cli.py)
+step tests-cuda $((SIM ? 1500 : 300)) "$PY" -m pytest -q -p no:cacheprovider --no-header -rfE "${TESTS[@]}"
 
 # ---------------------------------------------------------------- summary
 TABLE=$(printf '%s\n' "| step | result | s | exit | note |" "| --- | --- | --- | --- | --- |" "${ROWS[@]}")

@@ -18,8 +18,8 @@ standard deviation (n - 1) of the rates, and with a peer the ratio fuel mean / p
 
 Memory roofline (tg tests): a decode step reads every weight it uses once, and the KV cache up to its
 position; `bytes_per_token` counts them (an MoE layer's experts at k of n). Read bandwidth is measured
-once per run over a working set of that size (backends/cpu/stream.py, in a child process, the
-test's threads), so bytes per token x tok/s / bandwidth is the fraction of the roofline reached.
+once per run over a working set of that size (backends/cpu/bandwidth.py, in a child process, the
+test's threads; on a GPU backends/cuda/bandwidth.py, at most 1 GiB of device memory), so bytes per token x tok/s / bandwidth is the fraction of the roofline reached.
 
 First token (`first_token_runs`, `fuel bench --first-token`): what a user waits for from typing
 `fuel run` to the first token, in fresh processes: with an empty kernel cache (a fresh install: every
@@ -286,7 +286,7 @@ class Report:
     kv_bytes: int = 0
     peer: dict | None = None  # {"name", "detail", "threads", "peak_rss_bytes"}
     backend: str = "cpu numba"
-    bandwidth: dict | None = None  # {"bytes": working set, "threads", "bytes_per_s"}: the roofline
+    bandwidth: dict | None = None  # {"bytes": working set, "threads" (None: a GPU), "bytes_per_s"}: the roofline
 
     @property
     def peer_name(self) -> str | None:
@@ -357,7 +357,7 @@ def measure_bandwidth(nbytes: int, threads: int) -> float:
     import sys
 
     env = dict(os.environ, NUMBA_NUM_THREADS=str(threads))
-    r = subprocess.run([sys.executable, "-m", "fuelcli.backends.cpu.stream", str(int(nbytes)), str(threads)],
+    r = subprocess.run([sys.executable, "-m", "fuelcli.backends.cpu.bandwidth", str(int(nbytes)), str(threads)],
                        capture_output=True, text=True, env=env)
     if r.returncode != 0:
         raise RuntimeError(f"bandwidth measurement failed: {r.stderr.strip()[-500:]}")
@@ -484,7 +484,8 @@ def render_md(rep: Report) -> str:
     if roof:
         b = rep.bandwidth
         notes.append(f"roofline: read bandwidth {b['bytes_per_s'] / 1e9:.2f} GB/s over {human_bytes(b['bytes'])} "
-                     f"with {b['threads']} threads (a tg test reads its bytes per token x t/s)")
+                     + (f"with {b['threads']} threads" if b['threads'] else "on the GPU")
+                     + " (a tg test reads its bytes per token x t/s)")
     return "\n".join(lines) + "\n\n" + "; ".join(notes) + "\n"
 
 

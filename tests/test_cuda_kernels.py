@@ -371,3 +371,22 @@ def test_matmul_gpu_tile_every_format(fmt):
                                                       cuda.to_device(np.zeros(1, np.float32)), -1, out, 0, 0)
     tol = REL * (np.abs(x) @ np.abs(w).T) + 1e-6
     assert np.all(np.abs(out.copy_to_host() - x @ w.T) <= tol)
+
+
+def test_bandwidth_probe_reads_every_word():
+    """The roofline's probe (fuel bench --device cuda): each thread XORs its grid-stride share of the
+    buffer, so the threads' words XOR to the buffer's, once per pass (an even number of passes
+    cancels: the negative control), and the buffer's tail past the grid's first sweep is read too."""
+    from fuelcli.backends.cuda import bandwidth
+    from fuelcli.backends.cuda.kernels.probe import read_xor
+
+    blocks, threads, n4 = 2, 4, 21  # 8 threads, 21 words of 16 bytes: two sweeps and a partial one
+    buf = np.random.default_rng(9).integers(0, 2**32, 4 * n4, dtype=np.uint64).astype(np.uint32)
+    whole = np.bitwise_xor.reduce(buf)
+    out = cuda.device_array(blocks * threads, np.uint32)
+    for passes, want in ((1, whole), (3, whole), (2, 0)):
+        read_xor[blocks, threads](cuda.to_device(buf), n4, passes, out)
+        assert np.bitwise_xor.reduce(out.copy_to_host()) == want, passes
+    read_xor[blocks, threads](cuda.to_device(buf), n4 - 1, 1, out)  # a word short: another XOR
+    assert np.bitwise_xor.reduce(out.copy_to_host()) != whole
+    assert bandwidth.measure(16 * n4, seconds=0, blocks=blocks, threads=threads, min_call_bytes=1) > 0

@@ -37,7 +37,7 @@ def test_dry_run_lists_every_step_and_skips_none(tmp_path):
     steps = re.findall(r"^DRY   (\S+)\s+(\d+)s", out, re.M)
     names = [s for s, _ in steps]
     assert names[:3] == ["gpu", "write-tiny", "write-llama-8b-q4_k"]
-    assert names.index("bench-llama-8b-q4_k") < names.index("tests-cuda") < names.index("ptx-sm_90")
+    assert names.index("bench-llama-8b-q4_k") < names.index("ptx-sm_90") < names.index("tests-cuda")  # slowest last
     assert {f"diff-tiny-{c}" for c in ("qwen2_window", "qwen3_bias_headdim", "qwen3_moe_norm_false", "llama31")} <= set(names)
     assert "python3 -m fuelcli bench" in out and "timeout" not in out  # planned, not run
     budget = 450

@@ -98,15 +98,37 @@ def bench(
     for r in tg:  # the KV cache read grows along the run: count its mean length
         r.bytes_per_token = B.bytes_per_token(m.cfg, m.weights, r.spec.depth + (r.spec.n_tokens + 1) / 2,
                                               engine.kv_value_bytes, r.spec.seqs)
-    if roofline and tg and engine.device == "cpu":
+    if roofline and tg:
         ws = max(r.bytes_per_token * r.spec.seqs for r in tg)
-        report.bandwidth = {"bytes": ws, "threads": n_threads, "bytes_per_s": B.measure_bandwidth(ws, n_threads)}
+        report.bandwidth = _bandwidth(engine, ws, n_threads)
     if peer is not None:
         report.peer = {"name": peer.name, "detail": peer.detail, "threads": peer.threads,
                        "peak_rss_bytes": peer.peak_rss_bytes()}
         peer.close()
     sys.stdout.write(B.RENDERERS[output](report))
     sys.stdout.flush()
+
+
+def _bandwidth(engine, ws: int, n_threads: int) -> dict | None:
+    """The roofline's read bandwidth over the working set ws: the CPU's with the test's threads, a
+    GPU's in-process (its buffer is device memory, at most 1 GiB), None on the simulator or when the
+    GPU has no room for the buffer (the table then has no roofline columns)."""
+    from .. import bench as B
+
+    if engine.device == "cpu":
+        return {"bytes": ws, "threads": n_threads, "bytes_per_s": B.measure_bandwidth(ws, n_threads)}
+    from ..backends.cuda import bandwidth
+    from ..backends.cuda.runtime import simulator
+
+    if simulator():
+        return None
+    try:
+        bps = bandwidth.measure(ws)
+    except Exception as e:  # noqa: BLE001 - an out-of-memory device: the table goes on without the column
+        print(f"note: no roofline: the GPU's read bandwidth could not be measured ({' '.join(str(e).split())[:160]})",
+              file=sys.stderr)
+        return None
+    return {"bytes": min(ws, bandwidth.MAX_BYTES), "threads": None, "bytes_per_s": bps}
 
 
 def _first_token(model, compare, repetitions, threads, prompt, output, progress, revision):

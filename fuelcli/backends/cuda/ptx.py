@@ -35,7 +35,7 @@ def signatures() -> dict:
     """kernel name -> (dispatcher, signature), for every kernel the engine launches: the decode
     products once per weight format (`matvec q4_k`; swiglu with gate and up in one format)."""
     from ...formats import FORMATS
-    from .kernels import attention, dequant, matmul, matvec, moe, rows
+    from .kernels import attention, dequant, matmul, matvec, moe, probe, rows
 
     def sig(*args):
         return "void(" + ", ".join(args) + ")"
@@ -57,6 +57,7 @@ def signatures() -> dict:
         "rmsnorm": (rows.rmsnorm, sig(F32M, F32V, I, F, F32M)),
         "silu_mul": (rows.silu_mul, sig(F32M, F32M, I)),
         "argmax": (rows.argmax, sig(F32M, I, I32V)),
+        "read_xor": (probe.read_xor, sig("uint32[::1]", I, I, "uint32[::1]")),
     }
 
 

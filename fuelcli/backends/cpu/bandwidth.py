@@ -8,7 +8,7 @@ parallel loop (and, on a busy machine, waiting for a descheduled thread) would o
 the time of a small model's working set (a CI run measured 62 MB/s over 400 KB).
 The working set is the model's, so a model that fits the last-level cache is measured against that
 cache, one that does not against DRAM. Run it in its own process (`python -m
-fuelcli.backends.cpu.stream NBYTES THREADS`): the buffer would otherwise count in the caller's
+fuelcli.backends.cpu.bandwidth NBYTES THREADS`): the buffer would otherwise count in the caller's
 peak memory.
 """
 
