@@ -8,3 +8,11 @@ the CUDA packages, a driver and a GPU are there (runtime.require) before it load
     engine.py           CudaEngine: decode (matvec) and prefill (tiled matmul) forwards
     kernels/            unpack (one unit decoder per format), matvec, matmul, attention, moe, rows
 """
+
+import numpy as _np
+
+# numba-cuda 0.30 registers an overload of np.row_stack when it first compiles a kernel; NumPy 2.5
+# removed that alias of vstack, and the lent GPU machine pairs the two (its compile then fails with
+# "module 'numpy' has no attribute 'row_stack'"). Restore the alias: it is vstack by definition.
+if not hasattr(_np, "row_stack"):
+    _np.row_stack = _np.vstack
