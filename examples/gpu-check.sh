@@ -10,7 +10,8 @@
 # per line, each in its own process under `timeout -k`, going on after a failure:
 #   gpu       the device as numba-cuda sees it
 #   bench     `fuel bench --device cuda` (pp512, tg128) on a Llama-8B-shaped Q4_K GGUF of random
-#             weights written here (examples/synthetic_gguf.py), then Q8_0 on 8 of its layers
+#             weights written here (examples/synthetic_gguf.py), its tg128 again through numba-cuda's
+#             own launch path (FUEL_CUDA_LAUNCH=numba), then Q8_0 on 8 of its layers
 #   diff      `fuel diff --device cuda --oracle self --layers` on tiny checkpoints of the families
 #   ptx       every kernel compiled to PTX for sm_90, with ptxas -v's registers and spills
 #   tests     tests/test_cuda_*.py with the simulator off (kernels against the CPU decode, the four
@@ -161,9 +162,9 @@ TINY=(qwen2_window qwen3_bias_headdim qwen3_moe_norm_false llama31) TOKENS=5,17,
 step write-tiny 90 "$PY" -c "import sys; sys.path.insert(0, 'tests')
 from tiny_models import write_tiny
 for case in sys.argv[2:]: write_tiny(case, sys.argv[1])" "$WORK/tiny" "${TINY[@]}"
-bench() {  # bench NAME MODEL LIMIT ARGS...: the table goes to $WORK/logs/NAME.md too
+bench() {  # [LAUNCH=numba] bench NAME MODEL LIMIT ARGS...: the table goes to $WORK/logs/NAME.md too
     local name=$1 model=$2 limit=$3; shift 3
-    step "$name" "$limit" "${FUEL[@]}" bench "$model" --device cuda --no-progress "$@" \
+    step "$name" "$limit" env FUEL_CUDA_LAUNCH="${LAUNCH:-}" "${FUEL[@]}" bench "$model" --device cuda --no-progress "$@" \
         && ((!DRY)) && cp "$WORK/logs/$name.log" "$WORK/logs/$name.md"
 }
 if ((SIM)); then
@@ -173,6 +174,8 @@ else
     { [ -s "$q4" ] && ((!DRY)); } || step write-llama-8b-q4_k 120 "$PY" examples/synthetic_gguf.py "$q4" \
         --shape llama-8b --type q4_k
     bench bench-llama-8b-q4_k "$q4" 150 -p 512 -n 128 -r 3
+    # the same decode through numba-cuda's own launch path (backends/cuda/launcher.py's reason)
+    LAUNCH=numba bench bench-llama-8b-q4_k-numba-launch "$q4" 90 -p 0 -n 128 -r 3
     { [ -s "$q8" ] && ((!DRY)); } || step write-llama-8b-q8_0 60 "$PY" examples/synthetic_gguf.py "$q8" \
         --shape llama-8b --type q8_0 --layers 8
     bench bench-llama-8b-q8_0-8L "$q8" 90 -p 512 -n 128 -r 2

@@ -9,7 +9,14 @@ the CUDA packages, a driver and a GPU are there (runtime.require) before it load
     kernels/            unpack (one unit decoder per format), matvec, matmul, attention, moe, rows
 """
 
+import os as _os
+
 import numpy as _np
+
+# numba-cuda warns at every launch of a grid under 128 blocks; a decode step's attention (one block
+# per head) and a small model's products are such grids by design, and the warnings reached the
+# user's terminal (fuel bench --device cuda printed them).
+_os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
 
 # numba-cuda 0.30 registers an overload of np.row_stack when it first compiles a kernel; NumPy 2.5
 # removed that alias of vstack, and the lent GPU machine pairs the two (its compile then fails with

@@ -29,6 +29,7 @@ from ..base import Engine
 from ..kv_cache import KVCache
 from .activations import allocate
 from .device_weights import DeviceWeights
+from .launcher import Prepared
 from .runtime import GPU, SIMULATOR, Launch, require, simulator
 
 N_BATCH = 512  # tokens per prefill chunk
@@ -149,17 +150,19 @@ class CudaEngine(Engine):
             hid[l].copy_to_device(self.act.x[:T])
 
     def _decode_plan(self):
-        """Every product of a decode step, planned once: (kernel, grid, block, arguments) per launch and
-        layer. q, k and v run in one launch when they share a format. (Configured at each launch: the
-        simulator's kernel[grid, block] sets the grid on the one kernel object.)"""
+        """Every launch of a decode step, planned once (launcher.Prepared: after the first step each is
+        issued with its arguments marshalled then): per layer the q|k|v products (one launch when
+        they share a format), the attention, o_proj and the FFN's; the logits product and the
+        embedding. (Configured at each launch on the simulator: its kernel[grid, block] sets the grid
+        on the one kernel object.)"""
         mv, cfg, w, A, Lc = self.k.mv, self.cfg, self.w, self.act, self.launch
         block, code = (Lc.lanes, Lc.rows), lambda m: int(w.mats_host[m, 3])
         eps, none = self.eps, -1
 
         def product(m, nm, x, out, bias=-1, accumulate=0, norm=-1):
             rows = sum(w.rows(m + i) for i in range(nm))
-            return (mv.matvec_kernel(code(m)), _blocks(rows, Lc.rows), block,
-                    (w.w8, w.mats, m, nm, x, w.vecs, bias, out, accumulate, norm, eps, A.xn[0], A.done))
+            return Prepared(mv.matvec_kernel(code(m)), _blocks(rows, Lc.rows), block,
+                            (w.w8, w.mats, m, nm, x, w.vecs, bias, out, accumulate, norm, eps, A.xn[0], A.done))
 
         x, xn = A.x[0], A.xn[0]
         self.plan = []
@@ -179,36 +182,40 @@ class CudaEngine(Engine):
                 ffn = (product(lw.router, 1, xn, A.router[0]), norm_next)
             else:
                 swiglu = mv.swiglu_kernel(code(lw.gate), code(lw.up))
-                ffn = ((swiglu, _blocks(cfg.intermediate_size, Lc.rows), block, (w.w8, w.mats, lw.gate, lw.up, xn,
-                                                                                 A.gate[0])),
+                ffn = (Prepared(swiglu, _blocks(cfg.intermediate_size, Lc.rows), block,
+                                (w.w8, w.mats, lw.gate, lw.up, xn, A.gate[0])),
                        product(lw.down, 1, A.gate[0], x, none, 1, norm_next))
-            self.plan.append((qkv, o, ffn))
+            # the position (argument 1) is set at each step
+            attend = Prepared(self.k.att.attend_one, cfg.num_heads, Lc.attn,
+                              (A.qkv, 0, self.layer_plan[l][0], cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, w.vecs,
+                               lw.q_norm, lw.k_norm, eps, self.cos, self.sin, self.kv.k, self.kv.v, l, A.att))
+            self.plan.append((qkv, attend, o, ffn))
         self.logits_product = product(w.output, 1, xn, A.logits[0])
+        # the token id (argument 5) is set at each step; its row is normed for the first layer's input
+        base, _, row_bytes, code_e = self.w.mats_host[w.embed]
+        first_norm = w.layers[0].attn_norm if w.layers else w.final_norm
+        self.embed_one = Prepared(self.k.take_rows, 1, Lc.row, (w.w8, base, row_bytes, code_e, A.tokens, 0, A.x,
+                                                                w.vecs, first_norm, eps, A.xn))
 
     def _decode_layers(self, token: int, hid):
         """One token at self.pos through every layer (matvec kernels); leaves it in act.x[0] and its
         final-normed copy in act.xn[0]."""
-        attention = self.k.att
-        cfg, w, A, Lc, kv, eps, pos = self.cfg, self.w, self.act, self.launch, self.kv, self.eps, self.pos
-        nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        self._embed(1, token, w.layers[0].attn_norm if w.layers else w.final_norm)
+        w, A, Lc, eps, pos = self.w, self.act, self.launch, self.eps, self.pos
+        self.embed_one.set(5, token)()
         self._keep(hid, 0, 1)
-        for l, (lw, (qkv, o, ffn)) in enumerate(zip(w.layers, self.plan)):
-            window, moe = self.layer_plan[l]
-            for kernel, grid, block, args in qkv:
-                kernel[grid, block](*args)
-            attention.attend_one[nh, Lc.attn](A.qkv, pos, window, nh, nkv, hd, w.vecs, lw.q_norm, lw.k_norm,
-                                              eps, self.cos, self.sin, kv.k, kv.v, l, A.att)
-            kernel, grid, block, args = o
-            kernel[grid, block](*args)
-            if moe:
-                (kernel, grid, block, args), norm_next = ffn
-                kernel[grid, block](*args)
+        for l, (lw, (qkv, attend, o, ffn)) in enumerate(zip(w.layers, self.plan)):
+            for product in qkv:
+                product()
+            attend.set(1, pos)()
+            o()
+            if self.layer_plan[l][1]:
+                router, norm_next = ffn
+                router()
                 self._moe(l, lw, 1)
                 self.k.rows.rmsnorm[1, Lc.row](A.x, w.vecs, norm_next, eps, A.xn)
             else:
-                for kernel, grid, block, args in ffn:
-                    kernel[grid, block](*args)
+                for product in ffn:
+                    product()
             self._keep(hid, l + 1, 1)
 
     def _prefill_layers(self, tokens: np.ndarray, hid):
@@ -269,8 +276,7 @@ class CudaEngine(Engine):
     def _last_logits(self):
         """Logits of the token in act.xn[0] (final-normed: by the decode step's last product, or
         `_norm_last` after a prefill) into act.logits [1, vocab]."""
-        kernel, grid, block, args = self.logits_product
-        kernel[grid, block](*args)
+        self.logits_product()
         return self.act.logits
 
     def _norm_last(self, T: int):
