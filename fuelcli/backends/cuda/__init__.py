@@ -13,9 +13,8 @@ import os as _os
 
 import numpy as _np
 
-# numba-cuda warns at every launch of a grid under 128 blocks; a decode step's attention (one block
-# per head) and a small model's products are such grids by design, and the warnings reached the
-# user's terminal (fuel bench --device cuda printed them).
+# numba-cuda's low-occupancy warnings off (runtime._quiet_occupancy says why; this covers a config
+# read after this import, that one a config read before it)
 _os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
 
 # numba-cuda 0.30 registers an overload of np.row_stack when it first compiles a kernel; NumPy 2.5

@@ -45,6 +45,17 @@ def simulator() -> bool:
     return bool(config.ENABLE_CUDASIM)
 
 
+def _quiet_occupancy():
+    """numba-cuda warns at every launch of a grid under 128 blocks; a decode step's attention (a block
+    per head) and a small model's products are such grids by design. Its config module may have read
+    the environment before fuel set NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS (backends/cuda/__init__.py)."""
+    try:
+        from numba.cuda.core import config
+    except ImportError:  # numba's own CUDA target: its config is numba.core's
+        from numba.core import config
+    config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
+
+
 def require():
     """numba.cuda, usable: a driver, a GPU and NVVM (or the simulator)."""
     if importlib.util.find_spec("numba_cuda") is None:
@@ -53,6 +64,7 @@ def require():
         from numba import cuda
     except ImportError as e:
         raise MissingDependency(f"--device cuda: numba.cuda does not import ({_one_line(e)}); {INSTALL}") from None
+    _quiet_occupancy()
     if simulator():
         return cuda
     from numba.cuda.cudadrv.error import CudaSupportError, NvvmSupportError
