@@ -287,6 +287,7 @@ class Report:
     peer: dict | None = None  # {"name", "detail", "threads", "peak_rss_bytes"}
     backend: str = "cpu numba"
     bandwidth: dict | None = None  # {"bytes": working set, "threads" (None: a GPU), "bytes_per_s"}: the roofline
+    load: dict | None = None  # {"cpus", "before", "after"}: the 1-minute load average around the run
 
     @property
     def peer_name(self) -> str | None:
@@ -300,7 +301,7 @@ class Report:
         return {"model": asdict(self.model), "backend": self.backend, "threads": self.threads,
                 "repetitions": self.repetitions, "seed": self.seed, "n_ctx": self.n_ctx,
                 "kv_bytes": self.kv_bytes, "peak_rss_bytes": self.peak_rss_bytes, "peer": self.peer,
-                "bandwidth": self.bandwidth,
+                "bandwidth": self.bandwidth, "load": self.load,
                 "tests": [t.to_dict(self.peer_name, self.bandwidth_bps) for t in self.tests]}
 
 
@@ -314,7 +315,23 @@ def report_from_dict(d: dict) -> Report:
                                 t.get("bytes_per_token", 0)))
     return Report(ModelInfo(**d["model"]), d["threads"], d["repetitions"], d["seed"], d["n_ctx"], tests,
                   d["peak_rss_bytes"], d["kv_bytes"], d["peer"], d["backend"],
-                  d.get("bandwidth"))
+                  d.get("bandwidth"), d.get("load"))
+
+
+def load_average() -> float | None:
+    """The 1-minute load average (None where the OS has none)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def load_text(load: dict) -> str:
+    """How busy the machine was around the run: fuel's threads compete with whatever else is runnable
+    (the figures of a busy machine are not a quiet one's)."""
+    busy = max(load["before"], load["after"]) >= load["cpus"] / 2
+    return (f"load average {load['before']:.2f} before, {load['after']:.2f} after, on {load['cpus']} CPUs"
+            + (" (a busy machine: other work shared the CPUs)" if busy else ""))
 
 
 def model_info(source, cfg, weights) -> ModelInfo:
@@ -481,6 +498,8 @@ def render_md(rep: Report) -> str:
         notes.append(f"peer: {rep.peer['detail']}, threads {rep.peer['threads']}, in its own process"
                      + (f" (peak RSS {human_bytes(rep.peer['peak_rss_bytes'])})" if rep.peer.get("peak_rss_bytes")
                         else ""))
+    if rep.load:
+        notes.append(load_text(rep.load))
     if roof:
         b = rep.bandwidth
         notes.append(f"roofline: read bandwidth {b['bytes_per_s'] / 1e9:.2f} GB/s over {human_bytes(b['bytes'])} "

@@ -208,6 +208,21 @@ def test_roofline(tiny):
     assert bw["bytes"] == rep["tests"][1]["bytes_per_token"]  # the largest working set
 
 
+def test_load_average_around_the_run(tiny, monkeypatch):
+    """The 1-minute load average before and after the run is in the notes and the JSON, and a machine
+    whose load reaches half its CPUs is called busy (a quiet one is not: the negative control)."""
+    import os
+
+    cpus = os.cpu_count()
+    loads = iter([0.0, 0.1, cpus / 2, cpus])
+    monkeypatch.setattr(B.os, "getloadavg", lambda: (next(loads), 0.0, 0.0))
+    quiet = bench(tiny, "-p", "4", "-n", "0", "-r", "1")
+    assert f"load average 0.00 before, 0.10 after, on {cpus} CPUs\n" in quiet and "busy" not in quiet
+    rep = json.loads(bench(tiny, "-p", "4", "-n", "0", "-r", "1", "-o", "json"))
+    assert rep["load"] == {"cpus": cpus, "before": cpus / 2, "after": cpus}
+    assert "(a busy machine" in B.render_md(B.report_from_dict(rep))
+
+
 def test_json_report(tiny):
     rep = json.loads(bench(tiny, "-p", "8", "-n", "0,4", "-d", "0,3", "-r", "3", "-o", "json"))
     assert rep["backend"] == "cpu numba" and rep["repetitions"] == 3 and rep["peer"] is None

@@ -1,5 +1,6 @@
 """`fuel bench MODEL`: llama-bench-style pp/tg throughput, optionally side by side with a peer runner."""
 
+import os
 import sys
 from typing import Optional
 
@@ -79,6 +80,7 @@ def bench(
         peer_factory = lambda: B.start_peer(kind, m.source, n_threads, n_ctx, tests)  # noqa: E731
 
     total = B.steps_total(len(tests), repetitions, peer_factory is not None)
+    load_before = B.load_average()
     if progress:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -94,6 +96,9 @@ def bench(
 
     report = B.Report(info, n_threads, repetitions, seed, n_ctx, results, peak_rss_bytes(), engine.kv_bytes,
                       backend=engine.backend)
+    load_after = B.load_average()
+    if load_before is not None and load_after is not None:
+        report.load = {"cpus": os.cpu_count() or 1, "before": load_before, "after": load_after}
     tg = [r for r in results if r.spec.kind == "tg"]
     for r in tg:  # the KV cache read grows along the run: count its mean length
         r.bytes_per_token = B.bytes_per_token(m.cfg, m.weights, r.spec.depth + (r.spec.n_tokens + 1) / 2,
