@@ -2,7 +2,8 @@
 
 A drafter proposes the next tokens: a small model of the same vocabulary (`DraftModel`, mlx-lm's
 --draft-model, llama.cpp's -md) or n-grams of the prompt and the text so far (`PromptLookup`,
-llama.cpp's lookup, transformers' prompt_lookup_num_tokens). The target runs the pending token and
+llama.cpp's lookup, transformers' prompt_lookup_num_tokens; in fuel serve also of a request's
+predicted output, OpenAI's `prediction`). The target runs the pending token and
 the k proposals in one forward (engine.verify): its logits at each of the k + 1 positions, each row
 bit for bit what a decode step of that token gives. `verify` walks them in order through the sampler chain, exactly as plain decoding
 would, and stops at the first proposal the target does not take; the target's KV cache is rewound
@@ -97,33 +98,51 @@ def _rejection_step(rng, p: np.ndarray, d: int, q_row: np.ndarray | None) -> int
 
 class PromptLookup:
     """Proposals from the text so far (prompt included): the tokens that followed the latest
-    earlier occurrence of its last n tokens, n from NGRAM_MAX down to NGRAM_MIN."""
+    earlier occurrence of its last n tokens, n from NGRAM_MAX down to NGRAM_MIN. A request's
+    predicted output (OpenAI's `prediction`, given to `start`) is searched first at each n: there
+    the first occurrence past the previous match's, since the reply runs through it in order."""
 
     name = "lookup"
 
     def __init__(self, ngram_max: int = NGRAM_MAX, ngram_min: int = NGRAM_MIN):
         self.ngram_max, self.ngram_min = ngram_max, ngram_min
         self.draft_s = 0.0  # proposals cost nothing next to a forward
+        self.start(None)
 
     def propose(self, history: list[int], k: int, sampler: Sampler) -> tuple[list[int], None]:
-        arr = np.asarray(history, np.int64)
+        arr, pred = np.asarray(history, np.int64), self.prediction
         L = len(arr)
         for n in range(min(self.ngram_max, L - 1), self.ngram_min - 1, -1):
             tail = arr[L - n:]
-            hit = arr[: L - n] == tail[0]  # windows starting before the tail itself
-            for j in range(1, n):
-                hit &= arr[j: L - n + j] == tail[j]
-            found = np.flatnonzero(hit)
-            if found.size:
-                start = int(found[-1]) + n
-                return [int(t) for t in arr[start: start + k]], None
+            ends = _ends(pred, tail)
+            ends = ends[ends < pred.size]  # a token must follow
+            if ends.size:
+                later = ends[ends > self.cursor]
+                self.cursor = int(later[0] if later.size else ends[-1])
+                return [int(t) for t in pred[self.cursor: self.cursor + k]], None
+            ends = _ends(arr[: L - 1], tail)  # occurrences before the tail itself
+            if ends.size:
+                return [int(t) for t in arr[ends[-1]: ends[-1] + k]], None
         return [], None
 
     def follow(self, history: list[int]):
         """Nothing to keep in step: the proposals are read from the history itself."""
 
-    def start(self, params: SamplerParams):
-        """Nothing depends on the sampling settings."""
+    def start(self, params: SamplerParams | None, prediction: list[int] = ()):
+        """A new generation: its predicted output's ids (none: the text so far alone); nothing
+        depends on the sampling settings."""
+        self.prediction, self.cursor = np.asarray(prediction, np.int64), 0
+
+
+def _ends(arr: np.ndarray, tail: np.ndarray) -> np.ndarray:
+    """The index just past each occurrence of tail in arr, in order."""
+    n = len(tail)
+    if arr.size < n:
+        return np.empty(0, np.int64)
+    hit = arr[: arr.size - n + 1] == tail[0]
+    for j in range(1, n):
+        hit &= arr[j: arr.size - n + 1 + j] == tail[j]
+    return np.flatnonzero(hit) + n
 
 
 class DraftModel:
@@ -305,13 +324,21 @@ class Speculation:
     def name(self) -> str:
         return self.drafter.name
 
+    def start(self, params: SamplerParams, prediction: list[int] = ()):
+        """A generation's settings, and its predicted output's ids (the server's `prediction`): an
+        n-gram source for a lookup; a draft model proposes from its own logits and does not use it."""
+        if isinstance(self.drafter, PromptLookup):
+            self.drafter.start(params, prediction)
+        else:
+            self.drafter.start(params)
+
     def steps(self, engine, prompt_ids: list[int], max_tokens: int, sampler: Sampler, eos_ids: set, stats,
               cached: int = 0):
         """As generate.sample_steps (the same Steps, the same stats), each target forward verifying
         the drafter's proposals. Steps come after the round's rewind; a caller that stops consuming
         leaves the engine holding a prefix of prompt + the tokens yielded."""
         stats.prompt_tokens, stats.cached_tokens, stats.speculation = len(prompt_ids), cached, self.name
-        self.drafter.start(sampler.p)
+        self.start(sampler.p)
         t0 = time.perf_counter()
         rows = engine.prefill(prompt_ids[cached:])
         stats.prefill_s = time.perf_counter() - t0

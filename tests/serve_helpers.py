@@ -24,26 +24,29 @@ CHAT_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|im_start|>{{ m.role }}
                  "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
-def char_tokenizer():
-    """A tokenizers.Tokenizer over SPECIALS + CHARS: one token per character, BOS added on encode."""
+def char_tokenizer(specials: list[str] = SPECIALS):
+    """A tokenizers.Tokenizer over specials + CHARS (cut to 256 entries): one token per character,
+    BOS (specials[1]) added on encode."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, processors
 
-    vocab = {t: i for i, t in enumerate(SPECIALS + CHARS)}
+    vocab = {t: i for i, t in enumerate((specials + CHARS)[:256])}
     assert len(vocab) == 256
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
-    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in SPECIALS])
+    tok.add_special_tokens([AddedToken(s, special=True, normalized=False) for s in specials])
     tok.decoder = decoders.Fuse()
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", 1)])
+    tok.post_processor = processors.TemplateProcessing(single=f"{specials[1]} $A", special_tokens=[(specials[1], 1)])
     return tok
 
 
-def with_tokenizer(checkpoint: Path, out: Path) -> Path:
-    """A copy of a tiny checkpoint directory plus tokenizer.json and a ChatML-like chat template."""
+def with_tokenizer(checkpoint: Path, out: Path, specials: list[str] = SPECIALS,
+                   chat_template: str = CHAT_TEMPLATE) -> Path:
+    """A copy of a tiny checkpoint directory plus tokenizer.json and a chat template (ChatML-like by
+    default); specials[1] and [2] are BOS and EOS, the ids the tiny configs say (1, 2)."""
     if not out.exists():
         shutil.copytree(checkpoint, out)
-        char_tokenizer().save(str(out / "tokenizer.json"))
+        char_tokenizer(specials).save(str(out / "tokenizer.json"))
         (out / "tokenizer_config.json").write_text(json.dumps(
-            {"bos_token": "<s>", "eos_token": "</s>", "chat_template": CHAT_TEMPLATE}))
+            {"bos_token": specials[1], "eos_token": specials[2], "chat_template": chat_template}))
     return out
 
 

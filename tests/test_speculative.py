@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -273,6 +276,19 @@ def test_prompt_lookup_takes_the_latest_longest_match():
     assert look.propose([1, 1, 1, 1], 5, None) == ([1], None)  # the continuation ends where the text does
 
 
+def test_prompt_lookup_walks_the_prediction_in_order():
+    look = S.PromptLookup()
+    look.start(None, [5, 6, 1, 5, 6, 2, 5, 6, 3])
+    assert look.propose([9, 5, 6], 2, None) == ([1, 5], None)  # the first "5 6", not the latest
+    assert look.propose([9, 5, 6, 1, 5, 6], 9, None) == ([2, 5, 6, 3], None)  # the longest match, "1 5 6"
+    assert look.propose([9, 5, 6, 1, 5, 6, 2, 4, 5, 6], 9, None) == ([3], None)  # past the last match
+    look.start(None, [5, 6, 1])
+    assert look.propose([5, 6, 8, 5, 6], 2, None) == ([1], None)  # the prediction before the text so far
+    assert look.propose([7, 6, 1, 8, 6, 1], 2, None) == ([8, 6], None)  # nothing follows it there: the text's
+    look.start(None)  # the next request predicts nothing
+    assert look.propose([5, 6, 8, 5, 6], 2, None) == ([8, 5], None)
+
+
 def test_draft_length_follows_the_costs():
     fixed = S.DraftLength(4, fixed=True)
     assert fixed.choose(10, 0.0) == 4 and fixed.choose(2, 0.0) == 2 and fixed.choose(0, 0.0) == 0
@@ -388,41 +404,58 @@ def test_chat_speculates(pair):
 
 # --- serve ----------------------------------------------------------------------------------------
 
-def test_serve_speculates_and_answers_as_without(tiny, tmp_path):
-    """fuel serve's worker with a speculative round in place of each decode step: the greedy answers
-    (a chat whose reply repeats its prompt's words) are the plain worker's, and usage reports the
-    proposals in OpenAI's predicted-output fields."""
-    import threading
-    import time
-
+@contextmanager
+def serving(m, spec):
+    """An openai client of fuel serve's app and worker over m, in this process (spec None: plain)."""
     import openai
-    from serve_helpers import with_tokenizer
 
     from fuelcli.serve.jobs import ServedModel
     from fuelcli.serve.server import bind, make_server, url
     from fuelcli.serve.worker import EngineWorker
 
-    m = open_model(str(with_tokenizer(tiny("qwen2_window"), tmp_path / "tiny-chat")))
-    tok = m.tokenizer
+    engine = engine_of(m)
+    worker = EngineWorker(engine, m.tokenizer, m.eos_ids(), queue_size=4, speculation=spec)
+    served = ServedModel("tiny-chat", {"tiny-chat"}, m.tokenizer, engine.n_ctx, m.cfg.vocab_size, m.eos_ids(), 0)
+    sock = bind("127.0.0.1", 0)
+    server = make_server(served, worker, None, log_level="warning")
+    worker.start()
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.started:
+        time.sleep(0.01)
+    try:
+        yield openai.OpenAI(base_url=url(sock) + "/v1", api_key="none", max_retries=0)
+    finally:
+        worker.stop()
+        server.should_exit = True
+        thread.join(10)
+        worker.join(10)
+
+
+@pytest.fixture(scope="module")
+def chat_model(tiny, tmp_path_factory):
+    from serve_helpers import with_tokenizer
+
+    return open_model(str(with_tokenizer(tiny("qwen2_window"), tmp_path_factory.mktemp("spec") / "tiny-chat")))
+
+
+def ask(client, text, max_tokens=24, **extra):
+    return client.chat.completions.create(model="tiny-chat", messages=[{"role": "user", "content": text}],
+                                          max_tokens=max_tokens, temperature=0, **extra)
+
+
+def test_serve_speculates_and_answers_as_without(chat_model):
+    """fuel serve's worker with a speculative round in place of each decode step: the greedy answers
+    (a chat whose reply repeats its prompt's words) are the plain worker's, and usage reports the
+    proposals in OpenAI's predicted-output fields."""
+    m = chat_model
     answers = {}
     for name, spec in (("plain", None), ("lookup", S.lookup(4)),
                        ("self-draft", S.draft_model(engine_of(m), m.cfg.vocab_size, SamplerParams(), 3, p_min=0.0))):
-        engine = engine_of(m)
-        worker = EngineWorker(engine, tok, m.eos_ids(), queue_size=4, speculation=spec)
-        served = ServedModel("tiny-chat", {"tiny-chat"}, tok, engine.n_ctx, m.cfg.vocab_size, m.eos_ids(), 0)
-        sock = bind("127.0.0.1", 0)
-        server = make_server(served, worker, None, log_level="warning")
-        worker.start()
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-        thread.start()
-        while not server.started:
-            time.sleep(0.01)
-        client = openai.OpenAI(base_url=url(sock) + "/v1", api_key="none", max_retries=0)
-        try:
+        with serving(m, spec) as client:
             got = []
             for text in ("abcabcabc", "hello hello hello"):
-                r = client.chat.completions.create(model="tiny-chat", messages=[{"role": "user", "content": text}],
-                                                   max_tokens=24, temperature=0)
+                r = ask(client, text)
                 got.append(r.choices[0].message.content)
                 details = r.usage.completion_tokens_details
                 if spec is None:
@@ -432,12 +465,26 @@ def test_serve_speculates_and_answers_as_without(tiny, tmp_path):
                     if name == "self-draft":
                         assert details.rejected_prediction_tokens == 0 and details.accepted_prediction_tokens > 0
             answers[name] = got
-        finally:
-            worker.stop()
-            server.should_exit = True
-            thread.join(10)
-            worker.join(10)
     assert answers["lookup"] == answers["plain"] and answers["self-draft"] == answers["plain"]
+
+
+def test_serve_takes_the_prediction_as_lookup_proposals(chat_model):
+    """A request's `prediction` feeds the lookup's proposals: predicting the greedy answer leaves the
+    text as it is and gets more proposals taken than no prediction or an unrelated one (the
+    controls); a server without speculation accepts the field and answers alike."""
+    question, n = "Name three colours.", 32
+    with serving(chat_model, None) as client:
+        answer = ask(client, question, n).choices[0].message.content
+        unused = ask(client, question, n, prediction={"type": "content", "content": answer})
+        assert unused.choices[0].message.content == answer and unused.usage.completion_tokens_details is None
+    assert len(answer) == n  # one character a token: the whole answer is predicted
+    with serving(chat_model, S.lookup(8)) as client:
+        runs = {name: ask(client, question, n, **({"prediction": {"type": "content", "content": text}} if text else {}))
+                for name, text in (("none", None), ("answer", answer), ("unrelated", "~|~|~ 0123456789 ~|~|~"))}
+    assert {name: r.choices[0].message.content for name, r in runs.items()} == dict.fromkeys(runs, answer)
+    accepted = {name: r.usage.completion_tokens_details.accepted_prediction_tokens for name, r in runs.items()}
+    assert accepted["answer"] > max(accepted["none"], accepted["unrelated"]), accepted
+    assert accepted["answer"] >= n // 2, accepted
 
 
 def test_serve_refuses_speculation_on_several_slots(pair):

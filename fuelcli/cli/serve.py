@@ -50,7 +50,8 @@ def serve(
 
     --draft-model or --lookup-decoding: speculative decoding as in fuel run (with --parallel 1);
     a reply's usage then carries completion_tokens_details.accepted_prediction_tokens and
-    rejected_prediction_tokens."""
+    rejected_prediction_tokens. With --lookup-decoding a chat request's `prediction` (the expected
+    reply) is searched for proposals too; otherwise that field is accepted and not used."""
     try:
         import pydantic  # noqa: F401
         import starlette  # noqa: F401

@@ -68,6 +68,7 @@ class Job:
     loop: asyncio.AbstractEventLoop
     grammar: g.Grammar | None = None  # the worker starts its matcher (building the vocabulary may take a second)
     reply: dict = field(default_factory=dict)  # ReplyParser's arguments (chat): how the text is read back
+    prediction: list[int] = field(default_factory=list)  # the predicted output's ids: lookup decoding's proposals
     arrived: float = field(default_factory=time.perf_counter)  # for the time to first token (/metrics)
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     _cancelled: threading.Event = field(default_factory=threading.Event)
@@ -181,8 +182,9 @@ def chat_job(req: ChatRequest, model: ServedModel, loop) -> Job:
     thinking = text.rstrip().endswith(THINK)
     grammar = _output_grammar(req, fmt, tools, END_THINK if thinking else None)
     reply = {"tools": fmt, "reasoning": reasoning, "in_reasoning": reasoning and thinking}
+    prediction = tok.encode(req.prediction.content, add_special_tokens=False) if req.prediction else []
     return Job("chat", ids, req.max_new or model.n_ctx, _sampler_params(req), req.stop, req.n_logprobs, loop,
-               grammar=grammar, reply=reply)
+               grammar=grammar, reply=reply, prediction=prediction)
 
 
 def completion_job(req: CompletionRequest, model: ServedModel, loop) -> Job:

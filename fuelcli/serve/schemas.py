@@ -3,8 +3,9 @@
 Types are strict (a string is not a number, 1 is not true), unknown fields are refused as OpenAI
 refuses them, and OpenAI fields fuel cannot honour (logit_bias, n > 1, audio, ...) are refused by
 name unless they hold their neutral value: a request never silently gets less than it asked for.
-OpenAI's bookkeeping fields (store, metadata, service_tier, and prediction until fuel has lookup
-decoding) are checked and accepted without effect. Sampling fields left out take `fuel run`'s
+OpenAI's bookkeeping fields (store, metadata, service_tier) are checked and accepted without
+effect; so is prediction, a latency hint that never changes the text, unless the server runs
+lookup decoding, whose proposals it then feeds. Sampling fields left out take `fuel run`'s
 defaults, as llama-server does; top_k, min_p, repeat_penalty, repeat_last_n, chat_template_kwargs
 and reasoning_format are accepted as extensions under llama-server's names.
 """
@@ -224,7 +225,7 @@ class ChatRequest(_Sampling):
     store: bool | None = None
     metadata: dict[str, str] | None = None
     service_tier: Literal["auto", "default", "flex", "scale", "priority"] | None = None
-    prediction: Prediction | None = None  # accepted and unused until fuel has lookup decoding
+    prediction: Prediction | None = None  # proposals for --lookup-decoding; without it, unused
     # extensions (llama-server's and vLLM's names)
     chat_template_kwargs: dict | None = None
     reasoning_format: Literal["none", "auto", "deepseek"] | None = None

@@ -53,7 +53,7 @@ class Running:
         self.stats = Stats(cached_tokens=held)
         if worker.speculation is not None:
             self.stats.speculation = worker.speculation.name
-            worker.speculation.drafter.start(job.params)
+            worker.speculation.start(job.params, job.prediction)
         constraint = None
         if job.grammar is not None:
             from ..grammar import Constraint
