@@ -2,10 +2,18 @@
 transformers' eager f32 logits on tiny random checkpoints of every family, each with a negative
 control that breaks one block property (block.py) and must fail the same comparison.
 
-Tolerance: max|Δ| over all positions and the vocabulary ≤ TOL. Measured on these models (logits of
-magnitude ~10-30): reference 0.9e-5..8.2e-5, prefill/decode 1.1e-5..1.02e-4 (smollm3's decode, logits
-of 30.5, the largest; then llama31 and qwen2_window); TOL leaves ~2x headroom. The broken variants
-miss by 1e-1 or more.
+Tolerance: max|Δ| over all positions and the vocabulary ≤ tol(case): TOL = 1e-4 (issue 28's bound),
+2e-4 for llama31 and smollm3. Measured on an AMD EPYC Zen 5 (decode / prefill / reference):
+  qwen2_window 4.8e-5 / 2.8e-5 / 2.6e-5 (the largest under TOL), llama2 1.6e-5 / 2.5e-5 / 1.8e-5,
+  gemma3 3.0e-5 / 2.3e-5 / 3.2e-5, qwen2_yarn 3.1e-5 / 1.6e-5 / 2.8e-5, mixtral 2.7e-5 / 1.5e-5 / 2.4e-5,
+  phi3_longrope 2.6e-5 / 1.4e-5 / 1.4e-5, mistral 2.2e-5 / 1.7e-5 / 1.4e-5, phi3 2.4e-5 / 1.1e-5 / 1.5e-5,
+  qwen3 cases 0.8e-5..1.2e-5;
+  llama31 8.4e-5 / 4.2e-5 / 8.1e-5 and smollm3 7.5e-5 / 8.0e-5 / 7.6e-5 (1.02e-4 on smollm3's decode on
+  another machine). These two are the f32 noise of the oracle itself, not fuel's: their logits reach
+  28 and 30.5 (the others ~10; gemma3's are softcapped), and transformers' own f32 logits are 7.2e-5
+  and 1.01e-4 from its float64 logits, where fuel's three paths are 4.1e-5..6.3e-5 and 4.9e-5..1.13e-4
+  from them; in the other dense cases both are ≤ 4e-5 from float64 (transformers' MoE experts do not
+  run in float64). The broken variants miss by 1e-1 or more.
 """
 
 import dataclasses
@@ -19,8 +27,13 @@ from fuelcli.loader import open_model
 from fuelcli.rope import RopeConfig
 from fuelcli.forward_paths import PATHS, logits_by_path
 
-TOL = 2e-4
+TOL = 1e-4
+LOOSER = {"llama31": 2e-4, "smollm3": 2e-4}  # the oracle's own f32 rounding reaches ~1e-4 there (above)
 SEQ = 24  # longer than every window (4) and the llama31 original context bands (32 > SEQ is fine: wavelengths 6..1425)
+
+
+def tol(case: str) -> float:
+    return LOOSER.get(case, TOL)
 
 
 def tokens(vocab: int, n: int = SEQ, seed: int = 0) -> list:
@@ -127,7 +140,7 @@ def oracle(tiny):
 @pytest.mark.parametrize("case", list(CASES))
 def test_matches_transformers(oracle, case, path):
     model, ids, ref = oracle(case)
-    assert max_diff(model, ids, path, ref) <= TOL
+    assert max_diff(model, ids, path, ref) <= tol(case)
 
 
 NEGATIVE = [(case, brk) for case, (_, breaks) in CASES.items() for brk in breaks]
@@ -140,7 +153,7 @@ def test_negative_control_fails(oracle, case, brk, path):
     edit_cfg, edit_weights = BREAKS[brk]
     broken = dataclasses.replace(model, cfg=edit_cfg(model.cfg))
     broken.__dict__["weights"] = (edit_weights or (lambda w: w))(model.weights)
-    assert max_diff(broken, ids, path, ref) > 100 * TOL
+    assert max_diff(broken, ids, path, ref) > 100 * tol(case)
 
 
 def test_plan_of_the_window_cases(oracle):

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from block_edits import inverted_windows, with_attention
+from block_edits import inverted_windows, with_attention, with_blocks
 from typer.testing import CliRunner
 
 import fuelcli.loader
@@ -84,6 +84,11 @@ CONFIG_BREAKS = {
     "llama31": (lambda c: with_attention(c, rope=lambda r: RopeConfig(theta=r.theta)), 0),  # unscaled RoPE
     # Gemma 3's global layer 1 rotated with the local base: --layers names it, and what its block is
     "gemma3": (lambda c: with_attention(c, rope=c.blocks[0].attention.rope), 1),
+    # SmolLM3's NoPE layer 3 rotated like the others: layers 0-2 still agree
+    "smollm3": (lambda c: with_attention(c, rope=c.blocks[0].attention.rope), 3),
+    # the 5 local : 1 global pattern misread by one layer: layer 4 global, layer 5 local
+    "gemma3_6layers": (lambda c: with_blocks(c, lambda i, b: dataclasses.replace(
+        b, attention=dataclasses.replace(b.attention, window=0 if i == 4 else max(c.windows)))), 4),
 }
 
 

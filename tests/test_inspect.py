@@ -68,6 +68,48 @@ def test_mask_plan_moe(tiny, no_weights):
     assert "MoE 2 of 8" in out and "1 distinct mask variant:" in out
 
 
+def test_mask_plan_gemma3_and_smollm3(tiny, no_weights):
+    """The block properties per layer: Gemma 3's 5 local : 1 global pattern with its two RoPE bases and
+    sandwich norms, SmolLM3's layer without RoPE; each against the other family's value."""
+    v = inspect_json("mask-plan", tiny("gemma3_6layers"))
+    assert [r["attention"] for r in v["layers"]] == ["window 4"] * 5 + ["full"]
+    assert [(x["name"], x["layers"]) for x in v["variants"]] == [("window4", [0, 1, 2, 3, 4]), ("causal", [5])]
+    assert [r["rope"] for r in v["layers"]] == ["θ=10000"] * 5 + ["θ=1e+06"]
+    assert {r["norms"] for r in v["layers"]} == {"pre + post"} and v["nope_layers"] == []
+    assert {r["ffn"] for r in v["layers"]} == {"dense GELU-tanh"}
+    v = inspect_json("mask-plan", tiny("gemma3"))  # sliding_window_pattern 2 and a scaled global RoPE
+    assert [r["window"] for r in v["layers"]] == [4, 0, 4]
+    assert [r["rope"] for r in v["layers"]] == ["θ=100", "θ=10000 linear ×4", "θ=100"]
+    assert v["rope_rule"] == "local layers θ=100, global layers θ=10000 linear ×4"
+    v = inspect_json("mask-plan", tiny("smollm3"))
+    assert [r["rope"] for r in v["layers"]] == ["θ=10000"] * 3 + ["none"] and v["nope_layers"] == [3]
+    assert {r["norms"] for r in v["layers"]} == {"pre"} and {r["ffn"] for r in v["layers"]} == {"dense"}
+    assert v["num_variants"] == 1 and "no_rope_layers" in v["rope_rule"]
+    code, out = invoke("inspect", "mask-plan", tiny("smollm3"))
+    assert code == 0 and "none" in out and "RoPE: no RoPE on layers 3 (no_rope_layers)" in out
+    code, out = invoke("inspect", "mask-plan", tiny("gemma3"))
+    assert code == 0 and "pre + post" in out and "GELU-tanh" in out and "window4" in out
+
+
+def test_config_blocks_gemma3_and_smollm3(tiny, no_weights):
+    rows = {r["name"]: r for r in inspect_json("config", tiny("gemma3"))["values"]}
+    assert rows["windows"]["value"] == [4, 0, 4]
+    assert rows["rope_layers"] == {"name": "rope_layers", "value": ["θ=100", "θ=10000 linear ×4", "θ=100"],
+                                   "origin": "derived"}
+    assert rows["sandwich_norms"] == {"name": "sandwich_norms", "value": True, "origin": "family"}
+    assert rows["norm_offset"]["value"] == 1.0 and rows["qk_norm"]["value"] is True
+    assert rows["activation"]["value"] == "gelu_tanh" and rows["embed_scale"]["value"] == 8.0  # sqrt(64)
+    assert rows["attention_scale"]["value"] == pytest.approx(24 ** -0.5)  # query_pre_attn_scalar, not head_dim
+    assert rows["final_softcap"] == {"name": "final_softcap", "value": 30.0, "origin": "config.json"}
+    rows = {r["name"]: r for r in inspect_json("config", tiny("smollm3"))["values"]}
+    assert rows["rope_layers"]["value"] == ["θ=10000"] * 3 + [None]
+    assert rows["windows"]["value"] == [0, 0, 0, 0] and rows["sandwich_norms"]["value"] is False
+    assert rows["norm_offset"]["value"] == 0.0 and rows["attention_scale"]["value"] is None
+    assert "rope_layers" not in {r["name"] for r in inspect_json("config", tiny("llama2"))["values"]}  # one RoPE
+    code, out = invoke("inspect", "config", tiny("smollm3"))
+    assert code == 0 and '["θ=10000", "θ=10000",' in out and "\\u03b8" not in out  # θ, not its JSON escape
+
+
 def test_config_origins(tiny, no_weights):
     v = inspect_json("config", tiny("llama31"))
     rows = {r["name"]: r for r in v["values"]}

@@ -93,7 +93,7 @@ def config_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[s
     t = _table(f"{v['model']} ({v['source_kind']})", "name", "value", "origin")
     for r in v["values"]:
         val = r["value"]
-        text = json.dumps(val) if isinstance(val, (list, bool)) or val is None else str(val)
+        text = json.dumps(val, ensure_ascii=False) if isinstance(val, (list, bool)) or val is None else str(val)
         _row(t, r["name"], text, r["origin"])
     _console().print(t)
 
