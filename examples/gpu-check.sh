@@ -61,6 +61,8 @@ done
 WORK=${TMPDIR:-/tmp}/fuel-gpu-check
 mkdir -p "$WORK/logs"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}  # this checkout's fuel, installed or not
+# no network there: a test that would fetch (pip download) fails at once and skips, no retries
+export PIP_RETRIES=0 PIP_TIMEOUT=5
 export HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 NUMBA_ENABLE_CUDASIM=$SIM NUMBA_CACHE_DIR=$WORK/numba-cache
 FUEL=("$PY" -m fuelcli)
 if ((SIM)); then  # the simulator's speed-ups and warp shuffle (tests/cuda_sim.py) for the commands too
