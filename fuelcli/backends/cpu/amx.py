@@ -1,4 +1,4 @@
-"""Prefill products on AMX tiles (Intel Sapphire Rapids and later), for the block formats.
+"""Prefill products on AMX tiles (CPUs with AMX-BF16), for the block formats.
 
 One TDPBF16PS multiplies a 16 x 32 bf16 tile by a 32 x 16 one into 16 x 16 f32 sums: 8,192
 multiply-adds, where the vector path's vpdpwssd does 32 (measured here: 1.1 T multiply-adds/s per

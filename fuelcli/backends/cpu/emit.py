@@ -123,8 +123,8 @@ class PlanesBlocks(NamedTuple):
 # The words decode kernels (kernels.py, every ISA without the int8 planes) read a 32-element group's
 # stored bytes as 16 words and take the weights out of each word in place, with masks and shifts:
 # word i yields the group's elements 2i (`even`) and 2i + 1 (`odd`), signed int16. Nothing widens
-# bytes to words (vpmovzxbw, one pipe of a Zen 3 core, bounded the int16 decode kernels there at
-# 4.8 GB/s per core). The activations are read in the same order (core.py: a token's words layout,
+# bytes to words (vpmovzxbw: on a core that runs it on one pipe it bounded the int16 decode kernels
+# at 4.8 GB/s per core). The activations are read in the same order (core.py: a token's words layout,
 # each 32-element block's even elements, then its odd ones), so lane k of the two vpmaddwd sums
 # elements 4k .. 4k+3 of the group. The kernels take WORD_CHUNK groups at a time: one K-quant
 # block, or eight blocks of a 32-element format, with their scales as one vector.

@@ -15,7 +15,7 @@ Three kernels per weight format, all `void f(i64, ...)` called by address from n
       arithmetic in the one-token kernel's order: its results are the one-token kernel's, bit
       for bit, whatever tokens ride along. Decode here is bound by compute (the unpacking and the
       int16 dots), not by reading the weights, so what a wider kernel saves is the unpacking: a
-      matrix's time for 4 tokens, one thread of a Zen 3 EPYC, against 4 one-token kernels: Q5_0
+      matrix's time for 4 tokens, one thread of an AVX2 core, against 4 one-token kernels: Q5_0
       0.52x, Q4_1 0.59x, Q4_K 0.68x, Q6_K 0.73x, Q8_0 0.78x (Q4_K's and Q8_0's unpacking is a few
       operations a group; the 16 vpmaddwd and the lane sums per 256 elements stay per token). 8
       tokens as one kernel ran no faster than 4 + 4 (its sums spill); 3 tokens on one kernel
@@ -72,8 +72,8 @@ def tile_shape(isa: Isa, quant: bool) -> tuple[int, int]:
     """(tokens, groups of L rows) per micro-kernel pass: 2 accumulators each (int32 + f32) and a
     panel vector per group must fit the registers. On AVX-512, 3 tokens x 4 groups (28 registers)
     against 12 x 1: a panel load feeds 3 products and an activation broadcast 4, 7 loads per 12
-    vpdpwssd instead of 13; single-thread prefill of 512 tokens on a Zen 4 EPYC, Q4_K / Q6_K /
-    Q5_0 / Q8_0 matrices +4 / +17 / +7 / +12% (medians of 3 interleaved runs)."""
+    vpdpwssd instead of 13; single-thread prefill of 512 tokens on a CPU with 2-cycle 512-bit ops,
+    Q4_K / Q6_K / Q5_0 / Q8_0 matrices +4 / +17 / +7 / +12% (medians of 3 interleaved runs)."""
     if isa.lanes == 16:  # f32: one group of rows (more measured no faster there: 80% of the FMA peak)
         return (3, 4) if quant else (24, 1)
     if isa.name == "avx2":
@@ -89,13 +89,13 @@ def tile_shape(isa: Isa, quant: bool) -> tuple[int, int]:
 # rows further on (a task's rows are contiguous), so they arrive while this group computes. Measured
 # with 1 thread, CPU time per token: 1.74x decode on the Qwen demo (Q5_0), 1.54x on an f16 file; 1, 2
 # or 4 groups ahead differ by less than the noise. Into L2 (prefetcht1): prefetcht0 held L1's few
-# miss buffers; on a Zen 4 EPYC, 2 threads, matrices from DRAM: avx512vnni Q4_K 17.6 -> 19.5 GB/s,
-# bf16/f16/f32 +5-10%, avx2 Q4_K / Q5_0 +6% / +5% (medians of interleaved runs).
+# miss buffers; 2 threads, matrices from DRAM: avx512vnni Q4_K 17.6 -> 19.5 GB/s, bf16/f16/f32
+# +5-10%, avx2 Q4_K / Q5_0 +6% / +5% (medians of interleaved runs; docs/performance.md).
 PREFETCH_GROUPS = 2
 
 
 # The words kernels go a row at a time and ask for the bytes WORD_AHEAD bytes on (a task's rows are
-# contiguous). Matrices from DRAM, 2 threads, Zen 3, best of 6 interleaved in one process: Q4_K
+# contiguous). Matrices from DRAM, 2 threads, AVX2, best of 6 interleaved in one process: Q4_K
 # 8960 x 1536 at 1 / 2 / 3 / 4 KiB ahead 14.4 / 15.2 / 15.2 / 16.9 GB/s, none 13.2; Q5_0 11.3 /
 # 12.0 / 11.9 / 12.8, none 11.2; 4 to 12 KiB within 8% of each other
 WORD_AHEAD = 4096
@@ -105,8 +105,8 @@ def _reduce_groups(isa, bd, P, full=True):
     """The lane sums of the groups' dots P[j] (8 or 4 <8 x i32>) by vphaddd: full -> <n x i32>, lane
     j the sum of P[j]; else (a words_sub16 format, 8 groups) the two vectors after the second level, the sums of
     lanes 0-3 and 4-7 of each group in emit.SUB16_ORDER.
-    (In-lane unpacks and adds instead measured the same on a Zen 3 core, where vphaddd takes two
-    cycles: the reduction is not what bounds these kernels.)"""
+    (In-lane unpacks and adds instead measured the same on a core where vphaddd takes two cycles:
+    the reduction is not what bounds these kernels.)"""
     n = len(P)
     h = [hadd(isa, bd, P[j], P[j + 1]) for j in range(0, n, 2)]
     q = [hadd(isa, bd, h[j], h[j + 1]) for j in range(0, len(h), 2)]
@@ -231,7 +231,7 @@ def _decode_planes(isa, mod, code, name, B=1):
     K-quant layout); two rows at a time share the activation loads and the vector work of their
     scales. The zero point of q comes off at the end: z * sum over 16-element pieces of scale *
     (the activations' sums there). The bytes PLANES_AHEAD rows on are fetched into L2 (prefetcht1):
-    on an AMD EPYC (Zen 4) a Q4_K kernel read 17.6 -> 33 GB/s from DRAM with 2 threads where
+    a Q4_K kernel read 17.6 -> 33 GB/s from DRAM with 2 threads (docs/performance.md) where
     prefetcht0 two groups ahead filled L1's miss buffers (a C prototype, 16 matrices of 8960 x 1536
     cycled). B tokens (DECODE_WIDTHS): the first token's units serve every token; the emitter is
     asked again per token only for its lane scales (they hold the token's activation scales), and
@@ -735,9 +735,9 @@ def _micro_float_avx2(mod, name, masked):
     """The AVX2 f32 token-tile kernel, ASM_FLOAT_TILE, in inline assembly: per element of k 2 panel
     loads, 6 broadcasts and 12 FMAs, the sums in registers. LLVM's code for the IR version (10 tokens
     x 1 group) ran a broadcast per FMA, register copies and an address computation per token: 26
-    GMAC/s a thread of a Zen 3 core's 48. Same arguments as _micro_float, the same FMAs in the same
-    order (so the same sums, bit for bit); a tile with rows past the matrix goes to `masked`, the IR
-    version."""
+    GMAC/s a thread of the core's 48 (two 256-bit FMAs a cycle). Same arguments as _micro_float, the
+    same FMAs in the same order (so the same sums, bit for bit); a tile with rows past the matrix
+    goes to `masked`, the IR version."""
     L = ISAS["avx2"].lanes
     fn, bd = func(mod, name, 8)
     fn.linkage = "internal"
@@ -910,7 +910,7 @@ def addresses(code: int, isa: Isa) -> tuple[int, int, int, int]:
 
 def wide_widths(code: int) -> tuple:
     """The widths of a format's B-wide decode kernels: a float format's 4 tokens keep 16 vectors
-    of sums, which spill on AVX2 (one thread, Zen 3, a matrix's time for 4 tokens against 4
+    of sums, which spill on AVX2 (one thread, a matrix's time for 4 tokens against 4
     one-token kernels: f16 / bf16 / f32 as 2 + 2 0.79x / 0.61x / 0.74x, on one kernel 0.68x /
     0.78x / 1.12x), so they run 2 at a time."""
     return DECODE_WIDTHS if U.record(code).quant else (2,)
