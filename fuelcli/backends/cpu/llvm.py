@@ -35,7 +35,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ...derived import cache_root, write_atomic
+from ...derived_cache import cache_root, write_atomic
 from ...errors import InputError
 from .jit import SOURCE_DIGEST
 
