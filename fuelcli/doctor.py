@@ -83,7 +83,7 @@ def dir_size(path: Path, pattern: str = "*") -> int:
 def caches() -> list[dict]:
     """Every directory fuel writes or reads models from: where, how big, what it holds."""
     from . import demo
-    from .derived import cache_root
+    from .derived_cache import cache_root
 
     home = demo.fuel_home()
     derived = cache_root()

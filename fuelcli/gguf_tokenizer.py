@@ -28,7 +28,7 @@ from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tok
 
 from .errors import InputError
 from .tokenizer import Tokenizer
-from .native import call_quietly
+from .panic_guard import call_quietly
 from .weights.gguf_meta import check_merges, positions
 
 # llama.cpp's regexes (llama-vocab.cpp, llm_tokenizer_bpe), each applied in turn to the pieces the
@@ -182,14 +182,14 @@ def _spm_merges(tokens: list, scores: list, types: list) -> list:
     """Every split of a normal token into two vocabulary pieces, best merged score first: BPE over
     these ranks takes, at each step, the adjacent pair whose joined piece scores highest, as
     llama.cpp's SPM tokenizer (llm_tokenizer_spm_session) does. Kept on disk per vocabulary
-    (spm-merges/ under derived.cache_root()): Gemma 3's 262k tokens give 514k merges, ~3 s of Python
+    (spm-merges/ under derived_cache.cache_root()): Gemma 3's 262k tokens give 514k merges, ~3 s of Python
     a start, ~0.2 s to load."""
     import hashlib
     import pickle
 
     import numpy as np
 
-    from .derived import cache_root, write_atomic
+    from .derived_cache import cache_root, write_atomic
 
     h = hashlib.sha256("\x00".join(tokens).encode("utf-8", "surrogatepass"))
     h.update(np.asarray(scores, np.float64).tobytes() + np.asarray(types, np.int64).tobytes())

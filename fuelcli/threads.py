@@ -4,9 +4,8 @@ fuel makes one numba call per forward; inside it every matmul is a parallel regi
 a decode step of a 28-layer model. OpenMP's wait policy is left at its default, as llama.cpp and
 torch run: a worker spins a little (libgomp: 300,000 polls, a few ms) before it sleeps, so the next
 region starts without a wake-up. A passive wait (`OMP_WAIT_POLICY=passive`: every region wakes its
-workers through the kernel) measured decode 1.3-1.9x slower on a 2-core AMD EPYC: SmolLM2 65 -> 121 t/s, the Qwen demo 31 -> 40, the 1.5B-shape Q4_K file 14.5 ->
-18.2 (2 threads, medians of interleaved runs); a user's OMP_WAIT_POLICY or GOMP_SPINCOUNT is
-honoured.
+workers through the kernel) measured decode 1.3-1.9x slower on 2 cores (figures: docs/performance.md);
+a user's OMP_WAIT_POLICY or GOMP_SPINCOUNT is honoured.
 FUEL_THREADS sets the pool's thread count: a whole number up to llama.cpp's GGML_MAX_N_THREADS (a
 million threads crash numba's pool; anything but a number makes numba warn and ignore it).
 `-t/--threads` sets the count per command (set_threads).

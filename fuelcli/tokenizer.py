@@ -18,7 +18,7 @@ from tokenizers import processors
 from .errors import InputError
 from .files import is_present, open_regular, read_regular
 from .jsondoc import MAX_BYTES, kind, read_object
-from .native import call_quietly
+from .panic_guard import call_quietly
 
 _REPLACEMENT = "\ufffd"  # what the decoders emit for an incomplete UTF-8 sequence
 

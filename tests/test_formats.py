@@ -324,7 +324,7 @@ def test_decode_int16(isa, fmt):
 def test_prefill_int16(isa, fmt):
     """Many tokens (the panel kernels): every token-tile remainder, a partial last lane group and a
     partial last task, several k chunks and a partial one; same bounds as one token."""
-    from fuelcli.backends.cpu.kernels import KC, TASK_ROWS
+    from fuelcli.backends.cpu.kernels_prefill import KC, TASK_ROWS
 
     f = FORMATS[fmt]
     ncols = KC * 2 + max(f.block_elems, 64)  # two full chunks of k and a partial one
@@ -364,7 +364,7 @@ def test_wide_decode_is_one_token_decode(isa, fmt):
     8, 4 and 1 blocks, a float row's last K % 32 elements. Negative control: the same tokens on the
     tile kernels (their sums in another order) differ in the last bits, so equality is not what
     any correct kernel gives."""
-    from fuelcli.backends.cpu.kernels import DECODE_WIDTHS, wide_widths
+    from fuelcli.backends.cpu.kernels_decode import DECODE_WIDTHS, wide_widths
 
     f = FORMATS[fmt]
     ncols = 1024 if f.block_elems == 256 else 928 if f.block_elems == 32 else 301

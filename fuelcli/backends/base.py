@@ -76,6 +76,11 @@ class Engine(ABC):
             raise InputError(f"no sequence slot {slot}: the engine holds {self.slots}")
         return slot
 
+    def compiled(self) -> bool:
+        """Whether warm_up finds this engine's code compiled already (False: it compiles first, which
+        a command says before it starts). A backend that cannot tell says True."""
+        return True
+
     def warm_up(self):
         """One token through the model, then forgotten: the one-time costs of a first forward (a JIT
         compile or loading compiled kernels, paging in the weights) are paid here, before any timing.

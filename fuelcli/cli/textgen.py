@@ -123,11 +123,7 @@ def ready_engine(m, n_ctx: int, device: str | None, quiet: bool, cache_type: str
     from ..backends import make_engine
 
     engine = make_engine(m.cfg, m.weights, n_ctx=n_ctx, device=device, cache_type=cache_type, slots=slots)
-    compiling = False
-    if engine.device == "cpu":
-        from ..backends.cpu.engine import kernels_cached
-
-        compiling = not kernels_cached(m.weights)
+    compiling = not engine.compiled()
     if compiling and not quiet:
         formats = ", ".join(sorted({t.fmt for t in m.weights.tensors()}))
         err(f"compiling fuel's CPU kernels for {formats} weights (once per weight format on this machine, "

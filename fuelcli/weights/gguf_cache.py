@@ -10,7 +10,7 @@ no one can set back), and the parser's own source, so a file rewritten, replaced
 fuel whose parser changed, misses. An entry carries the SHA-256 of its payload: a damaged or cut
 entry is ignored and written again, never trusted. Only headers with a vocabulary-sized string
 array are kept (small ones parse in microseconds); a file keeps one entry (a new one replaces the
-older). Entries live in gguf-headers/ under derived.cache_root(); a read-only or full cache only
+older). Entries live in gguf-headers/ under derived_cache.cache_root(); a read-only or full cache only
 costs the parse.
 """
 
@@ -21,7 +21,7 @@ import os
 import pickle
 from pathlib import Path
 
-from ..derived import cache_root, write_atomic
+from ..derived_cache import cache_root, write_atomic
 
 MIN_STRINGS = 4096  # a string array at least this long makes a header worth keeping
 _SEP = "\x00"

@@ -1,4 +1,4 @@
-"""Prefill products on AMX tiles (Intel Sapphire Rapids and later), for the block formats.
+"""Prefill products on AMX tiles (CPUs with AMX-BF16), for the block formats.
 
 One TDPBF16PS multiplies a 16 x 32 bf16 tile by a 32 x 16 one into 16 x 16 f32 sums: 8,192
 multiply-adds, where the vector path's vpdpwssd does 32 (measured here: 1.1 T multiply-adds/s per
@@ -288,7 +288,7 @@ def _prefetch_row(bd, wp, r, row_bytes, b0, b1):
 
 def driver(mod, name):
     """prefill(unpack, w, row_bytes, n_rows, K, T, planes, -, -, out, ldo) for the <= ROWS rows of a
-    task (the same arguments as the vector drivers: kernels._prefill_task calls it)."""
+    task (the same arguments as the vector drivers: kernels_prefill._prefill_task calls it)."""
     fn, bd = func(mod, name, 11)
     fn.linkage = "internal"
     unpack_, w, row_bytes, n_rows, K, T, x_, _xs, _xf, out_, ldo = fn.args

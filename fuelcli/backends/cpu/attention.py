@@ -38,7 +38,7 @@ ATT_TOKENS = 16  # tokens of one attention task: its queries share every K/V blo
 KEY_BLOCK = 16  # positions per K block of the cache, the lanes of a score vector
 # by vector lanes: queries updated together per key block (the widest first; the rest of a task's
 # slots take each smaller size at most once). 3 on AVX2: a decode step of a 3-query group (SmolLM2)
-# in one pass, not 2 + 1: 0.18 -> 0.15 ms a layer at depth 2048 (1 thread, Zen 3, from L3).
+# in one pass, not 2 + 1: 0.18 -> 0.15 ms a layer at depth 2048 (1 thread, from L3).
 CHUNKS = {16: (8, 4, 2, 1), 8: (4, 3, 2, 1)}
 MAX_SPLITS = 16  # key runs of one decode step's attention at most (activations.part holds them)
 MIN_SPLIT_BLOCKS = 8  # key blocks a run takes at least: shorter runs cost more to combine than they save
@@ -69,8 +69,8 @@ def _chains(Q, L):
     """Score sums per query (independent FMA chains, shorter sums): 8 or more chains in flight, in
     the registers. On AVX2 (16 registers) a score row of KEY_BLOCK keys is 2 vectors: 8 sums at most;
     with more (the 8-query chunk, 2 chains each) half the chunk's steps were spills. With the softmax a
-    query at a time: prefill of 512 tokens after 2048, SmolLM2's heads, 1 thread on a Zen 3, 82 -> 48
-    ms a layer."""
+    query at a time: prefill of 512 tokens after 2048, SmolLM2's heads, 1 thread, 82 -> 48 ms a
+    layer."""
     return max(2, 8 // Q) if L == 16 else max(1, 4 // Q)
 
 

@@ -37,7 +37,7 @@ TASK_ARGS = 12
 
 # The int16 activations are at most Q_MAX = 127 * 256 + 127 in magnitude, so that each is exactly
 # 256 * hi + lo with hi and lo both int8: the planes that vpdpbusd (u8 weights x s8 activations)
-# reads (kernels.py: the planes decode kernels).
+# reads (kernels_decode.py: the planes decode kernels).
 Q_MAX = 32639.0
 
 

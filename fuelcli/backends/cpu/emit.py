@@ -8,8 +8,9 @@ element `scale * w (+ min)` with w a small signed integer. A record's emitters:
 
   block   (bd, row, blk) -> Block: one format block as groups of 32 int16 w with their scales (and
           mins): the prefill panels, the exact row decode, the AMX panels
-  words   (bd, row, b0, n) -> WordChunk: decode on every ISA without the int8 planes (kernels.py,
-          _decode_words): a chunk of WORD_CHUNK groups taken out of the stored bytes read as words
+  words   (bd, row, b0, n) -> WordChunk: decode on every ISA without the int8 planes
+          (kernels_decode._decode_words): a chunk of WORD_CHUNK groups taken out of the stored
+          bytes read as words
   planes  (bd, rows, b0, nblk, xs) -> PlanesBlocks: decode on avx512vnni (_decode_planes): the
           stored bytes as unsigned bytes for vpdpbusd
   floats  (bd, row, k, n, exact) -> <n x float>: the float formats, all kernels
@@ -92,7 +93,7 @@ class Block(NamedTuple):
 
 # ------------------------------------------------------------------ planes: u8 weights for vpdpbusd
 #
-# The planes decode kernels (kernels.py) dot unsigned weight bytes with the two int8 planes of the
+# The planes decode kernels (kernels_decode.py) dot unsigned weight bytes with the two int8 planes of the
 # int16 activations, for one or two rows at a time, a chunk of 256 elements at a time (one K-quant
 # block, eight 32-element blocks; a row's last blocks of a 32-element format in chunks of two and
 # one). A chunk gives units of 64 consecutive elements (Q4_K: of the K-quant layout,
@@ -120,18 +121,18 @@ class PlanesBlocks(NamedTuple):
 
 # ------------------------------------------------------------------ words: stored bytes for vpmaddwd
 #
-# The words decode kernels (kernels.py, every ISA without the int8 planes) read a 32-element group's
+# The words decode kernels (kernels_decode.py, every ISA without the int8 planes) read a 32-element group's
 # stored bytes as 16 words and take the weights out of each word in place, with masks and shifts:
 # word i yields the group's elements 2i (`even`) and 2i + 1 (`odd`), signed int16. Nothing widens
-# bytes to words (vpmovzxbw, one pipe of a Zen 3 core, bounded the int16 decode kernels there at
-# 4.8 GB/s per core). The activations are read in the same order (core.py: a token's words layout,
+# bytes to words (vpmovzxbw: on a core that runs it on one pipe it bounded the int16 decode kernels
+# at 4.8 GB/s per core). The activations are read in the same order (core.py: a token's words layout,
 # each 32-element block's even elements, then its odd ones), so lane k of the two vpmaddwd sums
 # elements 4k .. 4k+3 of the group. The kernels take WORD_CHUNK groups at a time: one K-quant
 # block, or eight blocks of a 32-element format, with their scales as one vector.
 
 WORD_CHUNK = 8  # groups of 32 elements per chunk
 WORD_ROTATE = (0, 0, 0, 0, 4, 4, 4, 4)  # 16 nibble bytes in both halves: the high half's shifted down
-# a chunk's 16-element sums come out of the kernels' reduction in this order (kernels._reduce_groups)
+# a chunk's 16-element sums come out of the kernels' reduction in this order (kernels_decode._reduce_groups)
 SUB16_ORDER = (0, 2, 4, 6, 1, 3, 5, 7, 8, 10, 12, 14, 9, 11, 13, 15)
 
 

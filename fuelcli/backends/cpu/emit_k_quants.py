@@ -161,7 +161,7 @@ def _q6_k(bd, row, blk):
 # PLANES_KBLOCK elements, lane i of unit u holds elements 16i + 4u .. 16i + 4u + 3, so lane i of every
 # unit lies in the block's 16-element row i (sub-block i // 2): the four units of a block share one
 # lane map, their dots sum in one accumulator and are converted and scaled once a block, not once a
-# unit (Zen 4, one thread, an 8960 x 1536 matrix from L3: 0.83-0.85x the time). Each unit's weights
+# unit (one thread, an 8960 x 1536 matrix from L3: 0.83-0.85x the time). Each unit's weights
 # are gathered from the stored block with one permute of its dwords.
 assert PLANES_KBLOCK == Q4_K.layout.block_elems
 KDW_Q4_K = [8 * (i // 4) + 4 * (i % 2) for i in range(LANES)]  # qs dword of lane i, unit 0: chunk

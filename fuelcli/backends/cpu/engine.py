@@ -168,6 +168,9 @@ class CpuEngine(Engine):
                 np.int64(np.float32(self.cfg.rms_norm_eps).view(np.int32)), self.lay, self.cos, self.sin,
                 self.kv.k, self.kv.v, kern, core, self.act, all_logits, logits, states)
 
+    def compiled(self) -> bool:
+        return kernels_cached(self.weights)
+
     def warm_up(self):
         """Loads the forward numba compiled for the argument types every prefill passes (or compiles
         it, while the kernels compile beside it: tables.py), without running it: a forward here

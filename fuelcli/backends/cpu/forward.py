@@ -84,16 +84,16 @@ def rmsnorm(x, residual, weight, eps, out, core):
 
 
 @helper()
-def rope(x, bias, norm, n_heads, head_dim, pos0, cos, sin, eps, scale, core):
+def bias_norm_rope(x, bias, norm, n_heads, head_dim, pos0, cos, sin, eps, scale, core):
     """x (+ bias) (per-head RMSNorm) (RoPE unless cos is 0 or head_dim is 0) (* scale unless 0), in
-    place, row by row; cos/sin: table addresses."""
+    place, row by row; cos/sin: table addresses. With head_dim 0 only the bias: add_bias."""
     tasks(core[C_ROPE], x.shape[0], args11(ptr(x), bias, norm, n_heads, head_dim, pos0, cos, sin, eps, scale))
 
 
 @helper()
 def add_bias(x, bias, core):
     """x += bias (a vector address) on every row, in place."""
-    rope(x, bias, 0, x.shape[1], 0, 0, 0, 0, 0, 0, core)
+    bias_norm_rope(x, bias, 0, x.shape[1], 0, 0, 0, 0, 0, 0, core)
 
 
 @helper()
@@ -268,10 +268,10 @@ def forward_body(tokens, segs, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, e
         for j in range(n_seg):
             slot, pos0, r1 = segs[j, SEG_SLOT], segs[j, SEG_POS], r0 + segs[j, SEG_ROWS]
             qj, kj, vj = q[r0:r1], k[r0:r1], v[r0:r1]
-            rope(qj, vaddr(vecs, vec_tab, vi[V_QB]), vaddr(vecs, vec_tab, vi[V_QN]), nh, hd, pos0, cs, sn, eps,
-                 lay[l, L_QSCALE], core)
-            rope(kj, vaddr(vecs, vec_tab, vi[V_KB]), vaddr(vecs, vec_tab, vi[V_KN]), nkv, hd, pos0, cs, sn, eps, 0,
-                 core)
+            bias_norm_rope(qj, vaddr(vecs, vec_tab, vi[V_QB]), vaddr(vecs, vec_tab, vi[V_QN]), nh, hd, pos0, cs, sn,
+                           eps, lay[l, L_QSCALE], core)
+            bias_norm_rope(kj, vaddr(vecs, vec_tab, vi[V_KB]), vaddr(vecs, vec_tab, vi[V_KN]), nkv, hd, pos0, cs, sn,
+                           eps, 0, core)
             if vi[V_VB] >= 0:
                 add_bias(vj, vaddr(vecs, vec_tab, vi[V_VB]), core)
             kc, vc = k_cache[l, slot], v_cache[l, slot]

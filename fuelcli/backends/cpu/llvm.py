@@ -35,7 +35,7 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ...derived import cache_root, write_atomic
+from ...derived_cache import cache_root, write_atomic
 from ...errors import InputError
 from .jit import SOURCE_DIGEST
 
@@ -116,7 +116,7 @@ def emulated(name: str) -> Isa:
 
 def planes_isa(isa: Isa) -> bool:
     """Whether the ISA's block-format decode kernels read one token's int16 activations as two int8
-    planes (vpdpbusd: kernels._decode_planes); the others read them as int16 words (_decode_words)."""
+    planes (vpdpbusd: kernels_decode._decode_planes); the others read them as int16 words (_decode_words)."""
     return isa.name == "avx512vnni"
 
 

@@ -26,7 +26,8 @@ from .jit import PARALLEL, helper
 from .amx import AMX_MIN_TOKENS
 from .amx import ROWS as AMX_ROWS
 from .attention import ATT_TOKENS, KEY_BLOCK, MIN_SPLIT_BLOCKS, PART_EXTRA
-from .kernels import DECODE_ROWS, DECODE_WIDTHS, TASK_ROWS
+from .kernels_decode import DECODE_ROWS, DECODE_WIDTHS
+from .kernels_prefill import TASK_ROWS
 from .llvm import args11, kcall, ptr, stack_counter, take, thread_count
 
 # columns of the kernel table; K_WIDE + i: the decode kernel of DECODE_WIDTHS[i] tokens (add_wide)
@@ -180,7 +181,7 @@ def decode_task(x, qx, b, w_addr, n_rows, row_bytes, code, kern, out_addr, col=K
     """(kernel, n_tasks, args) of row b of out = x @ W^T on the decode kernels (col: the kernel
     table's column; a B-wide kernel takes rows b .. b + B - 1): they read token b's x (float
     formats) or its int16 quantisation, int8 planes or words (block formats; quantize_for wrote
-    them for b < its n_dec), the next tokens' at the strides kernels._tokens assumes."""
+    them for b < its n_dec), the next tokens' at the strides kernels_decode._tokens assumes."""
     K = x.shape[1]
     nb = K // AB
     xp = ptr(qx.xq) + 2 * b * K if kern[code, K_QUANT] else ptr(x) + 4 * b * K

@@ -3,9 +3,9 @@ code, and the calls the kernels make through it.
 
 A record holds a format's emitters (emit_floats.py, emit_legacy.py, emit_k_quants.py,
 emit_iq.py) and the few facts the kernels need of it (a min per group, the zero point the planes
-kernels take off, ...); kernels.py and amx.py ask the record, never a format's name. Adding a
-format: its description in fuelcli/formats, its emitters and record in the emit module of its kind
-(listed below), its CUDA decoder (backends/cuda/kernels/); the check below catches a format the
+kernels take off, ...); the kernels (kernels_decode.py, kernels_prefill.py, amx.py) ask the
+record, never a format's name. Adding a format: its description in fuelcli/formats, its emitters
+and record in the emit module of its kind (listed below), its CUDA decoder (backends/cuda/kernels/); the check below catches a format the
 registry has without a CPU record.
 """
 

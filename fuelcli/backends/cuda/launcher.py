@@ -4,10 +4,11 @@ A decode step of an 8B model is about 160 launches whose arguments are the same 
 weights, the activations and the KV cache are allocated once) but for the position and the token id.
 numba-cuda's call path (`kernel[grid, block](*args)`) builds a launch configuration, types every
 argument, looks the overload up and marshals each array into its kernel parameters again at every
-call: on the lent H200 a decode step was bound by that, not by the GPU (80 tok/s, 8% of the memory
-roofline, on a Llama-8B-shaped Q4_K file). `Prepared` does it once, with numba-cuda's own compile
-and marshalling, and then issues the launch the way numba-cuda's last line does (cuda.core's
-`launch`); `set(i, value)` re-marshals one scalar argument (the position, the token).
+call: on a data-centre GPU a decode step was bound by that, not by the GPU (80 tok/s, 8% of the
+memory roofline, on a Llama-8B-shaped Q4_K file; docs/gpu.md). `Prepared` does it once, with
+numba-cuda's own compile and marshalling, and then issues the launch the way numba-cuda's last line
+does (cuda.core's `launch`); `set(i, value)` re-marshals one scalar argument (the position, the
+token).
 
 The simulator has no cuda.core launch: there, and with FUEL_CUDA_LAUNCH=numba (to compare), every
 launch takes numba-cuda's ordinary path.

@@ -1,0 +1,386 @@
+"""The decode kernels (one token, or B tokens at once) and the exact row decode, generated as
+LLVM IR for one instruction set; kernels.py puts them in modules and compiles them.
+
+  decode(w, row_bytes, n_rows, K, x, xs, xf, out, xp, xz)
+      out[r] = row r . x for one token. Block formats take x quantised to int16 per 32-element
+      block (block scales xs, block sums xf, 16-element sums xz: matmul.quantize_rows), laid out
+      in xp for their kernel: on avx512vnni as two int8 planes (_decode_planes, vpdpbusd on the
+      stored bytes), elsewhere as int16 words in the order the stored bytes give the weights
+      (_decode_words, vpmaddwd / vpdpwssd). Float formats take x as f32 and run FMAs.
+      B-wide (B in DECODE_WIDTHS; wide_module, compiled at an engine's first step of several
+      sequences): out[b, r] for tokens b < B, each token's x at the strides of the decode
+      layouts (_tokens). A row's weights are unpacked once (unpack.word_chunk / planes_blocks) and
+      dotted with every token's activations into that token's accumulators, each token's
+      arithmetic in the one-token kernel's order: its results are the one-token kernel's, bit
+      for bit, whatever tokens ride along. Decode here is bound by compute (the unpacking and the
+      int16 dots), not by reading the weights, so what a wider kernel saves is the unpacking: a
+      matrix's time for 4 tokens, one thread of an AVX2 core, against 4 one-token kernels: Q5_0
+      0.52x, Q4_1 0.59x, Q4_K 0.68x, Q6_K 0.73x, Q8_0 0.78x (Q4_K's and Q8_0's unpacking is a few
+      operations a group; the 16 vpmaddwd and the lane sums per 256 elements stay per token). 8
+      tokens as one kernel ran no faster than 4 + 4 (its sums spill); 3 tokens on one kernel
+      saved 27% over 2 + 1 on Q5_0, but a third width costs another 50% of compile. Float
+      formats: 2 tokens a kernel (wide_widths).
+  dequant(row, K, out)
+      one row decoded to f32 exactly as the numpy decode in fuelcli/formats (embedding lookups).
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from . import emit as E
+from . import unpack as U
+from .core import TASK_ARGS
+from .llvm import planes_isa
+from .irgen import (F32T, G, I8, I16, I32, Loop, Var, func, ptr_to, c64, const, dpb, dpw, fmuladd, hadd, hsum,
+                    in_steps, load, prefetch, splat, splat_c, vec)
+
+DECODE_ROWS = 16  # rows of one decode task
+DECODE_WIDTHS = (2, 4)  # tokens of the B-wide decode kernels (wide_widths: a format's)
+
+
+# ------------------------------------------------------------------ block formats
+
+
+# A decode kernel reads each weight once, and short rows (896 elements: 616 bytes of Q5_0) end before
+# the hardware prefetcher ramps up: each step first asks for the same bytes PREFETCH_GROUPS groups of
+# rows further on (a task's rows are contiguous), so they arrive while this group computes. Measured
+# with 1 thread, CPU time per token: 1.74x decode on the Qwen demo (Q5_0), 1.54x on an f16 file; 1, 2
+# or 4 groups ahead differ by less than the noise. Into L2 (prefetcht1): prefetcht0 held L1's few
+# miss buffers; 2 threads, matrices from DRAM: avx512vnni Q4_K 17.6 -> 19.5 GB/s, bf16/f16/f32
+# +5-10%, avx2 Q4_K / Q5_0 +6% / +5% (medians of interleaved runs; docs/performance.md).
+PREFETCH_GROUPS = 2
+
+
+# The words kernels go a row at a time and ask for the bytes WORD_AHEAD bytes on (a task's rows are
+# contiguous). Matrices from DRAM, 2 threads, AVX2, best of 6 interleaved in one process: Q4_K
+# 8960 x 1536 at 1 / 2 / 3 / 4 KiB ahead 14.4 / 15.2 / 15.2 / 16.9 GB/s, none 13.2; Q5_0 11.3 /
+# 12.0 / 11.9 / 12.8, none 11.2; 4 to 12 KiB within 8% of each other
+WORD_AHEAD = 4096
+
+
+def _reduce_groups(isa, bd, P, full=True):
+    """The lane sums of the groups' dots P[j] (8 or 4 <8 x i32>) by vphaddd: full -> <n x i32>, lane
+    j the sum of P[j]; else (a words_sub16 format, 8 groups) the two vectors after the second level, the sums of
+    lanes 0-3 and 4-7 of each group in emit.SUB16_ORDER.
+    (In-lane unpacks and adds instead measured the same on a core where vphaddd takes two cycles:
+    the reduction is not what bounds these kernels.)"""
+    n = len(P)
+    h = [hadd(isa, bd, P[j], P[j + 1]) for j in range(0, n, 2)]
+    q = [hadd(isa, bd, h[j], h[j + 1]) for j in range(0, len(h), 2)]
+    if not full:
+        return q
+    if n == 4:  # [P0..P3 lanes 0-3 | lanes 4-7]
+        lo, hi = (bd.shuffle_vector(q[0], q[0], const(I32, range(k, k + 4))) for k in (0, 4))
+    else:
+        lo = bd.shuffle_vector(q[0], q[1], const(I32, [0, 1, 2, 3, 8, 9, 10, 11]))
+        hi = bd.shuffle_vector(q[0], q[1], const(I32, [4, 5, 6, 7, 12, 13, 14, 15]))
+    return bd.add(lo, hi)
+
+
+def _tokens(bd, B, K, ldo, xs_, xf_, out_, xp_, xz_):
+    """Per token b < B, the i64 addresses (xs, xf, out, xp, xz) of its block scales, block sums,
+    outputs and decode layout, from token 0's: the strides of matmul.decode_task (out: ldo floats,
+    the matrix's rows). Token 0's are the arguments themselves."""
+    nb = bd.udiv(K, c64(G))
+    strides = (bd.mul(nb, c64(4)), bd.mul(nb, c64(4)), bd.mul(ldo, c64(4)), bd.add(bd.mul(K, c64(4)), c64(64)),
+               bd.mul(bd.udiv(K, c64(16)), c64(4)))
+    base = (xs_, xf_, out_, xp_, xz_)
+    return [base if b == 0 else tuple(bd.add(a, bd.mul(s, c64(b))) for a, s in zip(base, strides)) for b in range(B)]
+
+
+def _decode_words(isa, mod, code, name, B=1):
+    """decode on the token's words layout (every ISA without the int8 planes), a row at a time and
+    unpack.WORD_CHUNK groups at a time: each group's weights taken out of its stored words in place
+    (unpack.word_chunk) and dotted with its even and odd activations by two vpmaddwd (vpdpwssd with
+    VNNI); the chunk's dots summed across lanes into one vector (vphaddd), converted, times the
+    groups' scales and activation scales in one FMA (the mins in another). A 32-element format's
+    last blocks go four and then one at a time. B tokens (DECODE_WIDTHS): a chunk is unpacked once
+    and dotted with each token's activations into that token's accumulator, each token's steps
+    those of the one-token kernel in the same order."""
+    fn, bd = func(mod, name, 11)
+    fn.linkage = "internal"
+    w, row_bytes, n_rows, K, _xq, xs_, xf_, out_, xw_, xz_, ldo = fn.args
+    rec = U.record(code)
+    BL = rec.layout
+    per = BL.block_elems // G  # groups per format block
+    chunk = E.WORD_CHUNK // per  # format blocks per chunk
+    L = G // 4  # i32 lanes of a group's dot
+    half = vec(I16, G // 2)
+    wp = ptr_to(bd, w, I8)
+    toks = [(ptr_to(bd, xs, F32T), ptr_to(bd, xf, F32T), ptr_to(bd, out, F32T), ptr_to(bd, xw, I16),
+             ptr_to(bd, xz, F32T)) for xs, xf, out, xw, xz in _tokens(bd, B, K, ldo, xs_, xf_, out_, xw_, xz_)]
+    nb = bd.udiv(K, c64(BL.block_elems))
+    has_min = rec.has_min
+    ahead = c64(WORD_AHEAD)
+
+    def dot(xw, even, odd, g):  # <8 x i32>: group g's weights (even, odd) times its activations
+        x0 = bd.mul(g, c64(G))
+        p = dpw(isa, bd, splat_c(I32, 0, L), bd.bitcast(even, vec(I32, L)),
+                bd.bitcast(load(bd, xw, x0, half), vec(I32, L)))
+        return dpw(isa, bd, p, bd.bitcast(odd, vec(I32, L)),
+                   bd.bitcast(load(bd, xw, bd.add(x0, c64(G // 2)), half), vec(I32, L)))
+
+    def step(row, b0, nblk, accs):
+        """Blocks b0 .. b0 + nblk - 1 into each token's acc (<8 x float>; its low lanes when fewer groups)."""
+        for line in range(0, nblk * BL.block_bytes, 64):
+            prefetch(bd, bd.gep(row, [bd.add(bd.add(bd.mul(b0, c64(BL.block_bytes)), c64(line)), ahead)]), 2)
+        g0 = bd.mul(b0, c64(per))
+        ch = U.word_chunk(code, bd, row, b0, nblk)
+        dots = [[None] * len(ch.groups) for _ in toks]
+        # group-major: a group's words feed every token while in registers (token-major spilled
+        # them: Q5_0, 4 tokens, 1.09 against 0.84 ms a matrix)
+        for j, (e, o) in enumerate(ch.groups):
+            for t, tok in enumerate(toks):
+                dots[t][j] = dot(tok[3], e, o, bd.add(g0, c64(j)))
+        for (xs, xf, _out, xw, xz), acc, P in zip(toks, accs, dots):
+            n = len(P)
+            a = acc.get()
+            widen = lambda v: v if n == L else bd.shuffle_vector(v, ir.Constant(v.type, None), const(I32, [*range(n), *[n] * (L - n)]))  # noqa: E731
+            if n == 1:  # one group: its lanes times its scale
+                sc = bd.fmul(bd.extract_element(ch.scale, ir.Constant(I32, 0)), bd.load(bd.gep(xs, [g0])))
+                a = fmuladd(bd, bd.sitofp(P[0], vec(F32T, L)), splat(bd, sc, L), a)
+            elif rec.words_sub16:  # a scale per 16 elements, in SUB16_ORDER
+                xsv = load(bd, xs, g0, vec(F32T, n))
+                sv = bd.fmul(ch.scale, bd.shuffle_vector(xsv, xsv, const(I32, [s // 2 for s in E.SUB16_ORDER])))
+                if rec.words_zero:  # the weights are q: the zero point times the activations'
+                    # 16-element sums comes off, exactly
+                    zs = bd.fptosi(load(bd, xz, bd.mul(g0, c64(2)), vec(F32T, 2 * n)), vec(I32, 2 * n))
+                    zs = bd.mul(bd.shuffle_vector(zs, zs, const(I32, E.SUB16_ORDER)), splat_c(I32, rec.words_zero, 2 * n))
+                for q, part in enumerate(_reduce_groups(isa, bd, P, False)):
+                    if rec.words_zero:
+                        part = bd.sub(part, bd.shuffle_vector(zs, zs, const(I32, range(8 * q, 8 * q + 8))))
+                    a = fmuladd(bd, bd.sitofp(part, vec(F32T, L)), bd.shuffle_vector(sv, sv, const(I32, range(8 * q, 8 * q + 8))), a)
+            else:
+                sums = bd.sitofp(_reduce_groups(isa, bd, P), vec(F32T, n))
+                a = fmuladd(bd, widen(sums), widen(bd.fmul(ch.scale, load(bd, xs, g0, vec(F32T, n)))), a)
+            if has_min:
+                mins = ch.min if n > 1 else bd.shuffle_vector(ch.min, ch.min, const(I32, [0]))
+                a = fmuladd(bd, widen(mins), widen(load(bd, xf, g0, vec(F32T, n))), a)
+            acc.set(a)
+
+    with Loop(bd, 0, n_rows) as r:
+        row = bd.gep(wp, [bd.mul(r, row_bytes)])
+        accs = [Var(bd, splat_c(F32T, 0.0, L)) for _ in toks]
+        done = 0
+        for nblk in (chunk, 4, 1) if chunk > 1 else (chunk,):  # a 32-element format's last blocks: 4, then 1
+            start = done if isinstance(done, ir.Value) else c64(done)
+            end = nb if nblk == 1 else bd.add(start, bd.mul(bd.udiv(bd.sub(nb, start), c64(nblk)), c64(nblk)))
+            with Loop(bd, start, end, nblk) as b0:
+                step(row, b0, nblk, accs)
+            done = end
+        for (_xs, _xf, out, _xw, _xz), acc in zip(toks, accs):
+            bd.store(hsum(bd, acc.get()), bd.gep(out, [r]))
+    bd.ret_void()
+    return fn
+
+
+PLANES_ROWS = 2  # rows a planes decode kernel dots at once
+PLANES_AHEAD = 8  # rows ahead whose bytes a planes kernel asks for into L2 (see _decode_planes)
+
+
+def _decode_planes(isa, mod, code, name, B=1):
+    """decode on the activations' int8 planes (avx512vnni: each format's planes emitter).
+
+    Each unit of 64 weights is dotted with both planes, 64 multiply-adds per vpdpbusd: the high
+    plane's sums shifted left by 8 are the accumulator of the low plane's, the same int32 as the
+    int16 dot. One conversion and one FMA per unit, with the lane's scale (unpack.planes_blocks), or
+    per block where its units share one lane map (a record's planes_klayout: Q4_K, on the activations'
+    K-quant layout); two rows at a time share the activation loads and the vector work of their
+    scales. The zero point of q comes off at the end: z * sum over 16-element pieces of scale *
+    (the activations' sums there). The bytes PLANES_AHEAD rows on are fetched into L2 (prefetcht1):
+    a Q4_K kernel read 17.6 -> 33 GB/s from DRAM with 2 threads (docs/performance.md) where
+    prefetcht0 two groups ahead filled L1's miss buffers (a C prototype, 16 matrices of 8960 x 1536
+    cycled). B tokens (DECODE_WIDTHS): the first token's units serve every token; the emitter is
+    asked again per token only for its lane scales (they hold the token's activation scales), and
+    its unit work there is dead code; each token's steps are the one-token kernel's."""
+    fn, bd = func(mod, name, 11)
+    fn.linkage = "internal"
+    w, row_bytes, n_rows, K, _xq, xs_, xf_, out_, xp_, xz_, ldo = fn.args
+    rec = U.record(code)
+    BL = rec.layout
+    U8 = E.PLANES_UNIT
+    L = U8 // 4  # i32 lanes of a unit's dot
+    wp = ptr_to(bd, w, I8)
+    shared = rec.planes_klayout  # a block's units share one lane map: the planes' K-quant layout
+    toks = []
+    for xs, xf, out, xp, xz in _tokens(bd, B, K, ldo, xs_, xf_, out_, xp_, xz_):
+        xh = ptr_to(bd, xp, I8)
+        if shared:
+            xh = bd.gep(xh, [bd.mul(K, c64(2))])
+        toks.append((ptr_to(bd, xs, F32T), ptr_to(bd, xf, F32T), ptr_to(bd, out, F32T), xh, bd.gep(xh, [K]),
+                     ptr_to(bd, xz, F32T)))
+    per = BL.block_elems // G  # 32-element groups per format block
+    chunk = E.PLANES_CHUNK // BL.block_elems  # format blocks per main-loop chunk
+    nb = bd.udiv(K, c64(BL.block_elems))
+    n_main = bd.mul(bd.udiv(nb, c64(chunk)), c64(chunk))
+    n_pairs = bd.add(n_main, bd.mul(bd.udiv(bd.sub(nb, n_main), c64(2)), c64(2)))
+
+    def tile(v, n):
+        return v if n == 1 else bd.shuffle_vector(v, v, const(I32, list(range(v.type.count)) * n))
+
+    def rows(r0, R):
+        row = [bd.gep(wp, [bd.mul(bd.add(r0, c64(i)), row_bytes)]) for i in range(R)]
+        accs = [[Var(bd, splat_c(F32T, 0.0, L)) for _ in range(R)] for _ in toks]
+        ahead = bd.mul(row_bytes, c64(PLANES_AHEAD))
+        # the min and zero-point sums, one accumulator per chunk size (their lane counts differ)
+        keys = [k for k, on in (("min", rec.has_min), ("zero", rec.planes_zero is not None)) if on]
+        sums = [{(k, n): Var(bd, splat_c(F32T, 0.0, n * per * (2 if k == "zero" else 1) * R))
+                 for k in keys for n in sorted({chunk, 2, 1} if chunk > 1 else {1})} for _ in toks]
+
+        def step(b0, nblk):
+            g = nblk * per  # 32-element groups of the chunk
+            e0 = bd.mul(b0, c64(BL.block_elems))
+            gi = bd.mul(b0, c64(per))
+            nbytes = nblk * BL.block_bytes
+            for i in range(R):
+                for line in range(0, nbytes, 64):
+                    prefetch(bd, bd.gep(row[i], [bd.add(bd.add(bd.mul(b0, c64(BL.block_bytes)), c64(line)), ahead)]), 2)
+            units = None
+            for (xs, xf, _out, xh, xl, xz), acc, sm in zip(toks, accs, sums):
+                blk = U.planes_blocks(code, bd, row, b0, nblk, load(bd, xs, gi, vec(F32T, g)))
+                units = units or blk.units
+                planes = [(load(bd, xh, bd.add(e0, c64(u * U8)), vec(I8, U8)),
+                           load(bd, xl, bd.add(e0, c64(u * U8)), vec(I8, U8))) for u in range(len(units[0]))]
+                for i in range(R):
+                    a = acc[i].get()
+                    if shared:  # the block's units in one sum, converted and scaled once (two
+                        # chains, high and low plane: one chain of eight vpdpbusd is ~40 cycles long)
+                        hi, lo = splat_c(I32, 0, L), splat_c(I32, 0, L)
+                        for (ph, pl), wu in zip(planes, units[i]):
+                            hi, lo = dpb(isa, bd, hi, wu, ph), dpb(isa, bd, lo, wu, pl)
+                        isum = bd.add(bd.shl(hi, splat_c(I32, 8, L)), lo)
+                        a = fmuladd(bd, bd.sitofp(isum, vec(F32T, L)), blk.lane_scales[i][0], a)
+                    else:
+                        for (ph, pl), wu, ls in zip(planes, units[i], blk.lane_scales[i]):
+                            hi = dpb(isa, bd, splat_c(I32, 0, L), wu, ph)
+                            isum = dpb(isa, bd, bd.shl(hi, splat_c(I32, 8, L)), wu, pl)
+                            a = fmuladd(bd, bd.sitofp(isum, vec(F32T, L)), ls, a)
+                    acc[i].set(a)
+                for key, v, x, n in (("min", blk.min, xf, g), ("zero", blk.zero_scale, xz, 2 * g)):
+                    if v is not None:
+                        xv = load(bd, x, bd.mul(b0, c64(n // nblk)), vec(F32T, n))
+                        sm[key, nblk].set(fmuladd(bd, v, tile(xv, R), sm[key, nblk].get()))
+
+        with Loop(bd, 0, n_main, chunk) as b0:
+            step(b0, chunk)
+        if chunk > 1:  # a 32-element format's last blocks: in pairs, then one
+            with Loop(bd, n_main, n_pairs, 2) as b0:
+                step(b0, 2)
+            with Loop(bd, n_pairs, nb) as b0:
+                step(b0, 1)
+        for (_xs, _xf, out, _xh, _xl, _xz), acc, sm in zip(toks, accs, sums):
+            for i in range(R):
+                total = hsum(bd, acc[i].get())
+                for (key, nblk), var in sm.items():
+                    v, n = var.get(), var.get().type.count // R
+                    part = hsum(bd, bd.shuffle_vector(v, v, const(I32, range(n * i, n * (i + 1)))))
+                    zero = ir.Constant(F32T, float(rec.planes_zero or 0))
+                    total = bd.fadd(total, part) if key == "min" else bd.fsub(total, bd.fmul(zero, part))
+                bd.store(total, bd.gep(out, [bd.add(r0, c64(i))]))
+
+    in_steps(bd, n_rows, PLANES_ROWS, rows)
+    bd.ret_void()
+    return fn
+
+
+def _decode_task(mod, body, name):
+    """decode task: rows [task*DECODE_ROWS, ...) of (w, n_rows, row_bytes, K, x, xs, xf, out, xp, xz),
+    for one token or (a B-wide body) B tokens from this one on (_tokens)."""
+    fn, bd = func(mod, name, TASK_ARGS)
+    task, w, n_rows, row_bytes, K, x, xs, xf, out, xp, xz = fn.args[:11]
+    r0 = bd.mul(task, c64(DECODE_ROWS))
+    nr = bd.sub(n_rows, r0)
+    nr = bd.select(bd.icmp_signed(">", nr, c64(DECODE_ROWS)), c64(DECODE_ROWS), nr)
+    bd.call(body, [bd.add(w, bd.mul(r0, row_bytes)), row_bytes, nr, K, x, xs, xf, bd.add(out, bd.mul(r0, c64(4))),
+                   xp, xz, n_rows])
+    bd.ret_void()
+
+
+def _dequant_quant(isa, mod, code, name):
+    """Exact decode: scale * w (+ min) per element, no fused multiply-add, no reassociation."""
+    fn, bd = func(mod, name, 3)
+    row_, K, out_ = fn.args
+    BL = U.record(code).layout
+    row, out = ptr_to(bd, row_, I8), ptr_to(bd, out_, F32T)
+    with Loop(bd, 0, bd.udiv(K, c64(BL.block_elems))) as fb:
+        blk = U.block(code, bd, row, fb)
+        for j in range(len(blk.w)):
+            v = U.exact_values(bd, blk, j)
+            o = bd.add(bd.mul(fb, c64(BL.block_elems)), c64(j * G))
+            bd.store(v, bd.bitcast(bd.gep(out, [o]), vec(F32T, G).as_pointer()), align=4)
+    bd.ret_void()
+
+
+# ------------------------------------------------------------------ float formats (f32, f16, bf16)
+
+
+def _elem_bytes(code):
+    return U.record(code).layout.block_bytes
+
+
+def _decode_float(isa, mod, code, name, B=1):
+    """decode of a float format: 4 accumulators of L lanes a row, FMAs on the converted weights (the
+    last K % 4L elements one at a time). B tokens: a row's weights converted once for all of them,
+    each token's FMAs the one-token kernel's (token b's x 4K bytes after token b - 1's)."""
+    fn, bd = func(mod, name, 11)
+    fn.linkage = "internal"
+    w, row_bytes, n_rows, K, x_, _xs, _xf, out_, _xp, _xz, ldo = fn.args
+    L = isa.lanes
+    U4 = 4 * L
+    wp = ptr_to(bd, w, I8)
+    toks = [(ptr_to(bd, bd.add(x_, bd.mul(K, c64(4 * b))), F32T), ptr_to(bd, bd.add(out_, bd.mul(ldo, c64(4 * b))), F32T))
+            for b in range(B)]
+    kv = bd.mul(bd.udiv(K, c64(U4)), c64(U4))
+    with Loop(bd, 0, n_rows) as r:
+        row = bd.gep(wp, [bd.mul(r, row_bytes)])
+        accs = [[Var(bd, splat_c(F32T, 0.0, L)) for _ in range(4)] for _ in toks]
+        ahead = bd.mul(row_bytes, c64(PREFETCH_GROUPS))
+        with Loop(bd, 0, kv, U4) as k:
+            for line in range(0, U4 * _elem_bytes(code), 64):  # the lines this step reads, PREFETCH_GROUPS rows on
+                prefetch(bd, bd.gep(row, [bd.add(bd.add(bd.mul(k, c64(_elem_bytes(code))), c64(line)), ahead)]), 2)
+            for u in range(4):
+                ku = bd.add(k, c64(u * L))
+                wv = U.floats(code, bd, row, ku, L)
+                for (x, _out), acc in zip(toks, accs):
+                    acc[u].set(fmuladd(bd, wv, load(bd, x, ku, vec(F32T, L)), acc[u].get()))
+        tails = [Var(bd, ir.Constant(F32T, 0.0)) for _ in toks]
+        with Loop(bd, kv, K) as k:
+            wk = bd.extract_element(U.floats(code, bd, row, k, 1), ir.Constant(I32, 0))
+            for (x, _out), tail in zip(toks, tails):
+                tail.set(fmuladd(bd, wk, bd.load(bd.gep(x, [k])), tail.get()))
+        for (_x, out), acc, tail in zip(toks, accs, tails):
+            a = bd.fadd(bd.fadd(acc[0].get(), acc[1].get()), bd.fadd(acc[2].get(), acc[3].get()))
+            bd.store(bd.fadd(hsum(bd, a), tail.get()), bd.gep(out, [r]))
+    bd.ret_void()
+    return fn
+
+
+def _dequant_float(isa, mod, code, name):
+    fn, bd = func(mod, name, 3)
+    row_, K, out_ = fn.args
+    row, out = ptr_to(bd, row_, I8), ptr_to(bd, out_, F32T)
+    with Loop(bd, 0, K) as k:
+        v = U.floats(code, bd, row, k, 1, exact=True)
+        bd.store(bd.extract_element(v, ir.Constant(I32, 0)), bd.gep(out, [k]))
+    bd.ret_void()
+
+
+def wide_widths(code: int) -> tuple:
+    """The widths of a format's B-wide decode kernels: a float format's 4 tokens keep 16 vectors
+    of sums, which spill on AVX2 (one thread, a matrix's time for 4 tokens against 4
+    one-token kernels: f16 / bf16 / f32 as 2 + 2 0.79x / 0.61x / 0.74x, on one kernel 0.68x /
+    0.78x / 1.12x), so they run 2 at a time."""
+    return DECODE_WIDTHS if U.record(code).quant else (2,)
+
+
+def build_decode(isa, mod, code, name, B=1):
+    """A format's decode task kernel `name` for B tokens into mod, on the body its ISA reads: the
+    int8 planes (avx512vnni), else the int16 words; a float format's FMAs."""
+    body = _decode_float if not U.record(code).quant else _decode_planes if planes_isa(isa) else _decode_words
+    _decode_task(mod, body(isa, mod, code, name + "_rows", B), name)
+
+
+def build_dequant(isa, mod, code, name):
+    """A format's exact row decode `name` into mod."""
+    (_dequant_quant if U.record(code).quant else _dequant_float)(isa, mod, code, name)
