@@ -56,7 +56,7 @@ def test_table():
     with pytest.raises(InputError):
         row_bytes("q4_k", 896)
     with pytest.raises(InputError):
-        row_bytes("q2_k", 256)  # a type fuel does not read
+        row_bytes("iq2_xxs", 256)  # a type fuel does not read
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
