@@ -56,7 +56,7 @@ def test_table():
     with pytest.raises(InputError):
         row_bytes("q4_k", 896)
     with pytest.raises(InputError):
-        row_bytes("q2_k", 256)  # a type fuel does not read
+        row_bytes("iq2_xxs", 256)  # a type fuel does not read
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
@@ -241,8 +241,8 @@ def test_quantize_one_token_layout(isa):
     xq = 256 * hi + lo with both int8, then both planes again in the K-quants' layout (each
     256-element block's 4-element pieces transposed: unit u, lane i holds elements 16i + 4u ..
     16i + 4u + 3) when K is a multiple of 256; elsewhere xq as words, each 32-block's even elements
-    then its odd ones; both with the 16-element sums of xq. Negative controls: more rows, no layout
-    written; K = 288, no K-quant layout."""
+    then its odd ones. Every row gets the 16-element sums of xq (q2_k's prefill reads them).
+    Negative controls: more rows, no layout written; K = 288, no K-quant layout."""
     _, core = _kern(isa, [])
     x = np.stack(list(_x_cases(512).values()))
     x[1, 64:96] = -x[1, 64:96].max()  # a block whose most negative value is its largest magnitude
@@ -264,7 +264,8 @@ def test_quantize_one_token_layout(isa):
         assert np.array_equal(words[:, 0], blocks[..., 0]) and np.array_equal(words[:, 1], blocks[..., 1])
     assert np.array_equal(qx.xz, xq.reshape(-1, 16).sum(-1).astype(np.float32))
     many = _prepared(x, core)
-    assert not many.xp.any() and not many.xz.any()
+    assert not many.xp.any()
+    assert np.array_equal(many.xz, many.xq.astype(np.int32).reshape(-1, 16).sum(-1).astype(np.float32))
 
 
 @pytest.mark.parametrize("isa", ISAS)

@@ -11,6 +11,11 @@ q5_k, 176 B: | d f16 | dmin f16 | scales: 12 B | qh: 32 B | qs: 128 B |
     q4_k's scales, mins and nibbles, and a 5th bit: element l of sub-block i (l < 32) has it at
     bit i of qh[l]. x = (d * sc_i) * q - dmin * m_i, q 5 bits.
 
+q2_k, 84 B: | scales: 16 B | qs: 64 B | d f16 | dmin f16 |
+    16 sub-blocks of 16, x = (d * sc_s) * q - dmin * m_s, q 2 bits: element e = 128h + 32k + l
+    (l < 32) takes q from qs[32h + l] at bits 2k (as q3_k's ql); its sub-block is e // 16, whose
+    4-bit scale sc_s is the low nibble of scales[s] and its 4-bit min m_s the high nibble.
+
 q3_k, 110 B: | hmask: 32 B | qs: 64 B | scales: 12 B | d f16 |
     16 sub-blocks of 16, x = (d * (sc_s - 32)) * q, q = ql - 4 * (1 - hbit) in -4..3: element
     e = 128h + 32k + l (l < 32) takes ql from qs[32h + l] at bits 2k and hbit from hmask[l] at bit
@@ -41,6 +46,19 @@ class Q4_KLayout(NamedTuple):
     qs: int = 16
     sub_blocks: int = 8
     sub_elems: int = 32
+
+
+class Q2_KLayout(NamedTuple):
+    code: int = 16
+    block_elems: int = 256
+    block_bytes: int = 84
+    scales: int = 0
+    qs: int = 16
+    d: int = 80
+    dmin: int = 82
+    sub_blocks: int = 16
+    sub_elems: int = 16
+    half: int = 128  # elements per half of qs
 
 
 class Q3_KLayout(NamedTuple):
@@ -85,7 +103,7 @@ class Q6_KLayout(NamedTuple):
     zero: int = 32
 
 
-L3_K, L4_K, L5_K, L6_K = Q3_KLayout(), Q4_KLayout(), Q5_KLayout(), Q6_KLayout()
+L2_K, L3_K, L4_K, L5_K, L6_K = Q2_KLayout(), Q3_KLayout(), Q4_KLayout(), Q5_KLayout(), Q6_KLayout()
 
 
 def k_scale_min(scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -120,6 +138,22 @@ def _q5_k(b):
     return _q4_k_family(b, L5_K)
 
 
+def _two_bits(qs: np.ndarray) -> np.ndarray:
+    """(n, 64) bytes -> (n, 256) uint8: the 2-bit fields of q2_k's qs and q3_k's ql, element
+    128h + 32k + l from byte 32h + l at bits 2k."""
+    n = qs.shape[0]
+    return ((qs.reshape(n, 2, 1, 32) >> np.arange(0, 8, 2, dtype=np.uint8).reshape(1, 1, 4, 1)) & 3).reshape(n, 256)
+
+
+def _q2_k(b):
+    L, n = L2_K, b.shape[0]
+    sc = b[:, L.scales : L.qs]
+    dl = (f16_at(b, L.d) * (sc & 0x0F).astype(np.float32)).reshape(n, L.sub_blocks, 1)
+    ml = (f16_at(b, L.dmin) * (sc >> 4).astype(np.float32)).reshape(n, L.sub_blocks, 1)
+    q = _two_bits(b[:, L.qs : L.d]).reshape(n, L.sub_blocks, L.sub_elems).astype(np.float32)
+    return (dl * q - ml).reshape(n, L.block_elems)
+
+
 def q3_k_scales(scales: np.ndarray) -> np.ndarray:
     """Q3_K's 12 scale bytes (n, 12) -> the 16 signed sub-block scales sc_s - 32, (n, 16) int8."""
     lo = (scales[:, :8].reshape(-1, 1, 8) >> np.array([0, 4], np.uint8).reshape(1, 2, 1)).reshape(-1, 16) & 0x0F
@@ -130,8 +164,7 @@ def q3_k_scales(scales: np.ndarray) -> np.ndarray:
 def _q3_k(b):
     L, n = L3_K, b.shape[0]
     dl = (f16_at(b, L.d) * q3_k_scales(b[:, L.scales : L.d]).astype(np.float32)).reshape(n, L.sub_blocks, 1)
-    shifts = np.arange(0, 8, 2, dtype=np.uint8).reshape(1, 1, 4, 1)
-    ql = ((b[:, L.qs : L.scales].reshape(n, 2, 1, 32) >> shifts) & 3).reshape(n, L.block_elems)
+    ql = _two_bits(b[:, L.qs : L.scales])
     hb = ((b[:, L.hmask : L.qs].reshape(n, 1, 32) >> np.arange(8, dtype=np.uint8).reshape(1, 8, 1)) & 1)
     q = (ql | (hb.reshape(n, L.block_elems) << 2)).astype(np.int8) - np.int8(L.zero)
     return (dl * q.reshape(n, L.sub_blocks, L.sub_elems).astype(np.float32)).reshape(n, L.block_elems)
@@ -149,6 +182,7 @@ def _q6_k(b):
     return (ds * q.reshape(n, L.sub_blocks, L.sub_elems).astype(np.float32)).reshape(n, L.block_elems)
 
 
+Q2_K = Format("q2_k", 10, L2_K, _q2_k)
 Q3_K = Format("q3_k", 11, L3_K, _q3_k)
 Q4_K = Format("q4_k", 12, L4_K, _q4_k)
 Q5_K = Format("q5_k", 13, L5_K, _q5_k)

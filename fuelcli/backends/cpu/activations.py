@@ -24,7 +24,7 @@ class Quantized(NamedTuple):
     xp: np.ndarray  # int8 [tokens * (4 * K + 64)]: each token on the decode kernels as they read it:
     # two int8 planes (the planes kernels; they read a unit past K at most), then both again in the
     # K-quants' layout (core.py's quantize), or int16 words (the words kernels)
-    xz: np.ndarray  # [tokens * K / 16]: those tokens' 16-element sums
+    xz: np.ndarray  # [rows * K / 16]: its 16-element sums of xq
 
 
 def quantized(rows: int, max_k: int, amx_planes: bool = False, tokens: int = 1) -> Quantized:
@@ -34,7 +34,7 @@ def quantized(rows: int, max_k: int, amx_planes: bool = False, tokens: int = 1) 
     xq_rows = 2 * -(-rows // TILE) * TILE if amx_planes else rows
     return Quantized(xq=np.zeros(xq_rows * k, np.int16), xs=np.zeros(rows * nb, np.float32),
                      xf=np.zeros(rows * nb, np.float32), xp=np.zeros(tokens * (4 * k + 64), np.int8),
-                     xz=np.zeros(tokens * (k // 16), np.float32))
+                     xz=np.zeros(rows * (k // 16), np.float32))
 
 
 class Activations(NamedTuple):

@@ -287,11 +287,11 @@ def _prefetch_row(bd, wp, r, row_bytes, b0, b1):
 
 
 def driver(mod, name):
-    """prefill(unpack, w, row_bytes, n_rows, K, T, planes, -, -, out, ldo) for the <= ROWS rows of a
+    """prefill(unpack, w, row_bytes, n_rows, K, T, planes, -, -, out, ldo, -) for the <= ROWS rows of a
     task (the same arguments as the vector drivers: kernels_prefill._prefill_task calls it)."""
-    fn, bd = func(mod, name, 11)
+    fn, bd = func(mod, name, 12)
     fn.linkage = "internal"
-    unpack_, w, row_bytes, n_rows, K, T, x_, _xs, _xf, out_, ldo = fn.args
+    unpack_, w, row_bytes, n_rows, K, T, x_, _xs, _xf, out_, ldo, _xz = fn.args
     v16 = vec(I32, TILE)
     nkb = KCA // G
     with bd.goto_entry_block():

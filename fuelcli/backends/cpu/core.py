@@ -4,8 +4,8 @@ Every kernel is a task kernel `void f(i64 task, i64 a0, ..., i64 a10)` (TASK_ARG
 runs `n` of them in one parallel loop (matmul.run_tasks) or calls one directly.
 
   quantize(t, x, ldx, K, xq, xs, xf, xp, xz, n_dec)   row t of x -> int16 per 32-block (matmul.py
-                                           says why); t < n_dec: also the layout the decode kernels
-                                           read (int8 planes and 16-element sums, or int16 words)
+                                           says why) and its 16-element sums; t < n_dec: also the
+                                           layout the decode kernels read (int8 planes or int16 words)
   silu_mul(t, gate, up, n)                 gate[t] <- silu(gate[t]) * up[t]
   gelu_mul(t, gate, up, n)                 gate[t] <- gelu_tanh(gate[t]) * up[t]
   rmsnorm(t, x, y, w, out, n, eps)         x[t] += y[t] (the residual), out[t] = RMSNorm(x[t]) * w
@@ -43,14 +43,14 @@ Q_MAX = 32639.0
 
 def _quantize(isa, mod, name):
     """Row t -> xq = rint(x * Q_MAX / amax) per 32-block, xs = amax / Q_MAX, xf = the block's f32
-    sum. Rows t < n_dec (tokens that run the decode kernels) also get the layout those read, in
-    xp + t * (4K + 64) (and xz + t * K/16): on an ISA with the
-    int8 planes (llvm.planes_isa), xp[k] = hi, xp[K + k] = lo with xq = 256 * hi + lo
-    (hi = (xq + 128) >> 8), both planes again from xp[2K] in the K-quants' layout when K is a
-    multiple of their block (unpack.PLANES_KBLOCK), and xz[j] = the sum of xq over elements
-    16j..16j+15 (exact in f32: below 2^20), for the zero points of the formats whose stored q is
-    offset; elsewhere xp holds xq as int16 words, each 32-block's even elements and then its odd
-    ones (the words kernels), with the same xz."""
+    sum, and at xz + t * K/16, xz[j] = the sum of xq over elements 16j..16j+15 (exact in f32: below
+    2^20), for the zero points of the formats whose stored q is offset and the mins per 16 elements
+    (emit.CpuFormat.min_sub16, in prefill too). Rows t < n_dec (tokens that run the decode kernels)
+    also get the layout those read, in xp + t * (4K + 64): on an ISA with the int8 planes
+    (llvm.planes_isa), xp[k] = hi, xp[K + k] = lo with xq = 256 * hi + lo (hi = (xq + 128) >> 8),
+    both planes again from xp[2K] in the K-quants' layout when K is a multiple of their block
+    (unpack.PLANES_KBLOCK); elsewhere xp holds xq as int16 words, each 32-block's even elements and
+    then its odd ones (the words kernels)."""
     fn, bd = func(mod, name, TASK_ARGS)
     t, x_, ldx, K, xq_, xs_, xf_, xp_, xz_, n_dec = fn.args[:10]
     x, xq, xs, xf = ptr_to(bd, x_, F32T), ptr_to(bd, xq_, I16), ptr_to(bd, xs_, F32T), ptr_to(bd, xf_, F32T)
@@ -103,9 +103,9 @@ def _quantize(isa, mod, name):
                 words = bd.shuffle_vector(q, q, const(I32, [*range(0, G, 2), *range(1, G, 2)]))
                 dst = bd.gep(bd.bitcast(xp, I16.as_pointer()), [k])
                 bd.store(bd.trunc(words, vec(I16, G)), bd.bitcast(dst, vec(I16, G).as_pointer()), align=2)
-            for half in range(2):
-                part = bd.shuffle_vector(q, q, const(I32, range(16 * half, 16 * half + 16)))
-                bd.store(bd.sitofp(hsum(bd, part), F32T), bd.gep(xz, [bd.add(bd.mul(b, c64(2)), c64(half))]))
+        for half in range(2):
+            part = bd.shuffle_vector(q, q, const(I32, range(16 * half, 16 * half + 16)))
+            bd.store(bd.sitofp(hsum(bd, part), F32T), bd.gep(xz, [bd.add(bd.mul(b, c64(2)), c64(half))]))
     bd.ret_void()
 
 

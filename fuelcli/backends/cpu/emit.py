@@ -48,6 +48,8 @@ class CpuFormat:
     planes: Callable | None = None
     floats: Callable | None = None  # float formats
     has_min: bool = False  # x = scale * w + min, one min per 32-element group (times the group's f32 sum of x)
+    min_sub16: bool = False  # x = scale * w + min, one min per 16-element sub-block (times the sub-block's
+    # sum of the int16 activations, xz, and their block scale: no f32 sums per 16 elements exist)
     planes_zero: int | None = None  # z of w = q - z as the planes kernels dot q (its sums come off with
     # the activations' 16-element sums; the planes' zero_scale)
     planes_klayout: bool = False  # the planes units read the activations' K-quant layout (PLANES_KBLOCK)
@@ -57,6 +59,7 @@ class CpuFormat:
     def __post_init__(self):
         kernels = (self.block, self.words, self.planes)
         assert (self.floats is None) == all(k is not None for k in kernels), f"{self.fmt.name}: incomplete CPU record"
+        assert not self.min_sub16 or (self.words_sub16 and not self.has_min), f"{self.fmt.name}: one kind of min"
 
     @property
     def code(self) -> int:
@@ -72,9 +75,14 @@ class CpuFormat:
         return self.floats is None
 
     @property
+    def mins_per_group(self) -> int:
+        """Mins per 32-element group: 0, 1 (has_min) or 2 (min_sub16)."""
+        return 2 if self.min_sub16 else int(self.has_min)
+
+    @property
     def driver_kind(self) -> str:
         """The prefill driver it shares with other formats (kernels.driver_module)."""
-        return "float" if not self.quant else "quant_min" if self.has_min else "quant"
+        return "float" if not self.quant else ("quant", "quant_min", "quant_min16")[self.mins_per_group]
 
 
 # ------------------------------------------------------------------ block: groups of int16 weights
@@ -85,7 +93,8 @@ class Block(NamedTuple):
 
     w: list  # n x <32 x i16>: the signed integer weights of each group
     scale: ir.Value  # <n x float>: group j's scale in lane j
-    min: ir.Value | None  # <n x float> (formats with a min) or None
+    min: ir.Value | None  # <n x float> (formats with a min; min_sub16: <2n x float>, one per 16
+    # elements) or None
     exact: list | None = None  # n x (<32 x float> scales, <32 x i16> w) for the exact decode where the
     # numpy decode's product order differs (q6_k: (d * sc) * (q - 32) keeps the sign of a zero
     # q - 32, d * ((q - 32) * sc) would not)
@@ -114,7 +123,8 @@ class PlanesBlocks(NamedTuple):
     units: list  # [row][u] <64 x i8>: unsigned weight bytes of the chunk's elements 64u .. 64u + 63
     # (planes_klayout: of unit u of the K-quant layout)
     lane_scales: list  # [row][u] <16 x float> (planes_klayout: [row][0], shared by the block's units)
-    min: ir.Value | None  # <g*n x float>: each row's min per 32-element group (times the group's sum of x)
+    min: ir.Value | None  # <g*n x float>: each row's min per 32-element group (times the group's sum of x);
+    # min_sub16: <2g*n x float>, its min per 16 elements times the activation scale (times xz there)
     zero_scale: ir.Value | None  # <2g*n x float>: each row's scale x activation scale per 16 elements
     # (formats with a zero point: planes_zero)
 
@@ -140,7 +150,8 @@ class WordChunk(NamedTuple):
     groups: list  # WORD_CHUNK x (even, odd): <16 x i16> each (fewer: a 32-element format's last blocks)
     scale: ir.Value  # <n x float>: group j's scale in lane j, or (words_sub16) the 16 sub-block
     # scales in SUB16_ORDER
-    min: ir.Value | None  # <n x float>: group j's min (formats with a min) or None
+    min: ir.Value | None  # <n x float>: group j's min (formats with a min; min_sub16: the 16 sub-block
+    # mins in SUB16_ORDER) or None
 
 
 # ------------------------------------------------------------------ helpers

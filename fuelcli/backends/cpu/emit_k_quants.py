@@ -4,6 +4,7 @@
     q5_k  w = q (5 bits)          as q4_k         (the 5th bit of group i: bit i of qh's bytes)
     q6_k  w = (q - 32) * sc_s     scale d         (|w| <= 4096: the 16-element scales are folded in)
     q3_k  w = (q - 4) * sc_s      scale d         (sc_s the signed 6-bit scale: |w| <= 128)
+    q2_k  w = q * sc_s            scale d,        min -(dmin*m_s) per 16 elements (min_sub16: |w| <= 45)
 
 A K-quant block is 8 groups, so its sub-block indices are compile-time constants; the 6-bit scales
 are unpacked with vector operations, not per group.
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ...formats import Q3_K, Q4_K, Q5_K, Q6_K
+from ...formats import Q2_K, Q3_K, Q4_K, Q5_K, Q6_K
 from .emit import (LANES, PLANES_KBLOCK, PLANES_UNIT, SUB16_ORDER, Block, CpuFormat, PlanesBlocks, WordChunk,
                    concat, f16, f16_lanes, words, wsplat)
 from .irgen import F32T, G, I8, I16, I32, I64, c64, const, load, splat, splat_c, vec
@@ -94,6 +95,38 @@ def _q5_k(bd, row, blk):
         q = bd.and_(qs, splat_c(I8, 15, G)) if i % 2 == 0 else bd.lshr(qs, splat_c(I8, 4, G))
         w.append(bd.zext(bd.or_(q, _shift(bd, qh, i - 4, 0x10)), vec(I16, G)))
     return Block(w, scale, mins)
+
+
+def _q2_k_scales(bd, row, p):
+    """(sc, m): <16 x i8> each, the 4-bit scales (low nibbles) and mins (high nibbles) of the 16
+    sub-blocks of the Q2_K block at byte p, and <2 x float> its d and dmin."""
+    L = Q2_K.layout
+    raw = load(bd, row, bd.add(p, c64(L.scales)), vec(I8, L.sub_blocks))
+    dd = f16_lanes(bd, row, [bd.add(p, c64(L.d)), bd.add(p, c64(L.dmin))])
+    return bd.and_(raw, splat_c(I8, 15, L.sub_blocks)), bd.lshr(raw, splat_c(I8, 4, L.sub_blocks)), dd
+
+
+def _per_sub(bd, dd, j, v, order):
+    """<16 x float>: dd[j] (d or dmin) times the 4-bit values v (<16 x i8>) in the lane order given."""
+    n = len(order)
+    return bd.fmul(bd.shuffle_vector(dd, dd, const(I32, [j] * n)),
+                   bd.uitofp(bd.shuffle_vector(v, v, const(I32, order)), vec(F32T, n)))
+
+
+def _q2_k(bd, row, blk):
+    L = Q2_K.layout
+    p = bd.mul(blk, c64(L.block_bytes))
+    sc, mn, dd = _q2_k_scales(bd, row, p)
+    scs = bd.zext(sc, vec(I16, L.sub_blocks))
+    w = []
+    for h in range(L.block_elems // L.half):
+        qs = load(bd, row, bd.add(p, c64(L.qs + h * G)), vec(I8, G))
+        for k in range(4):
+            g = 4 * h + k  # group g: bits 2k of qs[32h ..], sub-blocks 2g and 2g + 1
+            scv = bd.shuffle_vector(scs, scs, const(I32, [2 * g] * (G // 2) + [2 * g + 1] * (G // 2)))
+            w.append(bd.mul(bd.zext(_shift(bd, qs, 2 * k, 3), vec(I16, G)), scv))
+    mins = bd.fneg(_per_sub(bd, dd, 1, mn, range(L.sub_blocks)))
+    return Block(w, bd.shuffle_vector(dd, dd, const(I32, [0] * (L.block_elems // G))), mins)
 
 
 def _q3_k_scales(bd, row, p):
@@ -218,6 +251,33 @@ def _q5_k_planes(bd, rows, fb, nblk, xs8):
         lane_scales.append([bd.shuffle_vector(sv, sv, const(I32, [n * r + 2 * u + i // 8 for i in range(LANES)]))
                             for u in range(n // 2)])
     return PlanesBlocks(units, lane_scales, mins, None)
+
+
+KDW_Q2_K = [8 * (i // 8) + 4 * (i % 2) for i in range(LANES)]  # qs dword of lane i, unit 0: half
+# i // 8, its 16-byte half i % 2; unit u reads the dword u on
+_Q2_K_SHIFT = [2 * ((i // 2) % 4) for i in range(LANES)]  # lane i's bits 2k in its bytes
+
+
+def _q2_k_planes(bd, rows, fb, nblk, xs8):
+    """On the K-quant layout (planes_klayout) lane i of every unit lies in sub-block i: unit u, lane
+    i is qs dword KDW_Q2_K[i] + u masked to the 2-bit fields at bits 2k, k = (i // 2) % 4, in place
+    (4^k * q <= 192: the lane scale carries 4^-k), one permute and one AND a unit. The mins per 16
+    elements times the activation scale, for the kernel's 16-element sums."""
+    L = Q2_K.layout
+    n = L.sub_blocks
+    p = bd.mul(fb, c64(L.block_bytes))
+    xs16 = bd.shuffle_vector(xs8, xs8, const(I32, [s // 2 for s in range(n)]))
+    xsk = bd.fmul(xs16, const(F32T, [4.0 ** -(t // 2) for t in _Q2_K_SHIFT]))
+    mask = const(I32, [m if m < 1 << 31 else m - (1 << 32) for m in (0x03030303 << t for t in _Q2_K_SHIFT)])
+    units, lane_scales, mins = [], [], []
+    for row in rows:
+        sc, mn, dd = _q2_k_scales(bd, row, p)
+        lane_scales.append([bd.fmul(_per_sub(bd, dd, 0, sc, range(n)), xsk)])
+        mins.append(bd.fmul(bd.fneg(_per_sub(bd, dd, 1, mn, range(n))), xs16))
+        qs = load(bd, row, bd.add(p, c64(L.qs)), vec(I32, LANES))
+        units.append([bd.bitcast(bd.and_(bd.shuffle_vector(qs, qs, const(I32, [d + u for d in KDW_Q2_K])), mask),
+                                 vec(I8, PLANES_UNIT)) for u in range(4)])
+    return PlanesBlocks(units, lane_scales, concat(bd, mins), None)
 
 
 def _q3_k_planes(bd, rows, fb, nblk, xs8):
@@ -351,6 +411,21 @@ def _q5_k_words(bd, row, b0, n):
     return WordChunk(groups, scale, mins)
 
 
+def _q2_k_words(bd, row, b0, n):
+    """Group g = 4h + k: q from the words of qs[32h ..] at bits 2k, both bytes of a word at once;
+    the scales d * sc_s and mins -(dmin * m_s) per 16 elements, in SUB16_ORDER."""
+    L = Q2_K.layout
+    p = bd.mul(b0, c64(L.block_bytes))
+    sc, mn, dd = _q2_k_scales(bd, row, p)
+    groups = []
+    for h in range(L.block_elems // L.half):
+        qs = words(bd, load(bd, row, bd.add(p, c64(L.qs + h * G)), vec(I8, G)))
+        for k in range(4):
+            q = _shift(bd, qs, 2 * k, 0x0303)
+            groups.append((bd.and_(q, wsplat(0xFF)), bd.lshr(q, wsplat(8))))
+    return WordChunk(groups, _per_sub(bd, dd, 0, sc, SUB16_ORDER), bd.fneg(_per_sub(bd, dd, 1, mn, SUB16_ORDER)))
+
+
 def _q3_k_words(bd, row, b0, n):
     """Group g = 4h + k: q = ql | 4 * hbit (0..7) from the words of qs[32h ..] at bits 2k and of
     hmask at bit g, both bytes of a word at once; the kernel takes 4 times the activations'
@@ -400,6 +475,8 @@ def _q6_k_words(bd, row, b0, n):
 # (Q6_K's 16 sub-blocks would need 7 operations a unit to gather on the K-quant layout: slower)
 RECORDS = [CpuFormat(Q4_K, block=_q4_k, words=_q4_k_words, planes=_q4_k_planes, has_min=True, planes_klayout=True),
            CpuFormat(Q5_K, block=_q5_k, words=_q5_k_words, planes=_q5_k_planes, has_min=True),
+           CpuFormat(Q2_K, block=_q2_k, words=_q2_k_words, planes=_q2_k_planes, planes_klayout=True,
+                     words_sub16=True, min_sub16=True),
            CpuFormat(Q3_K, block=_q3_k, words=_q3_k_words, planes=_q3_k_planes, planes_zero=Q3_K.layout.zero,
                      words_sub16=True, words_zero=Q3_K.layout.zero),
            CpuFormat(Q6_K, block=_q6_k, words=_q6_k_words, planes=_q6_k_planes, planes_zero=Q6_K.layout.zero,

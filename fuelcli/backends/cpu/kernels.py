@@ -23,7 +23,7 @@ below 2^28 and a 32-element block sum below 2^31; the planes kernels' unit sums 
 elements a lane) stay below 2^25; the words kernels' group sums stay below 2^24, so converting them
 is exact (q8_0's, up to 2^27, round once there), q6_k's 16-element sums of q <= 63 below 2^25
 before its zero point comes off; q4_k's block sums on the K-quant layout (16 elements a lane, 16 * q
-<= 240) stay below 2^28 and round once when converted.
+<= 240) stay below 2^28 and round once when converted, q2_k's (4^k * q <= 192) below 2^27.
 """
 
 from __future__ import annotations

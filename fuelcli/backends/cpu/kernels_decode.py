@@ -142,15 +142,22 @@ def _decode_words(isa, mod, code, name, B=1):
                 a = fmuladd(bd, bd.sitofp(P[0], vec(F32T, L)), splat(bd, sc, L), a)
             elif rec.words_sub16:  # a scale per 16 elements, in SUB16_ORDER
                 xsv = load(bd, xs, g0, vec(F32T, n))
-                sv = bd.fmul(ch.scale, bd.shuffle_vector(xsv, xsv, const(I32, [s // 2 for s in E.SUB16_ORDER])))
+                xs16 = bd.shuffle_vector(xsv, xsv, const(I32, [s // 2 for s in E.SUB16_ORDER]))
+                sv = bd.fmul(ch.scale, xs16)
                 if rec.words_zero:  # the weights are q: the zero point times the activations'
                     # 16-element sums comes off, exactly
                     zs = bd.fptosi(load(bd, xz, bd.mul(g0, c64(2)), vec(F32T, 2 * n)), vec(I32, 2 * n))
                     zs = bd.mul(bd.shuffle_vector(zs, zs, const(I32, E.SUB16_ORDER)), splat_c(I32, rec.words_zero, 2 * n))
+                if rec.min_sub16:  # the mins times the activations' 16-element sums and scales
+                    zf = load(bd, xz, bd.mul(g0, c64(2)), vec(F32T, 2 * n))
+                    zx = bd.fmul(bd.shuffle_vector(zf, zf, const(I32, E.SUB16_ORDER)), xs16)
                 for q, part in enumerate(_reduce_groups(isa, bd, P, False)):
+                    half = lambda v: bd.shuffle_vector(v, v, const(I32, range(8 * q, 8 * q + 8)))  # noqa: E731
                     if rec.words_zero:
-                        part = bd.sub(part, bd.shuffle_vector(zs, zs, const(I32, range(8 * q, 8 * q + 8))))
-                    a = fmuladd(bd, bd.sitofp(part, vec(F32T, L)), bd.shuffle_vector(sv, sv, const(I32, range(8 * q, 8 * q + 8))), a)
+                        part = bd.sub(part, half(zs))
+                    a = fmuladd(bd, bd.sitofp(part, vec(F32T, L)), half(sv), a)
+                    if rec.min_sub16:
+                        a = fmuladd(bd, half(ch.min), half(zx), a)
             else:
                 sums = bd.sitofp(_reduce_groups(isa, bd, P), vec(F32T, n))
                 a = fmuladd(bd, widen(sums), widen(bd.fmul(ch.scale, load(bd, xs, g0, vec(F32T, n)))), a)
@@ -185,15 +192,16 @@ def _decode_planes(isa, mod, code, name, B=1):
     Each unit of 64 weights is dotted with both planes, 64 multiply-adds per vpdpbusd: the high
     plane's sums shifted left by 8 are the accumulator of the low plane's, the same int32 as the
     int16 dot. One conversion and one FMA per unit, with the lane's scale (unpack.planes_blocks), or
-    per block where its units share one lane map (a record's planes_klayout: Q4_K, on the activations'
-    K-quant layout); two rows at a time share the activation loads and the vector work of their
-    scales. The zero point of q comes off at the end: z * sum over 16-element pieces of scale *
-    (the activations' sums there). The bytes PLANES_AHEAD rows on are fetched into L2 (prefetcht1):
-    a Q4_K kernel read 17.6 -> 33 GB/s from DRAM with 2 threads (docs/performance.md) where
-    prefetcht0 two groups ahead filled L1's miss buffers (a C prototype, 16 matrices of 8960 x 1536
-    cycled). B tokens (DECODE_WIDTHS): the first token's units serve every token; the emitter is
-    asked again per token only for its lane scales (they hold the token's activation scales), and
-    its unit work there is dead code; each token's steps are the one-token kernel's."""
+    per block where its units share one lane map (a record's planes_klayout: Q4_K and Q2_K, on the
+    activations' K-quant layout); two rows at a time share the activation loads and the vector work
+    of their scales. The zero point of q comes off at the end: z * sum over 16-element pieces of
+    scale * (the activations' sums there); mins per 16 elements (min_sub16) come on the same way.
+    The bytes PLANES_AHEAD rows on are fetched into L2 (prefetcht1): a Q4_K kernel read 17.6 -> 33
+    GB/s from DRAM with 2 threads (docs/performance.md) where prefetcht0 two groups ahead filled
+    L1's miss buffers (a C prototype, 16 matrices of 8960 x 1536 cycled). B tokens (DECODE_WIDTHS):
+    the first token's units serve every token; the emitter is asked again per token only for its
+    lane scales (they hold the token's activation scales), and its unit work there is dead code;
+    each token's steps are the one-token kernel's."""
     fn, bd = func(mod, name, 11)
     fn.linkage = "internal"
     w, row_bytes, n_rows, K, _xq, xs_, xf_, out_, xp_, xz_, ldo = fn.args
@@ -223,10 +231,11 @@ def _decode_planes(isa, mod, code, name, B=1):
         row = [bd.gep(wp, [bd.mul(bd.add(r0, c64(i)), row_bytes)]) for i in range(R)]
         accs = [[Var(bd, splat_c(F32T, 0.0, L)) for _ in range(R)] for _ in toks]
         ahead = bd.mul(row_bytes, c64(PLANES_AHEAD))
-        # the min and zero-point sums, one accumulator per chunk size (their lane counts differ)
-        keys = [k for k, on in (("min", rec.has_min), ("zero", rec.planes_zero is not None)) if on]
-        sums = [{(k, n): Var(bd, splat_c(F32T, 0.0, n * per * (2 if k == "zero" else 1) * R))
-                 for k in keys for n in sorted({chunk, 2, 1} if chunk > 1 else {1})} for _ in toks]
+        # the min and zero-point sums, one accumulator per chunk size (their lane counts differ): a
+        # lane per group (min) or per 16 elements (min_sub16, zero)
+        per_group = {"min": rec.mins_per_group, "zero": 2 * (rec.planes_zero is not None)}
+        sums = [{(k, n): Var(bd, splat_c(F32T, 0.0, n * per * m * R))
+                 for k, m in per_group.items() if m for n in sorted({chunk, 2, 1} if chunk > 1 else {1})} for _ in toks]
 
         def step(b0, nblk):
             g = nblk * per  # 32-element groups of the chunk
@@ -257,8 +266,9 @@ def _decode_planes(isa, mod, code, name, B=1):
                             isum = dpb(isa, bd, bd.shl(hi, splat_c(I32, 8, L)), wu, pl)
                             a = fmuladd(bd, bd.sitofp(isum, vec(F32T, L)), ls, a)
                     acc[i].set(a)
-                for key, v, x, n in (("min", blk.min, xf, g), ("zero", blk.zero_scale, xz, 2 * g)):
+                for key, v, x in (("min", blk.min, xz if rec.min_sub16 else xf), ("zero", blk.zero_scale, xz)):
                     if v is not None:
+                        n = g * per_group[key]
                         xv = load(bd, x, bd.mul(b0, c64(n // nblk)), vec(F32T, n))
                         sm[key, nblk].set(fmuladd(bd, v, tile(xv, R), sm[key, nblk].get()))
 

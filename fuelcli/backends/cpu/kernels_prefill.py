@@ -52,11 +52,12 @@ def tile_shape(isa: Isa, quant: bool) -> tuple[int, int]:
 
 def _unpack_panel(isa, bd, code, wp, row_bytes, n_rows, k0, kc, panel, scales, mins):
     """Rows [0, n_rows) of the task, elements [k0, k0+kc): the int16 pairs of row g*L + lane to
-    panel[g][(b*PAIRS + p)*L + lane] (b the 32-block in the chunk), scale/min to [g][b*L + lane].
+    panel[g][(b*PAIRS + p)*L + lane] (b the 32-block in the chunk), scale to [g][b*L + lane], its
+    m mins (the record's mins_per_group) to [g][(b*m + h)*L + lane].
     Each group of L rows is decoded row by row into a row-major stage, then transposed L x L with
     shuffles (storing one pair at a time took 40% of a 39-token prefill). Lanes past n_rows get
     zeros (their results are never stored)."""
-    L, BL = isa.lanes, U.record(code).layout
+    L, BL, nm = isa.lanes, U.record(code).layout, U.record(code).mins_per_group
     per = BL.block_elems // G
     nb = kc // G if isinstance(kc, int) else bd.udiv(kc, c64(G))
     ngroups = TASK_ROWS // L
@@ -69,17 +70,18 @@ def _unpack_panel(isa, bd, code, wp, row_bytes, n_rows, k0, kc, panel, scales, m
     with Loop(bd, 0, ngroups) as g:
         pg = bd.gep(panel, [bd.mul(g, c64(KC // G * PAIRS))])
         sg = bd.gep(scales, [bd.mul(g, c64(KC // G * L))])
-        mg = bd.gep(mins, [bd.mul(g, c64(KC // G * L))]) if mins is not None else None
+        mg = bd.gep(mins, [bd.mul(g, c64(nm * KC // G * L))]) if mins is not None else None
         with Loop(bd, 0, L) as lane:
             rr = bd.add(bd.mul(g, c64(L)), lane)
             srow = bd.mul(lane, c64(KC // G))
 
-            def put(b, pairs, scale, mn):
+            def put(b, pairs, scale, mns):
                 bd.store(pairs, bd.gep(stage, [bd.add(srow, b)]), align=64)
                 at = bd.add(bd.mul(b, c64(L)), lane)
                 bd.store(scale, bd.gep(sg, [at]))
-                if mg is not None:
-                    bd.store(mn, bd.gep(mg, [at]))
+                for h, mn in enumerate(mns):  # [b * nm + h][lane]
+                    mat = at if nm == 1 else bd.add(bd.mul(bd.add(bd.mul(b, c64(nm)), c64(h)), c64(L)), lane)
+                    bd.store(mn, bd.gep(mg, [mat]))
 
             with bd.if_else(bd.icmp_signed("<", rr, n_rows)) as (then, otherwise):
                 with then:
@@ -90,10 +92,10 @@ def _unpack_panel(isa, bd, code, wp, row_bytes, n_rows, k0, kc, panel, scales, m
                             jj = ir.Constant(I32, j)
                             put(bd.add(bd.mul(fbi, c64(per)), c64(j)), bd.bitcast(w, vp),
                                 bd.extract_element(blk.scale, jj),
-                                bd.extract_element(blk.min, jj) if mg is not None else None)
+                                [bd.extract_element(blk.min, ir.Constant(I32, nm * j + h)) for h in range(nm)])
                 with otherwise:
                     with Loop(bd, 0, nb) as b:
-                        put(b, splat_c(I32, 0, PAIRS), ir.Constant(F32T, 0.0), ir.Constant(F32T, 0.0))
+                        put(b, splat_c(I32, 0, PAIRS), ir.Constant(F32T, 0.0), [ir.Constant(F32T, 0.0)] * nm)
         with Loop(bd, 0, nb) as b:
             rows = [bd.load(bd.gep(stage, [bd.add(c64(lane * (KC // G)), b)]), align=64) for lane in range(L)]
             # L x PAIRS -> PAIRS x L: one L x L transpose per L pairs
@@ -125,10 +127,11 @@ def _store_out(bd, out, v, mask, L):
                [v, bd.bitcast(out, vt.as_pointer()), ir.Constant(I32, 4), mask])
 
 
-def _micro_quant(isa, mod, has_min, TT, RG, name):
+def _micro_quant(isa, mod, nm, TT, RG, name):
     """The token-tile kernel: TT tokens x RG groups of L rows (consecutive panel groups) over nb
-    32-blocks (has_min: each with a min times the activations' block sum). A panel load feeds TT
-    products, an activation broadcast RG."""
+    32-blocks, each with nm mins (driver_kind): 1, times the activations' block sum (xf); 2, each
+    times the activations' 16-element sum of xq and their scale (xf is then xz). A panel load feeds
+    TT products, an activation broadcast RG."""
     L = isa.lanes
     fn, bd = func(mod, name, 13)
     fn.linkage = "internal"
@@ -154,14 +157,25 @@ def _micro_quant(isa, mod, has_min, TT, RG, name):
                 for r in range(RG):
                     isums[t][r] = dpw(isa, bd, isums[t][r], wv[r], xv)
         d = [bd.load(bd.gep(sc, [bd.add(b, c64(r * gstride))]), align=4) for r in range(RG)]
-        m = [bd.load(bd.gep(mn, [bd.add(b, c64(r * gstride))]), align=4) for r in range(RG)] if has_min else None
+        if nm == 1:
+            m = [[bd.load(bd.gep(mn, [bd.add(b, c64(r * gstride))]), align=4)] for r in range(RG)]
+        else:  # [b * nm + h] of each group's nm * gstride vectors
+            m = [[bd.load(bd.gep(mn, [bd.add(bd.mul(b, c64(nm)), c64(h + r * nm * gstride))]), align=4)
+                  for h in range(nm)] for r in range(RG)]
         for t in range(TT):
-            xst = splat(bd, bd.load(bd.gep(xs, [bd.add(srow[t], b)])), L)
-            xft = splat(bd, bd.load(bd.gep(xf, [bd.add(srow[t], b)])), L) if has_min else None
+            xs1 = bd.load(bd.gep(xs, [bd.add(srow[t], b)]))
+            xst = splat(bd, xs1, L)
+            if nm == 1:
+                xft = [splat(bd, bd.load(bd.gep(xf, [bd.add(srow[t], b)])), L)]
+            elif nm == 2:  # xf is xz: each 16-element sum of xq times the activation scale
+                zrow = bd.mul(bd.add(srow[t], b), c64(nm))
+                xft = [splat(bd, bd.fmul(xs1, bd.load(bd.gep(xf, [bd.add(zrow, c64(h))]))), L) for h in range(nm)]
+            else:
+                xft = []
             for r in range(RG):
                 a = fmuladd(bd, bd.sitofp(isums[t][r], vec(F32T, L)), bd.fmul(d[r], xst), accs[t][r].get())
-                if has_min:
-                    a = fmuladd(bd, m[r], xft, a)
+                for mh, xh in zip(m[r], xft):
+                    a = fmuladd(bd, mh, xh, a)
                 accs[t][r].set(a)
     for t in range(TT):
         for r in range(RG):
@@ -189,15 +203,17 @@ def _asm_tile_sums(bd, fn, masked, out_, ldo, first_, nvalid, TT, RG):
     return outp, [Var(bd, bd.select(first, splat_c(F32T, 0.0, L), bd.load(p, align=4))) for p in outp]
 
 
-def _asm_block(has_min):
-    """The AT&T text of one 32-block of the AVX2 micro-kernel: 3 tokens x 2 groups of 8 rows.
-    Operands: $0-$5 the f32 sums (token t, group r: $(2t + r); $6-$11 the same, tied), $12 the
-    block's panel (group 1 PANEL_GROUP bytes on), $13 the token-0 activations (int16 pairs), $14
-    their row stride in bytes, $15 / $16 the groups' scales / mins (group 1 SCALE_GROUP bytes on),
-    $17 / $18 token 0's activation scale / sum, $19 their row stride in bytes. The int32 sums are
-    ymm0-5, the panel vectors ymm6-7, the broadcast ymm8, a product ymm9."""
+def _asm_block(nm):
+    """The AT&T text of one 32-block of the AVX2 micro-kernel: 3 tokens x 2 groups of 8 rows, nm
+    mins a block as _micro_quant. Operands: $0-$5 the f32 sums (token t, group r: $(2t + r); $6-$11
+    the same, tied), $12 the block's panel (group 1 PANEL_GROUP bytes on), $13 the token-0
+    activations (int16 pairs), $14 their row stride in bytes, $15 / $16 the groups' scales / mins
+    (group 1 SCALE_GROUP / nm * SCALE_GROUP bytes on), $17 / $18 token 0's activation scale / sum
+    (nm = 2: its two 16-element sums), $19 the scales' row stride in bytes (of the sums: nm times
+    that). The int32 sums are ymm0-5, the panel vectors ymm6-7, the broadcast ymm8, a product ymm9."""
     x = ["($13)", "($13,$14)", "($13,$14,2)"]
     sx = lambda base, t: [f"({base})", f"({base},$19)", f"({base},$19,2)"][t]  # noqa: E731
+    sz = ["($18)", "($18,$19,2)", "($18,$19,4)"]  # nm = 2: token t's 16-element sums
     lines = []
     for p in range(PAIRS):
         lines += [f"vmovdqa {32 * p}($12), %ymm6", f"vmovdqa {PANEL_GROUP + 32 * p}($12), %ymm7"]
@@ -214,13 +230,17 @@ def _asm_block(has_min):
         for r in range(2):
             lines += [f"vcvtdq2ps %ymm{2 * t + r}, %ymm{2 * t + r}", f"vmulps {SCALE_GROUP * r}($15), %ymm8, %ymm6",
                       f"vfmadd231ps %ymm{2 * t + r}, %ymm6, ${2 * t + r}"]
-        if has_min:
+        if nm == 1:
             lines.append(f"vbroadcastss {sx('$18', t)}, %ymm8")
             lines += [f"vfmadd231ps {SCALE_GROUP * r}($16), %ymm8, ${2 * t + r}" for r in range(2)]
+        elif nm == 2:  # + min h * (activation scale (ymm8) * 16-element sum h)
+            for h in range(2):
+                lines += [f"vbroadcastss {4 * h}{sz[t]}, %ymm9", "vmulps %ymm8, %ymm9, %ymm9"]
+                lines += [f"vfmadd231ps {2 * SCALE_GROUP * r + 32 * h}($16), %ymm9, ${2 * t + r}" for r in range(2)]
     return "\n".join(lines)
 
 
-def _micro_quant_avx2(mod, has_min, name, masked):
+def _micro_quant_avx2(mod, nm, name, masked):
     """The AVX2 token-tile kernel, ASM_TILE, in inline assembly: LLVM reordered the IR version's
     steps and spilled its sums (16 vector registers hold 6 int32 and 6 f32 sums, 2 panel vectors,
     a broadcast and a product). Same arguments as _micro_quant; a tile with rows past the matrix
@@ -235,11 +255,12 @@ def _micro_quant_avx2(mod, has_min, name, masked):
     vt = vec(F32T, L)
     ty = ir.FunctionType(ir.LiteralStructType([vt] * 6), [vt] * 6 + [I64] * 8)
     clobbers = ",".join(f"~{{xmm{i}}}" for i in range(10))
-    asm = ir.InlineAsm(ty, _asm_block(has_min), "=x,=x,=x,=x,=x,=x,0,1,2,3,4,5," + "r," * 8 + clobbers + ",~{memory}")
+    asm = ir.InlineAsm(ty, _asm_block(nm), "=x,=x,=x,=x,=x,=x,0,1,2,3,4,5," + "r," * 8 + clobbers + ",~{memory}")
+    m = max(nm, 1)
     with Loop(bd, 0, nb) as b:
         args = [bd.add(panel_, bd.mul(b, c64(PAIRS * L * 4))), bd.add(xq_, bd.mul(b, c64(2 * G))), bd.mul(ldx, c64(2)),
-                bd.add(sc_, bd.mul(b, c64(4 * L))), bd.add(mn_, bd.mul(b, c64(4 * L))),
-                bd.add(xs_, bd.mul(b, c64(4))), bd.add(xf_, bd.mul(b, c64(4))), bd.mul(ldxs, c64(4))]
+                bd.add(sc_, bd.mul(b, c64(4 * L))), bd.add(mn_, bd.mul(b, c64(4 * L * m))),
+                bd.add(xs_, bd.mul(b, c64(4))), bd.add(xf_, bd.mul(b, c64(4 * m))), bd.mul(ldxs, c64(4))]
         got = bd.call(asm, [v.get() for v in sums] + args)
         for i, v in enumerate(sums):
             v.set(bd.extract_value(got, i))
@@ -257,39 +278,41 @@ def _unpack_quant(isa, mod, code, name):
     """unpack(w, row_bytes, n_rows, k0, kc, panel, scales, mins): one chunk of a task's panel."""
     fn, bd = func(mod, name, 8)
     w, row_bytes, n_rows, k0, kc, panel_, scales_, mins_ = fn.args
-    mins = ptr_to(bd, mins_, F32T) if U.record(code).has_min else None
+    mins = ptr_to(bd, mins_, F32T) if U.record(code).mins_per_group else None
     _unpack_panel(isa, bd, code, ptr_to(bd, w, I8), row_bytes, n_rows, k0, kc, ptr_to(bd, panel_, I32),
                   ptr_to(bd, scales_, F32T), mins)
     bd.ret_void()
 
 
 def _prefill_task(mod, driver, name, rows=TASK_ROWS):
-    """prefill task: rows [task*rows, ...) of (unpack, w, n_rows, row_bytes, K, T, x, xs, xf, out)."""
+    """prefill task: rows [task*rows, ...) of (unpack, w, n_rows, row_bytes, K, T, x, xs, xf, out, xz)."""
     fn, bd = func(mod, name, TASK_ARGS)
-    task, unpack, w, n_rows, row_bytes, K, T, x, xs, xf, out = fn.args[:11]
+    task, unpack, w, n_rows, row_bytes, K, T, x, xs, xf, out, xz = fn.args
     r0 = bd.mul(task, c64(rows))
     nr = bd.sub(n_rows, r0)
     nr = bd.select(bd.icmp_signed(">", nr, c64(rows)), c64(rows), nr)
     bd.call(driver, [unpack, bd.add(w, bd.mul(r0, row_bytes)), row_bytes, nr, K, T, x, xs, xf,
-                     bd.add(out, bd.mul(r0, c64(4))), n_rows])
+                     bd.add(out, bd.mul(r0, c64(4))), n_rows, xz])
     bd.ret_void()
 
 
-def _panel_driver(isa, mod, name, kc_max, panel_ty, panel_elems, micro, quant):
-    """prefill(unpack, w, row_bytes, n_rows, K, T, x, xs, xf, out, ldo): for each chunk of k, the
+def _panel_driver(isa, mod, name, kc_max, panel_ty, panel_elems, micro, quant, nm=0):
+    """prefill(unpack, w, row_bytes, n_rows, K, T, x, xs, xf, out, ldo, xz): for each chunk of k, the
     format's `unpack` (called by address) fills the stack panel, then every token tile runs over it
-    (micro[tokens, groups]: TT tokens x RG groups of rows, a task's last groups and tokens singly)."""
+    (micro[tokens, groups]: TT tokens x RG groups of rows, a task's last groups and tokens singly);
+    nm mins a 32-block (_micro_quant: with 2, the tiles read xz where the others read xf)."""
     L = isa.lanes
     TT, RG = tile_shape(isa, quant)
-    fn, bd = func(mod, name, 11)
+    fn, bd = func(mod, name, 12)
     fn.linkage = "internal"
-    unpack_, w, row_bytes, n_rows, K, T, x_, xs_, xf_, out_, ldo = fn.args
+    unpack_, w, row_bytes, n_rows, K, T, x_, xs_, xf_, out_, ldo, xz_ = fn.args
     ngroups = TASK_ROWS // L
     nsc = kc_max // G * L  # scales of one group
+    nmn = max(nm, 1) * nsc  # mins of one group
     with bd.goto_entry_block():
         panel = bd.alloca(panel_ty, c64(ngroups * panel_elems))
         scales = bd.alloca(F32T, c64(ngroups * nsc))
-        mins = bd.alloca(F32T, c64(ngroups * nsc))
+        mins = bd.alloca(F32T, c64(ngroups * nmn))
     panel.align = scales.align = mins.align = 64
     unpack = bd.inttoptr(unpack_, ir.FunctionType(ir.VoidType(), [I64] * 8).as_pointer())
     nbk = bd.udiv(K, c64(G))  # row stride of xs / xf
@@ -315,8 +338,9 @@ def _panel_driver(isa, mod, name, kc_max, panel_ty, panel_elems, micro, quant):
                 if quant:
                     so = bd.mul(bd.add(bd.mul(t0, nbk), b0), c64(4))
                     args = [pp, bd.ptrtoint(bd.gep(scales, [bd.mul(g, c64(nsc))]), I64),
-                            bd.ptrtoint(bd.gep(mins, [bd.mul(g, c64(nsc))]), I64), bd.udiv(kc, c64(G)),
-                            xp, K, bd.add(xs_, so), bd.add(xf_, so), nbk, op, ldo, first, nv]
+                            bd.ptrtoint(bd.gep(mins, [bd.mul(g, c64(nmn))]), I64), bd.udiv(kc, c64(G)),
+                            xp, K, bd.add(xs_, so), bd.add(xz_, bd.mul(so, c64(2))) if nm == 2 else bd.add(xf_, so),
+                            nbk, op, ldo, first, nv]
                 else:
                     args = [pp, kc, xp, K, op, ldo, first, nv]
                 bd.call(micro[tt, rg], args)
@@ -472,11 +496,11 @@ def build_driver(isa, mod, kind, name) -> list[str]:
             micro[tt, rg] = _micro_float_avx2(mod, f"{name}_asm", micro[tt, rg])
         driver = _panel_driver(isa, mod, name + "_rows", KC_FLOAT, F32T, KC_FLOAT * isa.lanes, micro, False)
     else:
-        has_min = kind == "quant_min"
+        nm = ("quant", "quant_min", "quant_min16").index(kind)  # mins a 32-block (emit.CpuFormat.driver_kind)
         tt, rg = tile_shape(isa, True)
-        micro = {(n, g): _micro_quant(isa, mod, has_min, n, g, f"{name}_tile{n}x{g}") for n in {tt, 1} for g in {rg, 1}}
+        micro = {(n, g): _micro_quant(isa, mod, nm, n, g, f"{name}_tile{n}x{g}") for n in {tt, 1} for g in {rg, 1}}
         if isa.name == "avx2":
-            micro[tt, rg] = _micro_quant_avx2(mod, has_min, f"{name}_asm", micro[tt, rg])
-        driver = _panel_driver(isa, mod, name + "_rows", KC, I32, KC // 2 * isa.lanes, micro, True)
+            micro[tt, rg] = _micro_quant_avx2(mod, nm, f"{name}_asm", micro[tt, rg])
+        driver = _panel_driver(isa, mod, name + "_rows", KC, I32, KC // 2 * isa.lanes, micro, True, nm)
     _prefill_task(mod, driver, name)
     return [name]

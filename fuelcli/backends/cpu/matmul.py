@@ -125,8 +125,9 @@ def quantize_rows(x, qx, core):
 @helper()
 def quantize_for(x, qx, core, n_dec):
     """x [T, K] (C-contiguous) -> int16 per 32-block into the first T*K of qx.xq and T*K/32 of qx.xs
-    (block scales) and qx.xf (block sums): flat row-major buffers. Its first n_dec rows (tokens on
-    the decode kernels) also get the layout those read, in qx.xp and qx.xz (core.py's quantize)."""
+    (block scales), qx.xf (block sums) and qx.xz (16-element sums of xq): flat row-major buffers.
+    Its first n_dec rows (tokens on the decode kernels) also get the layout those read, in qx.xp
+    (core.py's quantize)."""
     T, K = x.shape
     tasks(core[C_QUANTIZE], T, args11(ptr(x), K, K // AB * AB, ptr(qx.xq), ptr(qx.xs), ptr(qx.xf), ptr(qx.xp),
                                       ptr(qx.xz), n_dec))
@@ -205,7 +206,7 @@ def tile_task(x, qx, r0, w_addr, n_rows, row_bytes, code, kern, out_addr):
                 args11(kern[code, K_AMX_UNPACK], w_addr, n_rows, row_bytes, K, rows, xp, 0, 0, out))
     return (kern[code, K_PREFILL], (n_rows + TASK_ROWS - 1) // TASK_ROWS,
             args11(kern[code, K_UNPACK], w_addr, n_rows, row_bytes, K, rows, xp, ptr(qx.xs) + 4 * r0 * nb,
-                   ptr(qx.xf) + 4 * r0 * nb, out))
+                   ptr(qx.xf) + 4 * r0 * nb, out, ptr(qx.xz) + 4 * r0 * (K // 16)))
 
 
 @helper()

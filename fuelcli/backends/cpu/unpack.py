@@ -16,7 +16,7 @@ from llvmlite import ir
 from ...formats import BY_CODE
 from . import emit_floats, emit_iq, emit_k_quants, emit_legacy
 from .emit import PLANES_KBLOCK, Block, CpuFormat, PlanesBlocks, WordChunk  # noqa: F401 (core.py's layout)
-from .irgen import F32T, G, I32, splat, vec
+from .irgen import F32T, G, I32, const, splat, vec
 
 CPU: dict[int, CpuFormat] = {r.code: r for m in (emit_floats, emit_legacy, emit_k_quants, emit_iq) for r in m.RECORDS}
 assert set(CPU) == {f.code for f in BY_CODE}, "a format in fuelcli/formats has no CPU record"
@@ -57,5 +57,9 @@ def exact_values(bd, blk: Block, j: int):
     sv, wv = blk.exact[j] if blk.exact is not None else (splat(bd, bd.extract_element(blk.scale, jj), G), blk.w[j])
     v = bd.fmul(sv, bd.sitofp(wv, vec(F32T, G)))
     if blk.min is not None:
-        v = bd.fadd(v, splat(bd, bd.extract_element(blk.min, jj), G))
+        if blk.min.type.count == 2 * len(blk.w):  # a min per 16 elements (min_sub16)
+            mv = bd.shuffle_vector(blk.min, blk.min, const(I32, [2 * j] * (G // 2) + [2 * j + 1] * (G // 2)))
+        else:
+            mv = splat(bd, bd.extract_element(blk.min, jj), G)
+        v = bd.fadd(v, mv)
     return v

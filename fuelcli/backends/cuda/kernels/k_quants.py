@@ -1,14 +1,14 @@
-"""Unit decoders of ggml's K-quants (q3_k, q4_k, q5_k, q6_k); layouts and bit drawings in
+"""Unit decoders of ggml's K-quants (q2_k, q3_k, q4_k, q5_k, q6_k); layouts and bit drawings in
 fuelcli/formats/k_quants.py. Same float operations in the same order as the numpy decode and the
 CPU's dequant_row. A unit (UNIT consecutive elements) lies inside one sub-block: one scale.
 """
 
 from numba import cuda, float32, int8, int32
 
-from ....formats import Q3_K, Q4_K, Q5_K, Q6_K
+from ....formats import Q2_K, Q3_K, Q4_K, Q5_K, Q6_K
 from .common import UNIT, f16_at
 
-L3K, L4K, L5K, L6K = Q3_K.layout, Q4_K.layout, Q5_K.layout, Q6_K.layout
+L2K, L3K, L4K, L5K, L6K = Q2_K.layout, Q3_K.layout, Q4_K.layout, Q5_K.layout, Q6_K.layout
 
 
 @cuda.jit(device=True)
@@ -36,6 +36,22 @@ def unpack_q4_k(w8, p, k0, out):
     shift = 4 * (s % 2)
     for j in range(UNIT):
         out[j] = d0 * float32((int32(w8[q + j]) >> shift) & 15) - dm0
+
+
+@cuda.jit(device=True)
+def unpack_q2_k(w8, p, k0, out):
+    """Element e = half * h + 32k + l: q from qs[32h + l] at bits 2k; sub-block s = e // 16 with
+    scales[s] (sc the low nibble, m the high one). x = (d * sc) * q - dmin * m."""
+    L = L2K
+    b = p + (k0 // L.block_elems) * L.block_bytes
+    e = k0 % L.block_elems
+    sm = int32(w8[b + L.scales + e // L.sub_elems])
+    d0 = f16_at(w8, b + L.d) * float32(sm & 15)
+    dm0 = f16_at(w8, b + L.dmin) * float32(sm >> 4)
+    q = b + L.qs + 32 * (e // L.half) + e % 32
+    shift = 2 * ((e % L.half) // 32)
+    for j in range(UNIT):
+        out[j] = d0 * float32((int32(w8[q + j]) >> shift) & 3) - dm0
 
 
 @cuda.jit(device=True)

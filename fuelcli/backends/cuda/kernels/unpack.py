@@ -10,10 +10,11 @@ from numba import cuda
 from ....formats import BY_CODE
 from .floats import LBF16, LF16, LF32, unpack_bf16, unpack_f16, unpack_f32
 from .i_quants import LIQ3S, LIQ3XXS, LIQ4NL, LIQ4XS, unpack_iq3_s, unpack_iq3_xxs, unpack_iq4_nl, unpack_iq4_xs
-from .k_quants import L3K, L4K, L5K, L6K, unpack_q3_k, unpack_q4_k, unpack_q5_k, unpack_q6_k
+from .k_quants import L2K, L3K, L4K, L5K, L6K, unpack_q2_k, unpack_q3_k, unpack_q4_k, unpack_q5_k, unpack_q6_k
 from .legacy import L8, L40, L41, L50, L51, unpack_q4_0, unpack_q4_1, unpack_q5_0, unpack_q5_1, unpack_q8_0
 
-HANDLED = {L.code for L in (LF32, LF16, LBF16, L8, L40, L41, L50, L51, L3K, L4K, L5K, L6K, LIQ4NL, LIQ4XS, LIQ3XXS, LIQ3S)}
+HANDLED = {L.code for L in (LF32, LF16, LBF16, L8, L40, L41, L50, L51, L2K, L3K, L4K, L5K, L6K, LIQ4NL, LIQ4XS, LIQ3XXS,
+                             LIQ3S)}
 assert HANDLED == {f.code for f in BY_CODE}, "a format in fuelcli/formats has no CUDA unit decoder"
 
 
@@ -34,6 +35,8 @@ def unpack(code, w8, p, k0, out):
         unpack_iq4_xs(w8, p, k0, out)
     elif code == L3K.code:
         unpack_q3_k(w8, p, k0, out)
+    elif code == L2K.code:
+        unpack_q2_k(w8, p, k0, out)
     elif code == L5K.code:
         unpack_q5_k(w8, p, k0, out)
     elif code == L50.code:
