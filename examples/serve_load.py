@@ -9,7 +9,7 @@ and the server's total generated tok/s. Then a 5-turn conversation: prompt token
 came from the prompt cache, TTFT, and the last turn's TTFT again after another prompt has evicted
 the cache. Greedy decoding with a fixed max_tokens keeps runs comparable.
 
-    python examples/serve_load.py --serve qwen2.5-coder-0.5b --parallel 1,4 --clients 4,8 --requests 1 --rounds 3
+    python examples/serve_load.py --serve qwen2.5-coder-0.5b --parallel 1,4 --clients 4,8 --requests 1 --rounds 3 --ignore-eos
 
 starts `fuel serve MODEL --parallel N` itself for each N (in turn, round after round, so that a
 machine's load drifts over every setting alike), runs the clients against each, and prints one
@@ -41,13 +41,17 @@ TURNS = ["Name a fruit and describe it.", "What colour is it usually?", "Where d
          "Give me a recipe that uses it.", "Summarise our conversation in one sentence."]
 
 
+EXTRA = {}  # --ignore-eos: {"ignore_eos": True}, every request runs to max_tokens
+
+
 def timed_chat(client, model, messages, max_tokens):
     """(TTFT s, decode tok/s after the first token, completion tokens, usage, text) of one streamed chat."""
     t0 = time.perf_counter()
     first = last = None
     usage, text = None, []
     for chunk in client.chat.completions.create(model=model, messages=messages, max_tokens=max_tokens,
-                                                temperature=0, stream=True, stream_options={"include_usage": True}):
+                                                temperature=0, stream=True, stream_options={"include_usage": True},
+                                                extra_body=EXTRA):
         if chunk.usage is not None:
             usage = chunk.usage
         if chunk.choices and chunk.choices[0].delta.content:
@@ -174,7 +178,11 @@ def main():
     ap.add_argument("--requests", type=int, default=4, help="requests per client")
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--api-key", default="none")
+    ap.add_argument("--ignore-eos", action="store_true", help="every request generates max_tokens (the server "
+                    "must take ignore_eos: fuel serve, llama-server, vLLM)")
     args = ap.parse_args()
+    if args.ignore_eos:
+        EXTRA["ignore_eos"] = True
     if args.serve:
         return compare(args)
     if not args.base_url:

@@ -121,6 +121,36 @@ def test_scripted_answers_and_usage(served):
     assert r.usage.completion_tokens == 5 and r.usage.prompt_tokens == len(s.engine.prefills[0])
 
 
+class EosAfterHash(ScriptedEngine):
+    """ScriptedEngine whose text ends at EOS after "#"."""
+
+    def prefill(self, tokens, all_logits=False, hidden=False):
+        logits = super().prefill(tokens, all_logits, hidden)
+        if int(np.asarray(tokens)[-1]) == FIRST + ord("#") - ord(" "):
+            logits[:] = 0.0
+            logits[0, EOS] = 10.0
+        return logits
+
+
+def test_ignore_eos_generates_to_max_tokens():
+    """ignore_eos (llama-server's and vLLM's extension, for load tests) feeds EOS on like any token:
+    the same request stops at EOS without it (the negative control); a non-boolean is a 400."""
+    s = Served(EosAfterHash())
+    try:
+        r = chat(s, "hi", max_tokens=8, temperature=0)
+        assert (r.choices[0].message.content, r.choices[0].finish_reason) == (' !"#', "stop")
+        r = chat(s, "hi", max_tokens=8, temperature=0, extra_body={"ignore_eos": True})
+        assert (r.choices[0].message.content, r.choices[0].finish_reason) == (' !"# !"', "length")
+        assert r.usage.completion_tokens == 8
+        c = s.client.completions.create(model="scripted", prompt="hi", max_tokens=6, temperature=0,
+                                        extra_body={"ignore_eos": True})
+        assert c.choices[0].finish_reason == "length" and c.usage.completion_tokens == 6
+        with pytest.raises(openai.BadRequestError):
+            chat(s, "hi", max_tokens=8, extra_body={"ignore_eos": "yes"})
+    finally:
+        s.close()
+
+
 def test_stop_string_cuts_the_text_and_its_logprobs(served):
     """The tokens reported are those that start before the cut, streamed or not."""
     s = served()

@@ -69,6 +69,7 @@ class Job:
     grammar: g.Grammar | None = None  # the worker starts its matcher (building the vocabulary may take a second)
     reply: dict = field(default_factory=dict)  # ReplyParser's arguments (chat): how the text is read back
     prediction: list[int] = field(default_factory=list)  # the predicted output's ids: lookup decoding's proposals
+    ignore_eos: bool = False  # generate past the EOS ids, to max_tokens (stop strings still stop)
     arrived: float = field(default_factory=time.perf_counter)  # for the time to first token (/metrics)
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     _cancelled: threading.Event = field(default_factory=threading.Event)
@@ -184,7 +185,7 @@ def chat_job(req: ChatRequest, model: ServedModel, loop) -> Job:
     reply = {"tools": fmt, "reasoning": reasoning, "in_reasoning": reasoning and thinking}
     prediction = tok.encode(req.prediction.content, add_special_tokens=False) if req.prediction else []
     return Job("chat", ids, req.max_new or model.n_ctx, _sampler_params(req), req.stop, req.n_logprobs, loop,
-               grammar=grammar, reply=reply, prediction=prediction)
+               grammar=grammar, reply=reply, prediction=prediction, ignore_eos=req.ignore_eos)
 
 
 def completion_job(req: CompletionRequest, model: ServedModel, loop) -> Job:
@@ -197,7 +198,8 @@ def completion_job(req: CompletionRequest, model: ServedModel, loop) -> Job:
             raise bad_request(f"prompt: token id {bad} is out of range 0..{model.vocab_size - 1}", param="prompt")
     _check_length(ids, model, "prompt")
     max_new = req.max_new if req.max_new is not None else COMPLETION_MAX_TOKENS
-    return Job("completion", ids, max_new, _sampler_params(req), req.stop, req.n_logprobs, loop)
+    return Job("completion", ids, max_new, _sampler_params(req), req.stop, req.n_logprobs, loop,
+               ignore_eos=req.ignore_eos)
 
 
 def model_not_found(name: str) -> APIError:

@@ -179,6 +179,7 @@ class _Sampling(_Strict):
     min_p: float | None = Field(None, ge=0, le=1)
     repeat_penalty: float | None = Field(None, gt=0)
     repeat_last_n: int | None = Field(None, ge=-1)
+    ignore_eos: bool = False  # generate to max_tokens past EOS (llama-server's and vLLM's name): load tests
 
     @field_validator("stop")
     @classmethod

@@ -59,8 +59,9 @@ class Running:
             from ..grammar import Constraint
 
             constraint = Constraint(job.grammar, worker.tokenizer, worker.vocab_size, worker.eos_ids)
+        self.eos_ids = set() if job.ignore_eos else worker.eos_ids
         self.loop = TokenLoop(worker.engine, self.ids, job.max_tokens, Sampler(job.params, constraint),
-                              worker.eos_ids, self.stats)
+                              self.eos_ids, self.stats)
         self.next: int | None = None  # the token to feed next, once generating
         self.stream = worker.tokenizer.stream(skip_special_tokens=True)
         self.matcher = StopMatcher(job.stops)
@@ -104,7 +105,7 @@ class Running:
                                          slot)
         rows = spec.forward(engine, loop.history, drafts, slot)
         fed = self.worker.cached[slot] + [self.next] + drafts
-        steps, eos = spec.settle(engine, loop.sampler, rows, drafts, q, shadow, loop.history, self.worker.eos_ids,
+        steps, eos = spec.settle(engine, loop.sampler, rows, drafts, q, shadow, loop.history, self.eos_ids,
                                  self.job.max_tokens - stats.generated, stats, slot)
         held = engine.positions[slot]
         self.worker.cached[slot] = fed[:held]
