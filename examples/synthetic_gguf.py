@@ -11,7 +11,8 @@ for attn_v and ffn_down on the "more bits" layers and for the embedding, Q4_K el
 Values are random (finite, N(0, 0.02) like an initialised model); the text they generate is noise, but
 fuel and llama.cpp run exactly the same arithmetic as on a trained model. One random block of rows is
 quantised per (type, row length) and tiled, so an 8B file is written in seconds. The vocabulary is a
-byte-level placeholder (gpt2 model: the 256 byte tokens, some two-byte merges, then `<tok N>`), enough for llama.cpp to load it.
+byte-level placeholder (gpt2 model: the 256 byte tokens, some two-byte merges, then `<tok N>`), enough for llama.cpp to load it,
+and a ChatML template for chat endpoints.
 
 Needs: gguf (fuel's test extra) and libgguf (PyPI; quantises the K-quants that gguf.quants cannot).
 """
@@ -47,6 +48,10 @@ def tensor_type(name: str, layer: int, n_layers: int, qtype: str) -> str:
 
 
 _TILE_ROWS = 64
+# ChatML, so that chat endpoints (fuel serve, examples/serve_load.py) take the file; its markers are
+# plain text to the placeholder vocabulary
+CHATML = ("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
 def _byte_alphabet() -> list:
@@ -104,6 +109,7 @@ def write(path: str, shape: str, qtype: str, layers: int | None = None, seed: in
     w.add_token_merges([f"{a} {b}" for a, b in pairs])
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
+    w.add_chat_template(CHATML)
 
     cache: dict = {}
 
