@@ -32,14 +32,14 @@ def main(argv=None):
     p.add_argument("--cpu-time", action="store_true", help="CPU time, not wall time (use with --threads 1)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
-    from fuelcli import threads
+    from fuelcli.process import threads
 
     threads.set_threads(a.threads)
     import numpy as np
 
     from fuelcli.backends import make_engine
-    from fuelcli.doctor import cpu_name
-    from fuelcli.loader import open_model
+    from fuelcli.process.doctor import cpu_name
+    from fuelcli.sources.loader import open_model
 
     clock = time.process_time if a.cpu_time else time.perf_counter
     widths = [int(w) for w in a.widths.split(",")]

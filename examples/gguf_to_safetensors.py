@@ -62,8 +62,8 @@ def convert(gguf_path: Path, out: Path) -> Path:
 
 def main(argv: list) -> int:
     from fuelcli.errors import FuelError
-    from fuelcli.extras import pip_install
-    from fuelcli.source import resolve
+    from fuelcli.process.extras import pip_install
+    from fuelcli.sources.source import resolve
 
     if len(argv) != 2:
         print("usage: python examples/gguf_to_safetensors.py GGUF_FILE_OR_DEMO_ALIAS OUT_DIR", file=sys.stderr)

@@ -6,9 +6,9 @@
 import sys
 
 from fuelcli.backends import make_engine
-from fuelcli.generate import Sampler, SamplerParams, Stats, generate
-from fuelcli.loader import open_model
-from fuelcli.memory import peak_rss_bytes
+from fuelcli.process.memory import peak_rss_bytes
+from fuelcli.sources.loader import open_model
+from fuelcli.text.generate import Sampler, SamplerParams, Stats, generate
 
 model = open_model(sys.argv[1])
 ids = model.tokenizer.encode_prompt(sys.argv[2])

@@ -4,15 +4,15 @@ Ctrl-C must never print a traceback, also while the CLI's modules are still impo
 rich, numpy: a noticeable part of a start) or while Python shuts down: until a command runs, and
 again after it, SIGINT exits at once with 130. During the command it raises KeyboardInterrupt as
 usual, which the commands handle (`run` prints its stats line) and cli/app.py's main() ends in 130.
-The garbage collector is off until the command has started (collector.py).
+The garbage collector is off until the command has started (process/collector.py).
 """
 
 import os
 import signal
 import sys
 
-from . import collector
 from .errors import EXIT_INTERRUPTED
+from .process import collector
 
 
 def _exit_interrupted(signum, frame):

@@ -1,4 +1,4 @@
-"""Negative controls' edits of a ModelConfig's blocks (block.py): the same model, one property flipped."""
+"""Negative controls' edits of a ModelConfig's blocks (model/block.py): the same model, one property flipped."""
 
 import dataclasses
 

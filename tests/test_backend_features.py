@@ -5,9 +5,9 @@ built; the CPU engine runs every feature (test_decoder_oracle)."""
 import pytest
 
 from fuelcli.backends import CUDA_FEATURES, make_engine
-from fuelcli.block import features
 from fuelcli.errors import InputError
-from fuelcli.loader import open_model
+from fuelcli.model.block import features
+from fuelcli.sources.loader import open_model
 
 
 @pytest.mark.parametrize("case, feature", [

@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from fuelcli import bench as B
 from fuelcli.cli import app
 from fuelcli.errors import InputError, MissingDependency
+from fuelcli.measure import bench as B
 
 sys.path.insert(0, str(Path(__file__).parent))
 from tiny_models import write_tiny  # noqa: E402
@@ -123,7 +123,7 @@ def test_parse_and_context():
 
 def test_fuel_runner_fills_depth_and_resets(tiny):
     from fuelcli.backends.cpu.engine import CpuEngine as Engine
-    from fuelcli.loader import open_model
+    from fuelcli.sources.loader import open_model
 
     m = open_model(str(tiny))
     e = Engine(m.cfg, m.weights, n_ctx=32)
@@ -150,7 +150,7 @@ def test_parallel_tests():
 def test_fuel_runner_sequences(tiny):
     """A tg run of B sequences steps every slot once a token; prepare fills each slot's depth."""
     from fuelcli.backends.cpu.engine import CpuEngine as Engine
-    from fuelcli.loader import open_model
+    from fuelcli.sources.loader import open_model
 
     m = open_model(str(tiny))
     e = Engine(m.cfg, m.weights, n_ctx=32, slots=3)
@@ -284,7 +284,7 @@ def test_transformers_peer_sequences(tiny):
     """The transformers peer runs B sequences in its batch dimension, the cache B rows deep."""
     pytest.importorskip("transformers")
     from fuelcli.peers import PEERS
-    from fuelcli.source import resolve
+    from fuelcli.sources.source import resolve
 
     r = B.start_peer(PEERS["transformers"], resolve(str(tiny)), 1, 32, [])
     try:
@@ -299,7 +299,7 @@ def test_llama_cpp_peer_sequences(smollm2_gguf):
     """llama.cpp's context of B sequences: a step decodes one token of each; prepare clears them."""
     pytest.importorskip("llama_cpp")
     from fuelcli.peers import PEERS
-    from fuelcli.source import resolve
+    from fuelcli.sources.source import resolve
 
     tests = B.make_tests([0], [4], [0], [1, 2])
     r = B.start_peer(PEERS["llama.cpp"], resolve(str(smollm2_gguf)), 1, B.context_needed(tests) + 3, tests)
@@ -350,7 +350,7 @@ def test_transformers_peer_keeps_cache(tiny):
     """In its own process the transformers peer keeps its KV cache across a run and drops it in prepare."""
     pytest.importorskip("transformers")
     from fuelcli.peers import PEERS
-    from fuelcli.source import resolve
+    from fuelcli.sources.source import resolve
 
     src = resolve(str(tiny))
     r = B.start_peer(PEERS["transformers"], src, 1, 32, [])

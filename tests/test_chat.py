@@ -14,9 +14,9 @@ import time
 import numpy as np
 import pytest
 
-from fuelcli.chat import ChatSession
-from fuelcli.generate import Sampler, SamplerParams, Stats, common_prefix
-from fuelcli.loader import open_model
+from fuelcli.sources.loader import open_model
+from fuelcli.text.chat import ChatSession
+from fuelcli.text.generate import Sampler, SamplerParams, Stats, common_prefix
 
 pytestmark = pytest.mark.slow  # the real SmolLM2 GGUF (tests/conftest.py)
 

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from fuelcli.config import from_hf_config
 from fuelcli.errors import ConfigError
-from fuelcli.plan import mask_plan
+from fuelcli.model.config import from_hf_config
+from fuelcli.model.plan import mask_plan
 
 QWEN2_0_5B = {
     "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": 151936, "hidden_size": 896,
@@ -133,7 +133,7 @@ def test_unknown_architecture_without_model_type():
 
 
 def test_config_json_errors(tmp_path):
-    from fuelcli.config import load_hf_config
+    from fuelcli.model.config import load_hf_config
 
     (tmp_path / "config.json").write_text("{not json")
     with pytest.raises(ConfigError, match="not valid JSON"):

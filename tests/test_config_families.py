@@ -7,10 +7,10 @@ import math
 import pytest
 from test_config import LLAMA2_7B, QWEN2_0_5B
 
-from fuelcli.block import features, rope_variants
-from fuelcli.config import from_hf_config
 from fuelcli.errors import ConfigError
-from fuelcli.plan import mask_plan
+from fuelcli.model.block import features, rope_variants
+from fuelcli.model.config import from_hf_config
+from fuelcli.model.plan import mask_plan
 
 GEMMA3_270M = {  # google/gemma-3-270m config.json
     "architectures": ["Gemma3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
@@ -128,7 +128,7 @@ def test_phi3_longrope():
     assert c.family == "phi3" and c.head_dim == 96 and c.windows == (262144,) * 32
     assert (r.type, r.factor, r.original_max_position) == ("longrope", 32.0, 4096) and len(r.long_factors) == 48
     assert r.attention_factor == pytest.approx(math.sqrt(1 + math.log(32) / math.log(4096)))
-    from fuelcli.rope import inv_freq
+    from fuelcli.model.rope import inv_freq
 
     short, long = inv_freq(r, 96, 4096), inv_freq(r, 96, 4097)  # the long factors past the original context
     assert short[1] == pytest.approx(long[1] * 1.125 / (1 + 1 / 64)) and short[0] == long[0]
@@ -136,7 +136,7 @@ def test_phi3_longrope():
 
 def test_gguf_form_of_gemma3_is_the_hf_form(gemma3_gguf):
     """The real 270M file read through the GGUF key map has the blocks its hub config.json says."""
-    from fuelcli.loader import open_model
+    from fuelcli.sources.loader import open_model
 
     g = open_model(str(gemma3_gguf)).cfg
     h = from_hf_config(GEMMA3_270M)

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from fuelcli.config import from_hf_config
 from fuelcli.errors import ConfigError, FuelError, InputError
-from fuelcli.sizes import check_engine_fits, engine_bytes
+from fuelcli.model.config import from_hf_config
+from fuelcli.model.sizes import check_engine_fits, engine_bytes
 
 import malformed as M
 
@@ -53,7 +53,7 @@ def test_gguf_keys_are_named_as_the_file_spells_them(tmp_path):
 
 
 def test_layers_without_weight_files_are_held_to_memory(monkeypatch):
-    import fuelcli.sizes as sizes
+    import fuelcli.model.sizes as sizes
 
     monkeypatch.setattr(sizes, "available_bytes", lambda: 1 << 30)
     with pytest.raises(ConfigError, match="num_hidden_layers=1000000000000 is more layers than this machine"):
@@ -64,7 +64,7 @@ def test_layers_without_weight_files_are_held_to_memory(monkeypatch):
 
 
 def test_a_context_beyond_memory_is_refused_before_allocating(monkeypatch):
-    import fuelcli.sizes as sizes
+    import fuelcli.model.sizes as sizes
     from fuelcli.backends.base import Engine
 
     cfg = from_hf_config({**M.CONFIG, "max_position_embeddings": 10 ** 12})
@@ -101,7 +101,7 @@ def test_cli_refuses_a_huge_context(tmp_path):
 def test_llama3_rope_factors(low, high, ok):
     import warnings
 
-    from fuelcli.rope import inv_freq
+    from fuelcli.model.rope import inv_freq
 
     raw = {**M.CONFIG, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": low,
                                         "high_freq_factor": high, "original_max_position_embeddings": 32}}
@@ -121,7 +121,7 @@ def test_equal_factors_are_a_hard_cut_as_transformers_computes_it():
     from transformers import LlamaConfig
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-    from fuelcli.rope import inv_freq
+    from fuelcli.model.rope import inv_freq
 
     scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 2.0, "high_freq_factor": 2.0,
                "original_max_position_embeddings": 64}

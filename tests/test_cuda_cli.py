@@ -77,11 +77,11 @@ def test_no_gpu_is_one_line_exit_4(tiny):
 def test_memory_is_checked_on_the_device(tiny, monkeypatch):
     """The weights, KV cache and activations live on the GPU: the check asks the device, not the
     host, and names the GPU; the simulator (no device memory info) keeps the host's check."""
-    from fuelcli import sizes
     from fuelcli.backends import make_engine
     from fuelcli.backends.cuda.engine import CudaEngine
     from fuelcli.errors import InputError
-    from fuelcli.loader import open_model
+    from fuelcli.model import sizes
+    from fuelcli.sources.loader import open_model
 
     m = open_model(str(tiny("llama31", legacy_rope=True)))
     monkeypatch.setattr(sizes, "available_bytes", lambda: 1 << 10)  # a host with no memory to spare

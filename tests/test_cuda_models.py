@@ -26,7 +26,7 @@ from hf_oracle import hf_logits
 from test_decoder_oracle import BREAKS, tol
 
 from fuelcli.backends import make_engine
-from fuelcli.loader import open_model
+from fuelcli.sources.loader import open_model
 
 cuda_sim.speed_up()
 pytestmark = cuda_sim.needs_numba_cuda
@@ -150,8 +150,8 @@ def test_mixed_formats_in_one_layer(case_data):
     product per run of equal formats and one swiglu per (gate, up) pair. Against fuel's numpy
     reference on the same weights (f32 activations, as the CUDA kernels; the CPU engine's int16
     activations differ by ~2e-3 here). Negative control: v's bytes read as another format miss."""
-    from fuelcli import reference
     from fuelcli.formats import dequantize, quantize
+    from fuelcli.model import reference
     from fuelcli.weights.tensor import Tensor
 
     model, ids, _, _ = case_data("llama31")

@@ -15,10 +15,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fuelcli.config import from_hf_config
 from fuelcli.errors import ConfigError, InputError
-from fuelcli.loader import open_model
-from fuelcli.reference import forward
+from fuelcli.model.config import from_hf_config
+from fuelcli.model.reference import forward
+from fuelcli.sources.loader import open_model
 from fuelcli.weights.gguf import read_gguf
 
 import malformed as M
@@ -137,7 +137,7 @@ def test_arabic_indic_digits_in_tokens_read_as_numbers():
                                            ("repeat_penalty", float("inf")), ("top_p", float("nan")),
                                            ("min_p", float("nan"))])
 def test_non_finite_sampling_options_are_refused(option, value):
-    from fuelcli.generate import SamplerParams
+    from fuelcli.text.generate import SamplerParams
 
     with pytest.raises(InputError, match=f"--{option.replace('_', '-')} must be"):
         SamplerParams(**{option: value})

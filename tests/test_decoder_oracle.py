@@ -1,6 +1,6 @@
 """fuel's three paths (decode through the KV cache, batched prefill, numpy reference) against
 transformers' eager f32 logits on tiny random checkpoints of every family, each with a negative
-control that breaks one block property (block.py) and must fail the same comparison.
+control that breaks one block property (model/block.py) and must fail the same comparison.
 
 Tolerance: max|Δ| over all positions and the vocabulary ≤ tol(case): TOL = 1e-4 (issue 28's bound),
 2e-4 for llama31 and smollm3. Measured on an AMD EPYC Zen 5 (decode / prefill / reference):
@@ -23,9 +23,9 @@ import pytest
 from block_edits import inverted_windows, with_attention, with_blocks, with_ffn
 from hf_oracle import hf_logits
 
-from fuelcli.loader import open_model
-from fuelcli.rope import RopeConfig
-from fuelcli.forward_paths import PATHS, logits_by_path
+from fuelcli.sources.loader import open_model
+from fuelcli.model.rope import RopeConfig
+from fuelcli.model.forward_paths import PATHS, logits_by_path
 
 TOL = 1e-4
 LOOSER = {"llama31": 2e-4, "smollm3": 2e-4}  # the oracle's own f32 rounding reaches ~1e-4 there (above)

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from fuelcli import demo
 from fuelcli.errors import FetchError, ModelNotFound
-from fuelcli.source import resolve
+from fuelcli.sources import demo
+from fuelcli.sources.source import resolve
 
 PAYLOAD = [b"GGUF" + bytes(range(256)) * 40, b"second part " * 500]
 

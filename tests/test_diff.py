@@ -26,10 +26,10 @@ import pytest
 from block_edits import inverted_windows, with_attention, with_blocks
 from typer.testing import CliRunner
 
-import fuelcli.loader
+import fuelcli.sources.loader
 from fuelcli.cli import app
 from fuelcli.errors import FuelError
-from fuelcli.rope import RopeConfig
+from fuelcli.model.rope import RopeConfig
 
 IDS = [5, 17, 200, 3, 99, 42, 7, 128, 64, 31]  # 10 > every window (4): 7 prefilled + 3 decoded
 TOKENS = ",".join(map(str, IDS))
@@ -95,14 +95,14 @@ CONFIG_BREAKS = {
 @pytest.fixture
 def break_config(monkeypatch):
     def apply(fn):
-        real = fuelcli.loader.open_model
+        real = fuelcli.sources.loader.open_model
 
         def broken(model, revision=None, hf_file=None):
             m = real(model, revision, hf_file)
             m.cfg = fn(m.cfg)
             return m
 
-        monkeypatch.setattr(fuelcli.loader, "open_model", broken)
+        monkeypatch.setattr(fuelcli.sources.loader, "open_model", broken)
 
     return apply
 
@@ -162,7 +162,7 @@ def _dense_engine_routing(e):
 
 
 def _unscaled_engine_rope(e):
-    from fuelcli.rope import cos_sin_tables
+    from fuelcli.model.rope import cos_sin_tables
 
     e.cos, e.sin = cos_sin_tables([RopeConfig(theta=e.cfg.rope.theta)], e.cfg.head_dim, e.n_ctx)
 
@@ -220,8 +220,8 @@ def test_decode_only_break_positions(tiny, monkeypatch):
 
 @pytest.fixture(scope="module")
 def ref_logits(tiny):
-    from fuelcli.loader import open_model
-    from fuelcli.forward_paths import logits_by_path
+    from fuelcli.sources.loader import open_model
+    from fuelcli.model.forward_paths import logits_by_path
 
     d = tiny("llama2")
     return d, logits_by_path(open_model(str(d)), IDS, "reference")

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from fuelcli.errors import InputError
-from fuelcli.generate import Sampler, SamplerParams, Stats, StopMatcher, generate
+from fuelcli.text.generate import Sampler, SamplerParams, Stats, StopMatcher, generate
 
 OFF = dict(top_k=0, top_p=1.0, min_p=0.0, repeat_penalty=1.0)  # every processor off
 

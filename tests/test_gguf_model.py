@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from fuelcli.errors import ConfigError, InputError
-from fuelcli.gguf_tokenizer import tokenizer_from_gguf
-from fuelcli.loader import open_model
+from fuelcli.text.gguf_tokenizer import tokenizer_from_gguf
+from fuelcli.sources.loader import open_model
 from fuelcli.weights import gguf_model
 from fuelcli.formats import dequantize
 from fuelcli.weights.gguf import read_gguf
@@ -172,7 +172,7 @@ def test_config_from_metadata():
         "qwen3moe.rope.scaling.factor": 2.0, "tokenizer.ggml.tokens": ["a"] * 50,
         "tokenizer.ggml.bos_token_id": 3, "tokenizer.ggml.eos_token_id": 4, "tokenizer.ggml.eot_token_id": 5,
     }
-    from fuelcli.config import from_hf_config
+    from fuelcli.model.config import from_hf_config
 
     cfg = from_hf_config(config_from_gguf(meta, ["token_embd.weight"]), source="gguf")
     assert (cfg.family, cfg.num_layers, cfg.head_dim, cfg.num_experts, cfg.experts_per_tok) == ("qwen3_moe", 2, 16, 8, 2)
@@ -265,7 +265,7 @@ def _compare(ref: np.ndarray, got: np.ndarray) -> tuple[float, float]:
 
 
 def _fuel_decode_logits(path: Path, ids: list[int]) -> np.ndarray:
-    from fuelcli.forward_paths import logits_by_path
+    from fuelcli.model.forward_paths import logits_by_path
 
     return logits_by_path(open_model(str(path)), ids, "decode")
 
@@ -343,7 +343,7 @@ _MEMORY_SCRIPT = r"""
 import json, sys
 from fuelcli import loader, memory
 from fuelcli.backends import make_engine
-from fuelcli.generate import Sampler, SamplerParams, Stats, generate
+from fuelcli.text.generate import Sampler, SamplerParams, Stats, generate
 from fuelcli.backends.cpu import forward  # imported (not compiled) before the baseline
 base = memory.rss_bytes()
 m = loader.open_model(sys.argv[1])

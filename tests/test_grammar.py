@@ -1,4 +1,4 @@
-"""Constrained decoding (fuelcli/grammar.py): JSON schemas and GBNF grammars as a mask in the sampler
+"""Constrained decoding (fuelcli/text/grammar.py): JSON schemas and GBNF grammars as a mask in the sampler
 chain. On a tiny random model, which left alone writes prose (the negative control), every output
 parses and validates, greedy and sampled; the mask kernel against numpy; `fuel run --json-schema /
 --grammar` and their errors; the cost of a mask per token on Qwen2.5-Coder's 151,936-token vocabulary."""
@@ -16,9 +16,9 @@ import pytest
 llguidance = pytest.importorskip("llguidance")
 jsonschema = pytest.importorskip("jsonschema")
 
-from fuelcli import grammar as g  # noqa: E402
 from fuelcli.errors import InputError, MissingDependency  # noqa: E402
-from fuelcli.generate import Sampler, SamplerParams, Stats, generate  # noqa: E402
+from fuelcli.text import grammar as g  # noqa: E402
+from fuelcli.text.generate import Sampler, SamplerParams, Stats, generate  # noqa: E402
 from serve_helpers import with_tokenizer  # noqa: E402
 
 # nested objects, an enum, arrays, bounded integers and strings: bounded, so that a random model's
@@ -43,7 +43,7 @@ BUDGET = 400  # tokens: the bounded answers above take 60-200 characters (one to
 @pytest.fixture(scope="module")
 def model(tiny, tmp_path_factory):
     from fuelcli.backends import make_engine
-    from fuelcli.loader import open_model
+    from fuelcli.sources.loader import open_model
 
     m = open_model(str(with_tokenizer(tiny("llama2"), tmp_path_factory.mktemp("grammar") / "tiny-chat")))
     return m, make_engine(m.cfg, m.weights, n_ctx=m.cfg.max_position)
@@ -249,7 +249,7 @@ def test_mask_cost_per_token_on_qwen_vocabulary(qwen_coder_gguf):
     151,936-token vocabulary; time the mask (llguidance's bitmask + apply_mask on the chain's float64
     copy) and the advance. Measured here (2 shared vCPUs, Zen 3): mask 40-120 us, apply 12-30 us,
     advance ~8 us a token, ~1% of a decode step; the bound is 20x that, to hold on a busy machine."""
-    from fuelcli.loader import open_model
+    from fuelcli.sources.loader import open_model
 
     m = open_model(str(qwen_coder_gguf))
     tok, n = m.tokenizer, m.cfg.vocab_size

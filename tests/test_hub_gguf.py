@@ -14,9 +14,9 @@ from gguf_split import split_gguf
 from test_gguf_model import _tiny_llama
 
 from fuelcli.errors import InputError, ModelNotFound
-from fuelcli.hub_gguf import pick, quant_tag
-from fuelcli.loader import open_model
-from fuelcli.source import resolve
+from fuelcli.sources.hub_gguf import pick, quant_tag
+from fuelcli.sources.loader import open_model
+from fuelcli.sources.source import resolve
 
 REPO = "fuel-test/tiny-GGUF"
 COMMIT = "89abcdef0123456789abcdef0123456789abcdef"
@@ -109,7 +109,7 @@ def test_quant_fetches_only_its_file_and_runs_offline_later(hub, hf_home, monkey
 
 
 def test_split_quant_gives_the_single_files_model(hub, hf_home):
-    from fuelcli.forward_paths import logits_by_path
+    from fuelcli.model.forward_paths import logits_by_path
 
     split = open_model(f"{REPO}:Q4_K_M")
     assert sorted(p.name for p in snapshot(hf_home).iterdir() if "Q4_K_M" in p.name) == [
@@ -152,7 +152,7 @@ def test_split_part_missing_locally(tmp_path, gguf_files):
 # --- fuel ls / fuel rm ------------------------------------------------------------------------------
 
 def test_ls_and_rm(hub, hf_home, tmp_path, monkeypatch):
-    from fuelcli.local_models import list_models, remove
+    from fuelcli.sources.local_models import list_models, remove
 
     monkeypatch.setenv("FUEL_HOME", str(tmp_path / "fuel"))  # no demo models
     assert list_models() == []
@@ -179,8 +179,8 @@ def test_ls_and_rm(hub, hf_home, tmp_path, monkeypatch):
 
 
 def test_ls_lists_demo_models_and_safetensors_repos(fake_hub_server, tmp_path, monkeypatch):
-    from fuelcli import demo
-    from fuelcli.local_models import list_models, remove
+    from fuelcli.sources import demo
+    from fuelcli.sources.local_models import list_models, remove
 
     monkeypatch.setenv("FUEL_HOME", str(tmp_path / "fuel"))
     d = demo.DEMOS["smollm2-135m"]

@@ -155,8 +155,8 @@ def test_weights_bf16(tiny):
 
 
 def test_rope_llama3_bands(tiny, no_weights):
-    from fuelcli.loader import open_model
-    from fuelcli.rope import inv_freq
+    from fuelcli.model.rope import inv_freq
+    from fuelcli.sources.loader import open_model
 
     d = tiny("llama31")
     v = inspect_json("rope", d)

@@ -1,6 +1,6 @@
 """The release as a user gets it: a wheel built from the project's own files installs into a fresh
 environment and its `fuel` command runs; `fuel --version` and `fuel doctor` say what a bug report
-needs; extras.py says what pyproject.toml declares."""
+needs; process/extras.py says what pyproject.toml declares."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from fuelcli import __version__
 from fuelcli.cli import app
-from fuelcli.extras import DIST, EXTRAS
+from fuelcli.process.extras import DIST, EXTRAS
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]

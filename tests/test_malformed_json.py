@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fuelcli.errors import FuelError, InputError
-from fuelcli.jsondoc import parse_object, read_object
+from fuelcli.sources.jsondoc import parse_object, read_object
 from fuelcli.weights.safetensors import read_checkpoint, read_safetensors
 
 import malformed as M
@@ -46,8 +46,8 @@ def one_line(e: BaseException) -> str:
 
 def _documents(d: Path) -> dict:
     """Where each JSON document of a model directory lives -> how to read it as fuel does."""
-    from fuelcli.config import load_hf_config
-    from fuelcli.tokenizer import Tokenizer
+    from fuelcli.model.config import load_hf_config
+    from fuelcli.text.tokenizer import Tokenizer
 
     return {
         "config.json": lambda: load_hf_config(d),

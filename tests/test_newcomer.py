@@ -100,7 +100,7 @@ def test_tables_keep_their_width_in_a_pipe(tiny):
 
 def test_pull_quiet_prints_nothing(tmp_path, monkeypatch):
     """`pull --quiet` of a pulled alias: no output at all; without it, the summary line."""
-    from fuelcli import demo
+    from fuelcli.sources import demo
 
     monkeypatch.setenv("FUEL_HOME", str(tmp_path))
     d = demo.DEMOS["smollm2-135m"]
@@ -124,7 +124,7 @@ def test_inspect_weights_natural_order(smollm2_gguf):
 
 
 def test_natural_key():
-    from fuelcli.inspect_views import natural_key
+    from fuelcli.model.inspect_views import natural_key
 
     names = ["blk.10.attn_q.weight", "blk.2.attn_q.weight", "blk.1.ffn_up.weight", "output.weight",
              "blk.1.attn_k.weight", "model.layers.11.mlp", "model.layers.9.mlp"]

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from fuelcli.errors import NonFinite
-from fuelcli.forward_paths import logits_by_path
-from fuelcli.loader import open_model
+from fuelcli.model.forward_paths import logits_by_path
+from fuelcli.sources.loader import open_model
 
 import malformed as M
 
@@ -108,7 +108,7 @@ def test_saved_oracle_logits_must_be_finite(tmp_path):
 def test_generation_stops_at_the_first_non_finite_step(tmp_path):
     """`run`: a decode step whose logits go NaN stops generation with the position."""
     from fuelcli.backends import make_engine
-    from fuelcli.generate import Sampler, SamplerParams, Stats, generate
+    from fuelcli.text.generate import Sampler, SamplerParams, Stats, generate
 
     m = _model(tmp_path, lambda t: None)
 

@@ -6,8 +6,8 @@ an AVX-512 one). A wrong formula or operation order is off by far more: see the 
 import numpy as np
 import pytest
 
-from fuelcli.config import from_hf_config
-from fuelcli.rope import inv_freq
+from fuelcli.model.config import from_hf_config
+from fuelcli.model.rope import inv_freq
 
 LLAMA31 = {
     "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,

@@ -15,7 +15,7 @@ import math
 import numpy as np
 import pytest
 
-from fuelcli.generate import Sampler, SamplerParams
+from fuelcli.text.generate import Sampler, SamplerParams
 
 
 def fuel_dist(logits, history=(), **kw):

@@ -5,8 +5,8 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers
 
 from fuelcli.serve.logprobs import logprobs_of
-from fuelcli.token_bytes import TokenBytes
-from fuelcli.tokenizer import Tokenizer
+from fuelcli.text.token_bytes import TokenBytes
+from fuelcli.text.tokenizer import Tokenizer
 from serve_helpers import char_tokenizer
 
 

@@ -5,11 +5,11 @@ import json
 
 import pytest
 
-from fuelcli.generate import SamplerParams
 from fuelcli.serve.errors import APIError
 from fuelcli.serve.jobs import ServedModel, chat_job, completion_job
 from fuelcli.serve.schemas import ChatRequest, CompletionRequest, parse
-from fuelcli.tokenizer import Tokenizer
+from fuelcli.text.generate import SamplerParams
+from fuelcli.text.tokenizer import Tokenizer
 from serve_helpers import CHAT_TEMPLATE, char_tokenizer
 
 

@@ -18,9 +18,9 @@ import pytest
 from fuelcli.backends.base import Engine
 from fuelcli.serve.jobs import ServedModel
 from fuelcli.serve.server import bind, make_server, url
-from fuelcli.generate import common_prefix
+from fuelcli.text.generate import common_prefix
 from fuelcli.serve.worker import EngineWorker
-from fuelcli.tokenizer import Tokenizer
+from fuelcli.text.tokenizer import Tokenizer
 from serve_helpers import CHAT_TEMPLATE, assert_error_shape, char_tokenizer, raw
 
 VOCAB, EOS, FIRST, N_PRINT = 256, 2, 6, 95  # ids 6..100 are printable ASCII in the char vocabulary

@@ -1,4 +1,4 @@
-"""fuelcli.source: local paths, and the hub path against a cache written by huggingface_hub itself.
+"""fuelcli.sources.source: local paths, and the hub path against a cache written by huggingface_hub itself.
 
 The hub cache is filled by running the real huggingface_hub.snapshot_download against a tiny fake
 hub on 127.0.0.1 serving the routes it calls (tests/fake_hub.py; fixtures in conftest.py); then
@@ -14,7 +14,7 @@ import pytest
 from conftest import set_offline
 
 from fuelcli.errors import InputError, ModelNotFound
-from fuelcli.source import ModelSource, resolve
+from fuelcli.sources.source import ModelSource, resolve
 
 REPO = "fuel-test/tiny-model"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -99,13 +99,13 @@ def test_bad_local_paths(tmp_path):
 
 def test_demo_alias_before_hub(tmp_path, hf_home, monkeypatch):
     """The demo module's contract (lookup -> .gguf path | None) with a stand-in module, since
-    fuelcli/demo.py is written separately; a local path still wins over an alias."""
+    fuelcli/sources/demo.py is written separately; a local path still wins over an alias."""
     import fuelcli
 
     pulled = tmp_path / "smol.gguf"
-    stub = types.ModuleType("fuelcli.demo")
+    stub = types.ModuleType("fuelcli.sources.demo")
     stub.lookup = lambda alias: pulled if alias == "smol" else None
-    monkeypatch.setitem(sys.modules, "fuelcli.demo", stub)
+    monkeypatch.setitem(sys.modules, "fuelcli.sources.demo", stub)
     monkeypatch.setattr(fuelcli, "demo", stub, raising=False)
     assert resolve("smol") == ModelSource("gguf", pulled, "smol")
     set_offline(monkeypatch, True)

@@ -1,4 +1,4 @@
-"""Speculative decoding (fuelcli/speculative.py): greedy output token for token the plain decoding's,
+"""Speculative decoding (fuelcli/text/speculative.py): greedy output token for token the plain decoding's,
 sampled output of the target's distribution, vocabularies checked, the draft length's choice.
 
 Two tiny random checkpoints of one byte vocabulary (tests/tiny_models.py) serve as target and draft;
@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from fuelcli import speculative as S
 from fuelcli.backends import make_engine
 from fuelcli.cli import app
 from fuelcli.errors import InputError
-from fuelcli.generate import Sampler, SamplerParams, Stats, sample_steps
-from fuelcli.loader import open_model
+from fuelcli.sources.loader import open_model
+from fuelcli.text import speculative as S
+from fuelcli.text.generate import Sampler, SamplerParams, Stats, sample_steps
 
 sys.path.insert(0, str(Path(__file__).parent))
 from tiny_models import VOCAB, write_byte_tokenizer  # noqa: E402
@@ -134,7 +134,7 @@ def test_eos_context_full_and_the_cache_left_behind(pair):
 
 
 def test_chat_with_speculation_replies_as_without(pair):
-    from fuelcli.chat import ChatSession
+    from fuelcli.text.chat import ChatSession
 
     target, _ = pair
     target.tokenizer.chat_template = ("{% for m in messages %}{{ m['role'][0] }}:{{ m['content'] }};{% endfor %}"

@@ -1,5 +1,5 @@
 """How a `fuel` process starts: the garbage collector is off until the command's start is over
-(fuelcli/collector.py), then on again with the start's objects frozen. Each case runs in its own
+(fuelcli/process/collector.py), then on again with the start's objects frozen. Each case runs in its own
 process (the collector and gc.freeze are process-wide)."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # the collector is on and whether anything is frozen; then runs the CLI through ENTRY.
 DRIVER = r"""
 import gc, json, sys
-import fuelcli.generate as G
-import fuelcli.gguf_tokenizer as T
+import fuelcli.text.generate as G
+import fuelcli.text.gguf_tokenizer as T
 
 seen = {}
 
@@ -142,7 +142,8 @@ def test_commands_import_numba_without_its_optional_probes(tmp_path):
     """set_threads (every command's first numba import) leaves PyYAML, SciPy and cffi unimported, and
     importable afterwards."""
     pytest.importorskip("yaml")
-    out = _python("from fuelcli.threads import set_threads; set_threads(None); " + PROBES + "; import yaml", tmp_path)
+    out = _python("from fuelcli.process.threads import set_threads; set_threads(None); " + PROBES + "; import yaml",
+                  tmp_path)
     assert out == "[]"
 
 
@@ -155,5 +156,6 @@ def test_a_numba_config_file_is_still_read(tmp_path):
     """With a .numba_config.yaml in the working directory, PyYAML is left to numba, which reads it."""
     pytest.importorskip("yaml")
     (tmp_path / ".numba_config.yaml").write_text("color_scheme: light_bg\n")
-    code = "from fuelcli.threads import set_threads; set_threads(None); import numba; print(numba.config.COLOR_SCHEME)"
+    code = ("from fuelcli.process.threads import set_threads; set_threads(None); import numba; "
+            "print(numba.config.COLOR_SCHEME)")
     assert _python(code, tmp_path) == "light_bg"

@@ -27,7 +27,7 @@ import pytest
 from conftest import cached
 from test_tokenizer_vectors import SDIST, SEP, vocab_dir  # noqa: F401 (a fixture)
 
-from fuelcli.gguf_tokenizer import tokenizer_from_gguf
+from fuelcli.text.gguf_tokenizer import tokenizer_from_gguf
 from fuelcli.weights.gguf import read_gguf
 
 pytest.importorskip("mistral_common")
@@ -44,7 +44,7 @@ SAMPLES = [
     "for (int i = 0; i < n; ++i) {\n\tsum += a[i] * b[i];\n}\r\n",
     "const xmlHttpRequest = new XMLHttpRequest(); getHTTPResponseCode(); snake_case_name = 1_000_000",
     "#!/usr/bin/env bash\nset -euo pipefail\ncurl -sSL https://example.org/a//b?c=1&d=2 | jq '.x'\n",
-    "src/fuelcli/gguf_tokenizer.py\nC:\\Users\\Me\\file.txt\n// comment\n/* block */\n",
+    "src/fuelcli/text/gguf_tokenizer.py\nC:\\Users\\Me\\file.txt\n// comment\n/* block */\n",
     '{"key": [1, 2.5, -3e10], "ok": true, "nested": {"a": null}}',
     "'Tis the season.\n'twas the night; don'tcha, THEY'RE, it's, IT'S, y'all, she'd've",
     "Je m'appelle Émile, l'école est à côté du café. ÉCOLE NORMALE SUPÉRIEURE",

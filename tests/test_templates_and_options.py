@@ -15,7 +15,7 @@ import malformed as M
 
 
 def _tok(tmp_path, template=None, config=None):
-    from fuelcli.tokenizer import Tokenizer
+    from fuelcli.text.tokenizer import Tokenizer
 
     d = tmp_path / "t"
     d.mkdir(exist_ok=True)
@@ -49,7 +49,7 @@ def test_a_template_that_is_not_a_string(tmp_path, value):
 
 
 def test_template_file_not_utf8(tmp_path):
-    from fuelcli.tokenizer import Tokenizer
+    from fuelcli.text.tokenizer import Tokenizer
 
     d = tmp_path / "t"
     d.mkdir()
@@ -70,7 +70,7 @@ def test_a_prompt_that_is_not_utf8(tmp_path):
 def test_a_panicking_tokenizer_json_is_one_error(tmp_path, capfd):
     """tokenizers panics on a BPE merge whose result is not in the vocabulary; the panic's Rust
     backtrace must not reach stderr."""
-    from fuelcli.tokenizer import Tokenizer
+    from fuelcli.text.tokenizer import Tokenizer
 
     d = tmp_path / "t"
     d.mkdir()
@@ -116,7 +116,7 @@ def test_a_nan_kl_never_passes():
 
 @pytest.mark.parametrize("value", ["abc", "0", "-1", "1000000", "1.5", "٢"])
 def test_fuel_threads(monkeypatch, value):
-    import fuelcli.threads as threads
+    import fuelcli.process.threads as threads
 
     monkeypatch.setenv("FUEL_THREADS", value)
     monkeypatch.setenv("NUMBA_NUM_THREADS", os.environ.get("NUMBA_NUM_THREADS", "1"))
@@ -128,7 +128,7 @@ def test_fuel_threads(monkeypatch, value):
 
 @pytest.fixture
 def no_download(monkeypatch):
-    from fuelcli import demo
+    from fuelcli.sources import demo
 
     def fetch(requirement, dest):
         raise AssertionError("FUEL_HOME was usable: nothing should be fetched into an unusable one")

@@ -1,4 +1,4 @@
-"""fuelcli.tokenizer against transformers' AutoTokenizer (the oracle) on SmolLM2's real tokenizer."""
+"""fuelcli.text.tokenizer against transformers' AutoTokenizer (the oracle) on SmolLM2's real tokenizer."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import tokenizers
 from tokenizers import decoders, models, pre_tokenizers
 
 from fuelcli.errors import InputError
-from fuelcli.tokenizer import Tokenizer
+from fuelcli.text.tokenizer import Tokenizer
 
 TEXT = (
     "The quick brown fox — naïve café, déjà vu.\n\n"

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fuelcli.config import load_hf_config
+from fuelcli.model.config import load_hf_config
 from fuelcli.errors import InputError
 from fuelcli.weights.hf import load_hf_weights
 from fuelcli.weights.build import Lookup

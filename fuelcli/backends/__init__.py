@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 
-from .. import threads  # noqa: F401  (numba's threading environment, before numba is imported)
-from ..block import features
+from ..process import threads  # noqa: F401  (numba's threading environment, before numba is imported)
 from ..errors import InputError
+from ..model.block import features
 from .base import Engine
 from .kv_cache import CACHE_TYPES
 

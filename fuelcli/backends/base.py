@@ -16,9 +16,9 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
-from ..config import ModelConfig
 from ..errors import InputError
-from ..sizes import check_engine_fits
+from ..model.config import ModelConfig
+from ..model.sizes import check_engine_fits
 
 
 VERIFY_ROWS = 17  # the most tokens one verify step takes: the pending token and 16 proposals

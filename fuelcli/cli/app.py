@@ -12,8 +12,8 @@ import traceback
 
 import typer
 
-from .. import collector
 from ..errors import EXIT_INTERNAL, EXIT_INTERRUPTED, FuelError
+from ..process import collector
 from .options import err
 
 EXIT_CODES = ("Exit codes: 0 success, 2 bad input (missing model, broken file, bad config, unknown "
@@ -28,7 +28,7 @@ app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_e
 
 def _version(value: bool):
     if value:
-        from ..doctor import version_text
+        from ..process.doctor import version_text
 
         print(version_text())
         raise typer.Exit()

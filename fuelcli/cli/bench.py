@@ -44,7 +44,7 @@ def bench(
     The table (or JSON / CSV) goes to stdout, the progress bar to stderr. A peer (--compare)
     runs in a process of its own with the same number of threads as fuel (-t).
     """
-    from .. import bench as B
+    from ..measure import bench as B
 
     if first_token:
         return _first_token(model, compare, repetitions, threads, prompt, output, progress, revision)
@@ -56,9 +56,9 @@ def bench(
                          B.parse_int_list(depth, "-d"), B.parse_int_list(parallel, "--parallel"))
 
     from ..backends import make_engine
-    from ..loader import open_model
-    from ..memory import peak_rss_bytes
-    from ..threads import set_threads
+    from ..process.memory import peak_rss_bytes
+    from ..sources.loader import open_model
+    from ..process.threads import set_threads
 
     n_threads = set_threads(threads)
 
@@ -118,7 +118,7 @@ def _bandwidth(engine, ws: int, n_threads: int) -> dict | None:
     """The roofline's read bandwidth over the working set ws: the CPU's with the test's threads, a
     GPU's in-process (its buffer is device memory, at most 1 GiB), None on the simulator or when the
     GPU has no room for the buffer (the table then has no roofline columns)."""
-    from .. import bench as B
+    from ..measure import bench as B
 
     if engine.device == "cpu":
         return {"bytes": ws, "threads": n_threads, "bytes_per_s": B.measure_bandwidth(ws, n_threads)}
@@ -137,8 +137,8 @@ def _bandwidth(engine, ws: int, n_threads: int) -> dict | None:
 
 
 def _first_token(model, compare, repetitions, threads, prompt, output, progress, revision):
-    from .. import bench as B
-    from ..source import resolve
+    from ..measure import bench as B
+    from ..sources.source import resolve
 
     if output not in ("md", "json"):
         raise InputError(f"--first-token: -o must be md or json, got {output!r}")

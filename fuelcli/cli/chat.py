@@ -1,4 +1,4 @@
-"""`fuel chat MODEL`: a multi-turn conversation, streamed, kept in the KV cache (fuelcli/chat.py)."""
+"""`fuel chat MODEL`: a multi-turn conversation, streamed, kept in the KV cache (fuelcli/text/chat.py)."""
 
 import sys
 from pathlib import Path
@@ -67,10 +67,10 @@ def chat(
     Sampling as in fuel run (llama.cpp's chain: repetition penalty -> top-k -> top-p -> min-p ->
     temperature); speculative decoding too (--draft-model, --lookup-decoding).
     """
-    from ..chat import ChatSession
-    from ..generate import Sampler, SamplerParams
-    from ..loader import open_model
-    from ..threads import set_threads
+    from ..sources.loader import open_model
+    from ..text.chat import ChatSession
+    from ..text.generate import Sampler, SamplerParams
+    from ..process.threads import set_threads
     from .textgen import SpeculationOptions, context_size, ready_engine, system_text, template_options
 
     if max_tokens == 0 or max_tokens < -1:
@@ -100,8 +100,8 @@ def chat(
 
 
 def _loop(session, tok, interactive: bool, verbose_prompt: bool, show_stats: bool):
-    from ..generate import Stats
-    from ..memory import peak_rss_bytes
+    from ..process.memory import peak_rss_bytes
+    from ..text.generate import Stats
     from .textgen import show_prompt
 
     while True:
@@ -194,7 +194,7 @@ def _line_editing():
         import readline
     except ImportError:  # no readline (e.g. Windows): input() still works, without editing
         return
-    from ..demo import fuel_home
+    from ..sources.demo import fuel_home
 
     path = fuel_home() / "chat_history"
     try:

@@ -62,10 +62,10 @@ def diff_cmd(
     hf_file: Optional[str] = HfFile,
 ):
     """Compare fuel's logits (per position) with an oracle; exit 3 on mismatch."""
-    from ..loader import open_model
+    from ..model.plan import layer_plans
     from ..oracle.http_json import is_url
-    from ..plan import layer_plans
-    from ..threads import set_threads
+    from ..sources.loader import open_model
+    from ..process.threads import set_threads
     from . import diff_view
 
     if sum(x is not None for x in (prompt, tokens, text)) != 1:

@@ -28,9 +28,9 @@ def logits(
     """Write the logits of every position of a sequence, by one of the three paths."""
     import numpy as np
 
-    from ..forward_paths import PATHS, logits_by_path
-    from ..loader import open_model
-    from ..threads import set_threads
+    from ..model.forward_paths import PATHS, logits_by_path
+    from ..sources.loader import open_model
+    from ..process.threads import set_threads
 
     if (prompt is None) == (tokens is None):
         raise InputError("give exactly one of --prompt and --tokens")

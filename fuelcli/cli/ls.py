@@ -10,7 +10,7 @@ from .options import Json, human_size
 def ls_cmd(as_json: bool = Json):
     """List the models fuel can run from this machine: name (as fuel run takes it), kind, format,
     size, path. Demo models pulled into FUEL_HOME; repos in the hub cache (HF_HOME)."""
-    from ..local_models import list_models
+    from ..sources.local_models import list_models
 
     models = list_models()
     if as_json:

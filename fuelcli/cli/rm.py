@@ -17,7 +17,7 @@ def rm_cmd(
 ):
     """Remove models from this machine: demo files by alias; hub repos, or single GGUF quants, from
     huggingface_hub's cache."""
-    from ..local_models import remove
+    from ..sources.local_models import remove
 
     for name in names:
         what, freed = remove(name, hf_file)

@@ -70,10 +70,10 @@ def run(
     is the plain decoding's, sampled output follows the model's distribution (rejection sampling).
     The stats line (and --json) gives how many proposals were accepted.
     """
-    from ..generate import Sampler, SamplerParams, Stats, generate
-    from ..loader import open_model
-    from ..memory import peak_rss_bytes
-    from ..threads import set_threads
+    from ..process.memory import peak_rss_bytes
+    from ..sources.loader import open_model
+    from ..text.generate import Sampler, SamplerParams, Stats, generate
+    from ..process.threads import set_threads
     from .textgen import (context_size, output_grammar, prompt_text, ready_engine, show_prompt, SpeculationOptions,
                           system_text, template_options)
 
@@ -104,7 +104,7 @@ def run(
         show_prompt(tok, ids)
     constraint = None
     if wanted is not None:
-        from ..grammar import Constraint
+        from ..text.grammar import Constraint
 
         constraint = Constraint(wanted, tok, m.cfg.vocab_size, m.eos_ids())
     sampler = Sampler(params, constraint)

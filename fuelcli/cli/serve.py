@@ -57,7 +57,7 @@ def serve(
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
     except ImportError as e:
-        from ..extras import pip_install
+        from ..process.extras import pip_install
 
         raise MissingDependency(f"fuel serve needs {e.name}: {pip_install('serve')}") from None
     if ctx_size is not None and ctx_size < 0:
@@ -78,12 +78,12 @@ def serve(
         raise InputError("speculative decoding (--draft-model, --lookup-decoding) runs on one slot: drop --parallel "
                          f"{parallel}")
 
-    from ..generate import SamplerParams
-    from ..loader import open_model
     from ..serve.jobs import ServedModel
     from ..serve.server import bind, run, url
     from ..serve.worker import EngineWorker
-    from ..threads import set_threads
+    from ..sources.loader import open_model
+    from ..text.generate import SamplerParams
+    from ..process.threads import set_threads
     from .textgen import ready_engine, template_options
 
     set_threads(threads)  # checked before loading; the engine thread applies it again (numba's is per thread)

@@ -83,7 +83,7 @@ def output_grammar(json_schema: Path | None, grammar: Path | None):
         raise InputError("give --json-schema or --grammar, not both")
     if json_schema is None and grammar is None:
         return None
-    from .. import grammar as g
+    from ..text import grammar as g
 
     g.require()
     if grammar is not None:
@@ -118,9 +118,9 @@ def show_prompt(tok, ids: list[int], label: str = "prompt"):
 def ready_engine(m, n_ctx: int, device: str | None, quiet: bool, cache_type: str = "f32", slots: int = 1):
     """An engine of n_ctx positions (for each of `slots` sequences), warmed up; also the compile
     time when this run compiled the kernels (0.0 when they came from the cache), so that no timing
-    includes it. The start is over: the garbage collector resumes (collector.py)."""
-    from .. import collector
+    includes it. The start is over: the garbage collector resumes (process/collector.py)."""
     from ..backends import make_engine
+    from ..process import collector
 
     engine = make_engine(m.cfg, m.weights, n_ctx=n_ctx, device=device, cache_type=cache_type, slots=slots)
     compiling = not engine.compiled()
@@ -141,7 +141,7 @@ class SpeculationOptions:
     engine is built, `build` makes the speculative.Speculation."""
 
     def __init__(self, draft_model: str | None, lookup: bool, draft_max: int | None, p_min: float | None):
-        from ..speculative import DRAFT_MAX
+        from ..text.speculative import DRAFT_MAX
 
         if draft_model is not None and lookup:
             raise InputError("give --draft-model or --lookup-decoding, not both")
@@ -162,8 +162,8 @@ class SpeculationOptions:
 
     def open(self, m):
         if self.draft_model is not None:
-            from ..loader import open_model
-            from ..speculative import check_vocabularies
+            from ..sources.loader import open_model
+            from ..text.speculative import check_vocabularies
 
             self.draft = open_model(self.draft_model)
             check_vocabularies(m.tokenizer, self.draft.tokenizer, self.draft_model)
@@ -171,7 +171,7 @@ class SpeculationOptions:
 
     def build(self, m, params, n_ctx: int, device: str | None, cache_type: str):
         """The Speculation (None when off); a draft model's engine of n_ctx positions, warmed up."""
-        from .. import speculative
+        from ..text import speculative
 
         if self.lookup:
             return speculative.lookup(self.draft_max)

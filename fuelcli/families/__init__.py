@@ -1,4 +1,4 @@
-"""One home per model family, registered here: each says what its blocks are (block.py) and where
+"""One home per model family, registered here: each says what its blocks are (model/block.py) and where
 its files keep each weight (names.py); the decoder is shared."""
 
 from .base import Family, FfnPlan

@@ -1,10 +1,10 @@
 """What a family adapter is. No forward code lives in a family: the decoder (reference and every
-backend) is shared and interprets the per-layer blocks (block.py) that config.py builds from the
+backend) is shared and interprets the per-layer blocks (model/block.py) that model/config.py builds from the
 family's answers; an adapter answers only what differs, and keeps its tensor names (names.py).
 
-Hooks get the config reader `r` of config.py (r.raw is the config.json dict; r.integer / r.flag /
+Hooks get the config reader `r` of model/config.py (r.raw is the config.json dict; r.integer / r.flag /
 r.get / r.number read a key with the family defaults, type-check it and note its origin), so a
-family reads and checks its own keys and config.py never names a family.
+family reads and checks its own keys and model/config.py never names a family.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class Family:
     unsupported_flags: tuple = ()
     # keys whose value, when not null, is a feature fuel lacks
     unsupported_keys: tuple = ()
-    # GGUF: "{arch}." key suffixes this family reads beyond config.py's common ones -> config key
+    # GGUF: "{arch}." key suffixes this family reads beyond model/config.py's common ones -> config key
     gguf_keys: dict = field(default_factory=dict)
     # config.json keys a GGUF file of this arch implies but does not store (llama.cpp's own choices)
     gguf_defaults: dict = field(default_factory=dict)

@@ -10,7 +10,7 @@ it): norms stored as 1 + w; no sliding_window key means no local layers; freq_ba
 """
 
 from ..errors import ConfigError
-from ..rope import RopeConfig
+from ..model.rope import RopeConfig
 from .base import COMMON_DEFAULTS, Family
 from .names import GGUF, HF, replace
 from .qwen2 import layer_type_list

@@ -1,4 +1,4 @@
-"""Llama 2, 3, 3.1/3.2 (llama3 RoPE scaling is read by config.py's RoPE reader, shared by all; a
+"""Llama 2, 3, 3.1/3.2 (llama3 RoPE scaling is read by model/config.py's RoPE reader, shared by all; a
 GGUF file carries it as a rope_freqs tensor). GGUF arch llama also holds Mistral (read as Llama:
 llama.cpp keeps no window for it) and Mixtral (expert tensors: the Mixtral family)."""
 

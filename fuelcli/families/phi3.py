@@ -1,6 +1,6 @@
 """Phi-3 / Phi-4 (phi3): Llama's block with q|k|v in one stored matrix and gate|up in another (split
 by rows at load, a view in any format), a sliding window on every layer when sliding_window is set
-(as transformers; llama.cpp turns Phi's window off), and LongRoPE scaling (rope.py). Partial
+(as transformers; llama.cpp turns Phi's window off), and LongRoPE scaling (model/rope.py). Partial
 rotary embeddings (Phi-4-mini's partial_rotary_factor 0.75) are refused. GGUF arch phi3 keeps
 LongRoPE's factors as tensors and stores gate|up as ffn_up."""
 

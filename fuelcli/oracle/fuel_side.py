@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 from ..errors import InputError
-from ..finite import check_engine_logits
+from ..model.finite import check_engine_logits
 from . import tolerances
 
 PATHS = ("decode", "prefill")

@@ -1,7 +1,7 @@
 """The oracles fuel is compared with. Each streams one window of tokens as blocks of logits (and, for
 --layers, residual-stream states), so a long text never holds more than a slice of [rows, vocab]:
 
-  self          fuel's own numpy reference (reference.py): one full-prefix forward over the window
+  self          fuel's own numpy reference (model/reference.py): one full-prefix forward over the window
                 (by causality position t sees exactly ids[:t+1]), the output head applied a slice
                 at a time.
   transformers  HF transformers, eager attention, float32, on the same weights (directory, or the
@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
-from ..files import is_present, open_regular
-from ..finite import check_reference_logits, first_bad_row
+from ..model.finite import check_reference_logits, first_bad_row
+from ..sources.files import is_present, open_regular
 from . import tolerances
 
 LLAMA_CPP_NAMES = ("llama.cpp", "llama-cpp", "llamacpp")
@@ -67,8 +67,8 @@ class SelfOracle(Oracle):
         self.model, self._out = model, None
 
     def window(self, ids, hidden=False):
-        from .. import reference
         from ..formats import dequantize
+        from ..model import reference
 
         cfg, w = self.model.cfg, self.model.weights
         out = self._timed(lambda: reference.trunk(cfg, w, ids, hidden=hidden), len(ids))
@@ -82,7 +82,7 @@ class SelfOracle(Oracle):
             yield s, logits, None if states is None else states[:, s:s + step]
 
     def provenance(self):
-        return {"oracle": "self", "implementation": "fuelcli/reference.py (numpy)", "dtype": "float32",
+        return {"oracle": "self", "implementation": "fuelcli/model/reference.py (numpy)", "dtype": "float32",
                 "device": "cpu"}
 
 
@@ -90,7 +90,7 @@ class SelfOracle(Oracle):
 
 
 def _peer_threads() -> int:
-    from .. import threads  # noqa: F401  (numba's threading environment, before numba is imported)
+    from ..process import threads  # noqa: F401  (numba's threading environment, before numba is imported)
     import numba
 
     return numba.get_num_threads()  # fuel's own thread count, so the sides compare fairly
@@ -176,7 +176,7 @@ class SavedOracle(Oracle):
             yield s, block, None
 
     def provenance(self):
-        from ..filehash import sha256
+        from ..sources.filehash import sha256
 
         return {"oracle": "file", "path": str(self.path.resolve()), "sha256": sha256(self.path),
                 "format": self.path.suffix.lower()}

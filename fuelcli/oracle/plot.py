@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError, MissingDependency
-from ..extras import pip_install
+from ..process.extras import pip_install
 
 FORMATS = (".png", ".svg")
 

@@ -9,7 +9,7 @@ token). Two answer shapes are read:
   llama-server's: logprobs.content[0].top_logprobs = [{id, token, bytes, logprob}]
 
 A token given by id is checked against fuel's spelling of that id (its bytes); a token given by text
-alone is matched to fuel's vocabulary (token_bytes.py spells ids as servers do): a text no id has
+alone is matched to fuel's vocabulary (text/token_bytes.py spells ids as servers do): a text no id has
 means the tokenizers differ and is refused, a text several ids share (a lone byte of a split
 character is "�" in all of them) has no id and goes into the "other" bucket (topk.py).
 """
@@ -39,7 +39,7 @@ class Spelling:
 
     @cached_property
     def tb(self):
-        from ..token_bytes import TokenBytes
+        from ..text.token_bytes import TokenBytes
 
         return TokenBytes(self.model.tokenizer)
 

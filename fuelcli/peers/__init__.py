@@ -30,7 +30,7 @@ class PeerKind(NamedTuple):
     adapter: str  # "module:Class", built in the child
     install: str  # the advice when it is missing
     crash: str  # the advice when its process dies
-    extra: str  # fuel's extra that installs it (extras.py)
+    extra: str  # fuel's extra that installs it (process/extras.py)
 
 
 PEERS = {

@@ -6,7 +6,7 @@ crashes in eval on CPUs with AMX (Intel Sapphire Rapids and later: SIGSEGV or SI
 part B); there it is built for a fixed list of instruction sets instead.
 """
 
-from ..extras import pip_install
+from ..process.extras import pip_install
 
 LLAMA_CPP_AMX_CMAKE_ARGS = ("-DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON "
                             "-DGGML_AVX512_VBMI=ON -DGGML_AVX512_BF16=ON -DGGML_AVX_VNNI=ON -DGGML_FMA=ON "

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError, MissingDependency, NonFinite
-from ..finite import first_bad_row
+from ..model.finite import first_bad_row
 
 
 class TransformersPeer:

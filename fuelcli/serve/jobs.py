@@ -14,9 +14,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from .. import grammar as g
 from ..errors import FuelError, InputError
-from ..generate import SamplerParams, Stats
+from ..text import grammar as g
+from ..text.generate import SamplerParams, Stats
 from . import tools as tool_formats
 from .errors import APIError, bad_request
 from .reply import END_THINK, THINK, ReplyParser

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..token_bytes import TokenBytes
+from ..text.token_bytes import TokenBytes
 
 
 @dataclass

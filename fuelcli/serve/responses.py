@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 import uuid
 
-from ..generate import Stats
+from ..text.generate import Stats
 from .logprobs import TokenLogprob
 from .reply import ReplyParser, whole
 

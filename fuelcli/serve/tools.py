@@ -15,7 +15,7 @@ import json
 import uuid
 from dataclasses import dataclass
 
-from .. import grammar as g
+from ..text import grammar as g
 
 EMPTY_PARAMETERS = {"type": "object", "properties": {}}
 

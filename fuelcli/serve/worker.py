@@ -29,8 +29,8 @@ import queue
 import threading
 import time
 
-from ..generate import Sampler, Stats, StopMatcher, TokenLoop, common_prefix
-from ..token_bytes import TokenBytes
+from ..text.generate import Sampler, Stats, StopMatcher, TokenLoop, common_prefix
+from ..text.token_bytes import TokenBytes
 from .errors import APIError
 from .jobs import Delta, Done, Failed, Job
 from .logprobs import logprobs_of
@@ -56,7 +56,7 @@ class Running:
             worker.speculation.start(job.params, job.prediction)
         constraint = None
         if job.grammar is not None:
-            from ..grammar import Constraint
+            from ..text.grammar import Constraint
 
             constraint = Constraint(job.grammar, worker.tokenizer, worker.vocab_size, worker.eos_ids)
         self.eos_ids = set() if job.ignore_eos else worker.eos_ids

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..config import ModelConfig
 from ..errors import InputError
 from ..families.names import Names
 from ..formats import dequantize
+from ..model.config import ModelConfig
 from .tensor import Tensor
 
 

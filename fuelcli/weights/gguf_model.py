@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..config import ModelConfig, from_hf_config
+from ..model.config import ModelConfig, from_hf_config
 from ..errors import ConfigError, located
 from ..families import BY_GGUF_ARCH, FAMILIES
 from .gguf import GGUFFile

@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from ..config import ModelConfig
 from ..families import FAMILIES
+from ..model.config import ModelConfig
 from .build import Lookup, ModelWeights, build_weights
 from .safetensors import read_checkpoint
 

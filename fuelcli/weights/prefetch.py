@@ -17,7 +17,7 @@ import mmap
 import sys
 import threading
 
-from ..memory import available_bytes
+from ..process.memory import available_bytes
 
 MADV_POPULATE_READ = 22  # linux/mman.h (Python's mmap module names it from 3.13 on)
 

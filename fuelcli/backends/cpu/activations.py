@@ -7,8 +7,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ...config import ModelConfig
 from ...formats import ACTIVATION_BLOCK
+from ...model.config import ModelConfig
 from .amx import TILE
 from .attention import MAX_SPLITS, part_stride
 from .matmul import DESC_COLS, DESC_ROWS

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ... import threads  # noqa: F401  (configures numba's threading before numba is imported)
-from ...block import rope_variants
-from ...config import ModelConfig
-from ...rope import cos_sin_tables
+from ...process import threads  # noqa: F401  (configures numba's threading before numba is imported)
+from ...model.block import rope_variants
+from ...model.config import ModelConfig
+from ...model.rope import cos_sin_tables
 from ...weights.build import ModelWeights
 from ...errors import InputError
 from ..base import VERIFY_ROWS, Engine

@@ -9,14 +9,14 @@ model (nothing in it depends on a weight format).
 Weight matrices stay where they are (mmap'd files) in their stored format: `mats` is an int64
 table of (address, rows, row_bytes, format code) per matrix. Norms and biases are f32 in one flat
 array `vecs` with an (offset, length) table `vec_tab`. Slot tables (built by engine.py from the
-weights and the blocks, block.py) say what a layer reads and does:
+weights and the blocks, model/block.py) say what a layer reads and does:
   mat_idx[l, M_*] -> row of `mats` (-1 = absent); vec_idx[l, V_*] -> row of `vec_tab` (-1 =
   absent: no bias, no QK-norm, no post-norms); exp_idx[l, e, 0..2] -> gate/up/down of expert e;
   lay[l, L_*]: the window, the RoPE table (-1: no RoPE), the attention scale folded into q (f32
   bits, 0: 1/sqrt(head_dim)) and the FFN activation (matmul.ACT_*).
 
 NaN and inf in a weight or an activation reach the logits on every path, never an exception (jit.py:
-numpy's error model, fast-math without nnan/ninf); the callers check the logits (finite.py).
+numpy's error model, fast-math without nnan/ninf); the callers check the logits (model/finite.py).
 """
 
 import numpy as np
@@ -141,7 +141,7 @@ def gated(h, act, mats, ig, iu, idn, fn, kern, core, quant, gate, up, out, n_dec
 def route(logits, k, renorm, experts, weights):
     """softmax over all experts in f32, take the top k (ties to the lower index, like torch.topk),
     renormalise only if asked. A NaN router logit makes every p NaN: the first untaken experts are
-    then taken with NaN weights, so the NaN reaches the logits (finite.py names it)."""
+    then taken with NaN weights, so the NaN reaches the logits (model/finite.py names it)."""
     n = logits.shape[0]
     m = logits[0]
     for i in range(n):

@@ -7,7 +7,7 @@ divisions need no zero test. cache=True: compiled code is kept on disk for later
 FAST takes every fast-math liberty but two: `nnan` and `ninf` would let LLVM assume no NaN or inf
 exists, so a NaN weight could vanish on one path and reach the logits on another (measured: a NaN
 Q8_0 scale gave finite logits on decode, NaN on prefill). Without them NaN and inf propagate as
-IEEE says, on every path, and the logits check (finite.py) sees them.
+IEEE says, on every path, and the logits check (model/finite.py) sees them.
 
 numba checks a cached function against its own source file only, but the forward's cached code
 holds every helper it calls (matmul.py, ...) and the kernels' calling conventions: after an edit

@@ -35,8 +35,8 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ...derived_cache import cache_root, write_atomic
 from ...errors import InputError
+from ...sources.derived_cache import cache_root, write_atomic
 from .jit import SOURCE_DIGEST
 
 

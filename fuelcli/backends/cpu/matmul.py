@@ -13,7 +13,7 @@ transformers (the numpy reference with only this change), mean KL 7e-8 on SmolLM
 (llama.cpp's Q8 activations) give 3.6e-3 and top-1 0.969.
 
 A parallel region costs ~2 us here while the workers still spin from the last one (67 us when they
-sleep: threads.py), so a decode step runs its matrices in few regions: q/k/v in one (`linears`), gate/up in one; per-token work (norms, RoPE)
+sleep: process/threads.py), so a decode step runs its matrices in few regions: q/k/v in one (`linears`), gate/up in one; per-token work (norms, RoPE)
 runs in the calling thread when there is one token.
 """
 

@@ -20,10 +20,10 @@ import numpy as np
 
 from types import SimpleNamespace
 
-from ...config import ModelConfig
 from ...errors import InputError
-from ...rope import cos_sin
-from ...sizes import engine_bytes, human
+from ...model.config import ModelConfig
+from ...model.rope import cos_sin
+from ...model.sizes import engine_bytes, human
 from ...weights.build import ModelWeights
 from ..base import Engine
 from ..kv_cache import KVCache

@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 
-from ...extras import pip_install
+from ...process.extras import pip_install
 
 U8 = "uint8[::1]"
 I32V = "int32[::1]"

@@ -13,7 +13,7 @@ import importlib.util
 from typing import NamedTuple
 
 from ...errors import MissingDependency
-from ...extras import pip_install
+from ...process.extras import pip_install
 
 INSTALL = pip_install("cuda")
 

@@ -26,10 +26,10 @@ from functools import lru_cache
 import tokenizers
 from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers
 
-from .errors import InputError
+from ..errors import InputError
 from .tokenizer import Tokenizer
-from .panic_guard import call_quietly
-from .weights.gguf_meta import check_merges, positions
+from ..process.panic_guard import call_quietly
+from ..weights.gguf_meta import check_merges, positions
 
 # llama.cpp's regexes (llama-vocab.cpp, llm_tokenizer_bpe), each applied in turn to the pieces the
 # previous one left; matches and the text between them both become pieces.
@@ -189,7 +189,7 @@ def _spm_merges(tokens: list, scores: list, types: list) -> list:
 
     import numpy as np
 
-    from .derived_cache import cache_root, write_atomic
+    from ..sources.derived_cache import cache_root, write_atomic
 
     h = hashlib.sha256("\x00".join(tokens).encode("utf-8", "surrogatepass"))
     h.update(np.asarray(scores, np.float64).tobytes() + np.asarray(types, np.int64).tobytes())

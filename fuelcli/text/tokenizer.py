@@ -15,10 +15,10 @@ from pathlib import Path
 import tokenizers
 from tokenizers import processors
 
-from .errors import InputError
-from .files import is_present, open_regular, read_regular
-from .jsondoc import MAX_BYTES, kind, read_object
-from .panic_guard import call_quietly
+from ..errors import InputError
+from ..process.panic_guard import call_quietly
+from ..sources.files import is_present, open_regular, read_regular
+from ..sources.jsondoc import MAX_BYTES, kind, read_object
 
 _REPLACEMENT = "\ufffd"  # what the decoders emit for an incomplete UTF-8 sequence
 

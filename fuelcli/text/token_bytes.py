@@ -1,5 +1,5 @@
 """The bytes each token id stands for: OpenAI's `token` / `bytes` logprob fields, and the vocabulary a
-grammar matcher walks (fuelcli/grammar.py), for every tokenizer fuel builds (byte-level BPE,
+grammar matcher walks (fuelcli/text/grammar.py), for every tokenizer fuel builds (byte-level BPE,
 SentencePiece with byte fallback, Metaspace, added tokens)."""
 
 from __future__ import annotations

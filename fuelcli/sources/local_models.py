@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import InputError, ModelNotFound
+from ..errors import InputError, ModelNotFound
 
 
 @dataclass
@@ -65,9 +65,9 @@ def _hub_models() -> list[LocalModel]:
 
 
 def _entries(repo_id: str, rev) -> list[LocalModel]:
-    from .families import BY_GGUF_ARCH, FAMILIES
+    from ..families import BY_GGUF_ARCH, FAMILIES
+    from ..weights.gguf import peek_architecture
     from .hub_gguf import is_model_file, pick, quant_tag, shards, split_info
-    from .weights.gguf import peek_architecture
 
     files = {f.file_path.relative_to(rev.snapshot_path).as_posix(): f for f in rev.files}
     out = []

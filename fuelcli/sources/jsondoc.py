@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 
-from .errors import InputError
+from ..errors import InputError
 from .files import is_present, read_regular
 
 MAX_BYTES = 256 << 20  # no real config or tokenizer file comes near (Llama 3's tokenizer.json: 9 MB)

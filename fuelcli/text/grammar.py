@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from .errors import InputError, MissingDependency
-from .extras import pip_install
+from ..errors import InputError, MissingDependency
+from ..process.extras import pip_install
 
 INSTALL = pip_install("grammar")
 # llama.cpp's json-schema-to-grammar `space` rule: a space, or one or two newlines and some indent.

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import __version__
-from .oracle.metrics import ROWS, perplexity as ppl_of
-from .oracle.provenance import model_record
-from .oracle import tolerances
-from .oracle.tolerances import DEFAULT_CTX
-from .oracle.windows import text_windows
+from .. import __version__
+from ..oracle.metrics import ROWS, perplexity as ppl_of
+from ..oracle.provenance import model_record
+from ..oracle import tolerances
+from ..oracle.tolerances import DEFAULT_CTX
+from ..oracle.windows import text_windows
 
 
 def next_token_nll(logits: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -72,7 +72,7 @@ def perplexity(model, file, ctx: int = DEFAULT_CTX, chunks: int | None = None, d
                on_start=None, on_chunk=None, cache_type: str = "f32") -> PerplexityResult:
     """on_start(windows, tokenize_seconds) before the first window; on_chunk(index, n, result,
     seconds of that window) after each."""
-    from .backends import make_engine
+    from ..backends import make_engine
 
     t0 = time.perf_counter()
     w = text_windows(model, file, ctx, chunks, min_tokens=2 * ctx)

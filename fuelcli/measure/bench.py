@@ -44,7 +44,7 @@ from typing import Callable
 
 import numpy as np
 
-from .errors import InputError
+from ..errors import InputError
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -162,7 +162,7 @@ class PeerRunner:
     their own calls, so neither the messages nor fuel's thread pool are in its seconds."""
 
     def __init__(self, kind, threads: int, **kwargs):
-        from .peers.child import PeerProcess
+        from ..peers.child import PeerProcess
 
         self.process = PeerProcess(kind, threads, **kwargs)
         info = self.process.info
@@ -196,7 +196,7 @@ def start_peer(kind, source, threads: int, n_ctx: int, tests: list[TestSpec]) ->
 
 def check_peer(peer: str, source_kind: str):
     """--compare's peer, installed and able to read the model, before anything heavy loads."""
-    from .peers import require
+    from ..peers import require
 
     kind = require(peer, "--compare")
     if peer == "llama.cpp" and source_kind != "gguf":
@@ -568,8 +568,8 @@ def time_to_first_output(cmd: list, env: dict, peer=None) -> float:
     rest, err = p.communicate()
     if p.returncode != 0 or not (first + rest):
         if peer is not None:
-            from .errors import PeerFailed
-            from .peers.child import describe_exit
+            from ..errors import PeerFailed
+            from ..peers.child import describe_exit
 
             raise PeerFailed(f"the {peer.name} peer ({peer.package}) {describe_exit(p.returncode)} before its "
                              f"first token; {peer.crash}")
@@ -587,7 +587,7 @@ def first_token_runs(model: str, source, prompt: str, repetitions: int, threads:
     import sys
     import tempfile
 
-    # Both sides run with this process's OpenMP settings (threads.py: the default wait unless the
+    # Both sides run with this process's OpenMP settings (process/threads.py: the default wait unless the
     # user chose one), as the pp/tg tests do. Both import
     # their Python modules from .pyc files, as after a pip install: PYTHONDONTWRITEBYTECODE in this
     # environment would have every start compile fuel's sources anew (~0.1 s here), so the children
@@ -600,7 +600,7 @@ def first_token_runs(model: str, source, prompt: str, repetitions: int, threads:
     series = {"fuel_cold": [], "fuel_warm": []}
     if llama:
         series["llama.cpp"] = []
-        from .peers.llama_cpp import FIRST_TOKEN
+        from ..peers.llama_cpp import FIRST_TOKEN
 
         peer = [sys.executable, "-c", FIRST_TOKEN, str(source.path), str(threads), prompt]
     try:

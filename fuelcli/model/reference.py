@@ -11,9 +11,9 @@ import numpy as np
 from .block import Block
 from .config import ModelConfig
 from .rope import cos_sin
-from .formats import dequantize
-from .weights.build import ModelWeights
-from .weights.tensor import Tensor
+from ..formats import dequantize
+from ..weights.build import ModelWeights
+from ..weights.tensor import Tensor
 
 
 def rows(t: Tensor, ids) -> np.ndarray:

@@ -14,7 +14,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from . import __version__
+from .. import __version__
 from .extras import DIST, EXTRAS, pip_install
 
 CORE = ("numba", "llvmlite", "numpy", "tokenizers", "safetensors", "huggingface_hub", "typer", "rich", "jinja2")
@@ -41,8 +41,8 @@ def cpu_name() -> str:
 def kernel_isa() -> dict:
     """{"isa": name, "amx": bool} the CPU engine would use here, or {"error": why}."""
     try:
-        from .backends.cpu import amx
-        from .backends.cpu.llvm import host_isa
+        from ..backends.cpu import amx
+        from ..backends.cpu.llvm import host_isa
 
         isa = host_isa()
         return {"isa": isa.name, "amx": bool(amx.available(isa))}
@@ -82,8 +82,8 @@ def dir_size(path: Path, pattern: str = "*") -> int:
 
 def caches() -> list[dict]:
     """Every directory fuel writes or reads models from: where, how big, what it holds."""
-    from . import demo
-    from .derived_cache import cache_root
+    from ..sources import demo
+    from ..sources.derived_cache import cache_root
 
     home = demo.fuel_home()
     derived = cache_root()
@@ -109,7 +109,7 @@ def caches() -> list[dict]:
 
 
 def report() -> dict:
-    from .peers import PEERS, missing_module
+    from ..peers import PEERS, missing_module
 
     # an extra whose peer's advice starts with the extra's own pip line gets the whole advice
     # (llama-cpp: how to build it on AMX CPUs, said once in peers/install.py)

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import InputError, ModelNotFound
+from ..errors import InputError, ModelNotFound
 from .files import is_present
 
 # Only what fuel reads: a repo's other weights formats (pytorch .bin, onnx, gguf) are not fetched.

@@ -1,7 +1,7 @@
 """Sampling and stopping, llama-cli / mlx_lm style: yields text as it is generated.
 
 The sampler chain is llama.cpp's default (common/sampling.cpp), restricted to the samplers fuel
-offers: a grammar's mask (fuelcli/grammar.py: JSON schema, GBNF, tool calls; tokens it refuses get
+offers: a grammar's mask (fuelcli/text/grammar.py: JSON schema, GBNF, tool calls; tokens it refuses get
 -inf) -> repetition penalty over the last `repeat_last_n` tokens -> top-k -> top-p -> min-p ->
 temperature -> a draw. So top-p and min-p see the distribution at temperature 1, and the
 temperature only reshapes what survives them; transformers divides by the temperature first, and
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .errors import InputError
-from .finite import check_engine_logits
+from ..errors import InputError
+from ..model.finite import check_engine_logits
 
 
 @dataclass

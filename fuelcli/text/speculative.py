@@ -34,9 +34,9 @@ import time
 
 import numpy as np
 
-from .errors import InputError
-from .finite import check_engine_logits
-from .backends.base import VERIFY_ROWS
+from ..errors import InputError
+from ..model.finite import check_engine_logits
+from ..backends.base import VERIFY_ROWS
 from .generate import Sampler, SamplerParams, Step, common_prefix
 
 DRAFT_MAX = VERIFY_ROWS - 1  # default cap on the proposals one step verifies (llama.cpp's --draft-max default, 16)

@@ -18,7 +18,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import FetchError, InputError, ModelNotFound
+from ..errors import FetchError, InputError, ModelNotFound
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ import os
 import stat
 from pathlib import Path
 
-from .errors import InputError
+from ..errors import InputError
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))

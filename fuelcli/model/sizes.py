@@ -14,10 +14,10 @@ Two checks, both with exact integer arithmetic (JSON and GGUF integers are unbou
 
 from __future__ import annotations
 
+from ..errors import ConfigError, InputError
+from ..formats import FORMATS
+from ..process.memory import available_bytes
 from .block import rope_variants
-from .errors import ConfigError, InputError
-from .formats import FORMATS
-from .memory import available_bytes
 
 # the fewest bits any stored format spends on a weight (Q4_0 and Q4_K: 4.5)
 MIN_BITS_PER_WEIGHT = min(8 * f.block_bytes / f.block_elems for f in FORMATS.values())

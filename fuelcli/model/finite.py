@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import NonFinite
+from ..errors import NonFinite
 
 
 def first_bad_row(logits: np.ndarray) -> int | None:
@@ -29,8 +29,8 @@ def first_bad_layer(states: np.ndarray) -> int | None:
 
 def _named_arrays(weights, layer: int | None):
     """(name, float32 array) of the weights that feed the given stage, one at a time."""
-    from .formats import dequantize
-    from .weights.tensor import Tensor
+    from ..formats import dequantize
+    from ..weights.tensor import Tensor
 
     def vector_name(v, what):
         return weights.vector_names.get(id(v), what)

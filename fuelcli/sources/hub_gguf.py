@@ -13,7 +13,7 @@ import glob
 import re
 from pathlib import Path
 
-from .errors import ModelNotFound
+from ..errors import ModelNotFound
 
 DEFAULT_QUANTS = ("Q4_K_M", "Q8_0")  # llama.cpp's choice when no QUANT is given
 SPLIT = re.compile(r"^(?P<prefix>.+)-(?P<index>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)

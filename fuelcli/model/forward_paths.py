@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from .errors import InputError
+from ..errors import InputError
 
 PATHS = ("decode", "prefill", "reference")
 
@@ -31,7 +31,7 @@ def logits_by_path(model, ids: list[int], path: str, hidden: bool = False, devic
         out = reference.forward(model.cfg, model.weights, ids, hidden=hidden)
         check_reference_logits(model.cfg, model.weights, out[0] if hidden else out, ids)
         return out
-    from .backends import make_engine
+    from ..backends import make_engine
 
     engine = make_engine(model.cfg, model.weights, n_ctx=len(ids), device=device, cache_type=cache_type)
     if path == "prefill":

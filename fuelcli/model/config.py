@@ -9,10 +9,10 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import ConfigError, located
+from ..families import BY_ARCHITECTURE, FAMILIES, Family
+from ..sources.jsondoc import read_object
 from .block import ACTIVATIONS, Attention, Block, Ffn
-from .errors import ConfigError, located
-from .families import BY_ARCHITECTURE, FAMILIES, Family
-from .jsondoc import read_object
 from .rope import SUPPORTED_ROPE_TYPES, RopeConfig
 from .sizes import check_weights_fit
 

@@ -170,7 +170,7 @@ def _raw_tensors(model):
     table: the GGUF tensor infos or the safetensors headers."""
     if model.gguf is not None:
         return list(model.gguf.tensors.values()), "gguf tensor table"
-    from .weights.safetensors import read_checkpoint
+    from ..weights.safetensors import read_checkpoint
 
     return list(read_checkpoint(model.source.path).values()), "safetensors headers"
 

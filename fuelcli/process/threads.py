@@ -19,7 +19,7 @@ call cffi functions: numba's cffi support stays off in a fuel command's process.
 import os
 import sys
 
-from .errors import InputError
+from ..errors import InputError
 
 MAX_THREADS = 512
 

@@ -1,0 +1,9 @@
+"""The process fuel runs in and the installation it runs from.
+
+    threads.py      numba's threading, set before numba is first imported
+    collector.py    Python's cyclic garbage collector, off while a command starts
+    memory.py       resident and available memory
+    panic_guard.py  native calls that may panic (tokenizers), descriptor 2 kept quiet
+    extras.py       the distribution's name on PyPI and what each extra adds
+    doctor.py       `fuel --version` and `fuel doctor`: versions, extras, caches
+"""
