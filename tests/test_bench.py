@@ -210,16 +210,17 @@ def test_roofline(tiny):
 
 def test_load_average_around_the_run(tiny, monkeypatch):
     """The 1-minute load average before and after the run is in the notes and the JSON, and a machine
-    whose load reaches half its CPUs is called busy (a quiet one is not: the negative control)."""
+    whose load beyond the run's own threads reaches half its CPUs is called busy (the run's own load
+    alone is not: the negative control)."""
     import os
 
     cpus = os.cpu_count()
-    loads = iter([0.0, 0.1, cpus / 2, cpus])
+    loads = iter([0.0, 1.4, 1.0, 1.0 + cpus / 2])
     monkeypatch.setattr(B.os, "getloadavg", lambda: (next(loads), 0.0, 0.0))
-    quiet = bench(tiny, "-p", "4", "-n", "0", "-r", "1")
-    assert f"load average 0.00 before, 0.10 after, on {cpus} CPUs\n" in quiet and "busy" not in quiet
-    rep = json.loads(bench(tiny, "-p", "4", "-n", "0", "-r", "1", "-o", "json"))
-    assert rep["load"] == {"cpus": cpus, "before": cpus / 2, "after": cpus}
+    quiet = bench(tiny, "-p", "4", "-n", "0", "-r", "1", "-t", "1")
+    assert f"load average 0.00 before, 1.40 after, on {cpus} CPUs\n" in quiet and "busy" not in quiet
+    rep = json.loads(bench(tiny, "-p", "4", "-n", "0", "-r", "1", "-t", "1", "-o", "json"))
+    assert rep["load"] == {"cpus": cpus, "threads": 1, "before": 1.0, "after": 1.0 + cpus / 2}
     assert "(a busy machine" in B.render_md(B.report_from_dict(rep))
 
 

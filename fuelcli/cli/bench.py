@@ -98,7 +98,8 @@ def bench(
                       backend=engine.backend)
     load_after = B.load_average()
     if load_before is not None and load_after is not None:
-        report.load = {"cpus": os.cpu_count() or 1, "before": load_before, "after": load_after}
+        report.load = {"cpus": os.cpu_count() or 1, "threads": n_threads if engine.device == "cpu" else 1,
+                       "before": load_before, "after": load_after}
     tg = [r for r in results if r.spec.kind == "tg"]
     for r in tg:  # the KV cache read grows along the run: count its mean length
         r.bytes_per_token = B.bytes_per_token(m.cfg, m.weights, r.spec.depth + (r.spec.n_tokens + 1) / 2,

@@ -287,7 +287,7 @@ class Report:
     peer: dict | None = None  # {"name", "detail", "threads", "peak_rss_bytes"}
     backend: str = "cpu numba"
     bandwidth: dict | None = None  # {"bytes": working set, "threads" (None: a GPU), "bytes_per_s"}: the roofline
-    load: dict | None = None  # {"cpus", "before", "after"}: the 1-minute load average around the run
+    load: dict | None = None  # {"cpus", "threads", "before", "after"}: the 1-minute load average around the run
 
     @property
     def peer_name(self) -> str | None:
@@ -328,8 +328,9 @@ def load_average() -> float | None:
 
 def load_text(load: dict) -> str:
     """How busy the machine was around the run: fuel's threads compete with whatever else is runnable
-    (the figures of a busy machine are not a quiet one's)."""
-    busy = max(load["before"], load["after"]) >= load["cpus"] / 2
+    (the figures of a busy machine are not a quiet one's). The load average counts the run's own
+    threads too (fuel's and its peer's, taking turns): busy is other work of half the CPUs or more."""
+    busy = max(load["before"], load["after"]) - load["threads"] >= load["cpus"] / 2
     return (f"load average {load['before']:.2f} before, {load['after']:.2f} after, on {load['cpus']} CPUs"
             + (" (a busy machine: other work shared the CPUs)" if busy else ""))
 
