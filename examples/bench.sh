@@ -45,7 +45,7 @@ run() {  # run NAME MODEL PEER [extra bench args]
     python - "$OUT/$name.json" >"$OUT/$name.md" <<'EOF'
 import json, sys
 
-from fuelcli import bench as B
+from fuelcli.measure import bench as B
 
 print(B.render_md(B.report_from_dict(json.load(open(sys.argv[1])))), end="")
 EOF
