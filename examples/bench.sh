@@ -10,8 +10,8 @@
 #   kquants  a Q4_K_M file in Qwen2-1.5B's shape (random weights: 168 Q4_K + 29 Q6_K tensors, the
 #            most common download) against llama.cpp
 #   formats  one file per weight format fuel reads, random weights, against llama.cpp: Qwen2-0.5B's
-#            shape for f32 f16 bf16 q8_0 q4_0 q4_1 q5_0, Qwen2-1.5B's for q4_k and q6_k (K-quants
-#            need rows that are multiples of 256)
+#            shape for f32 f16 bf16 q8_0 q4_0 q4_1 q5_0, Qwen2-1.5B's for the K-quants, q5_1 and the
+#            IQ types (K-quants need rows that are multiples of 256)
 #   dirs     both demos as bf16 safetensors directories against transformers (float32)
 #   first    seconds to the first token of `fuel run` (empty and warm kernel cache) against
 #            llama.cpp's load + first token, on the Qwen demo
@@ -79,7 +79,7 @@ for section in $SECTIONS; do
             for t in f32 f16 bf16 q8_0 q4_0 q4_1 q5_0; do
                 run "qwen2-0.5b-$t" "$(synthetic qwen2-0.5b "$t")" llama.cpp
             done
-            for t in q4_k q6_k; do
+            for t in q2_k q3_k q4_k q5_k q6_k q5_1 iq3_xxs iq3_s iq4_nl iq4_xs; do
                 run "qwen2-1.5b-$t" "$(synthetic qwen2-1.5b "$t")" llama.cpp
             done ;;
         dirs)

@@ -31,7 +31,8 @@ SHAPES = {
     "llama-1b": ("llama", 2048, 16, 32, 8, 8192, 128256, True, False, 5e5, 131072),
     "llama-8b": ("llama", 4096, 32, 32, 8, 14336, 128256, False, False, 5e5, 131072),
 }
-TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q4_k", "q6_k", "q4_k_m")
+TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k",
+         "iq3_xxs", "iq3_s", "iq4_nl", "iq4_xs", "q4_k_m")
 
 
 def _more_bits(i: int, n: int) -> bool:
