@@ -27,6 +27,7 @@ VERIFY_ROWS = 17  # the most tokens one verify step takes: the pending token and
 class Engine(ABC):
     device = "?"  # what --device names
     backend = "?"  # how bench reports it
+    free_cpus = None  # the CPU engine's thread count that follows the free CPUs; None: a fixed count
 
     def __init__(self, cfg: ModelConfig, n_ctx: int | None, kv_value_bytes: int = 4, slots: int = 1):
         if n_ctx is not None and n_ctx < 1:

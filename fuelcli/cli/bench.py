@@ -73,6 +73,7 @@ def bench(
         raise InputError(f"the tests need a context of {n_ctx} (depth + tokens + 1); the model's is {m.cfg.max_position}")
     engine = make_engine(m.cfg, m.weights, n_ctx=n_ctx, device=device, cache_type=cache_type,
                          slots=B.seqs_needed(tests))
+    engine.free_cpus = None  # a benchmark runs on its thread count throughout, as its peer does
     info = B.model_info(m.source, m.cfg, m.weights)
 
     peer_factory = None

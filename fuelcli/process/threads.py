@@ -8,7 +8,8 @@ workers through the kernel) measured decode 1.3-1.9x slower on 2 cores (figures:
 a user's OMP_WAIT_POLICY or GOMP_SPINCOUNT is honoured.
 FUEL_THREADS sets the pool's thread count: a whole number up to llama.cpp's GGML_MAX_N_THREADS (a
 million threads crash numba's pool; anything but a number makes numba warn and ignore it).
-`-t/--threads` sets the count per command (set_threads).
+`-t/--threads` sets the count per command (set_threads). Without either, a CPU engine runs each
+forward on the threads that the CPUs other processes leave free allow (backends/cpu/free_cpus.py).
 
 The commands import numba here, without three optional probes fuel never needs (~50 ms of a warm
 start): PyYAML, read only for a .numba_config.yaml in the working directory (probed when there is
@@ -28,6 +29,24 @@ if _threads:
     if not (_threads.isascii() and _threads.isdigit() and 1 <= int(_threads) <= MAX_THREADS):
         raise InputError(f"FUEL_THREADS must be a whole number from 1 to {MAX_THREADS}, got {_threads!r}")
     os.environ["NUMBA_NUM_THREADS"] = _threads
+_explicit = bool(_threads)  # a count the user chose (FUEL_THREADS, -t): engines never change it
+
+
+def explicit() -> bool:
+    """Whether the user chose the thread count (else a CPU engine follows the free CPUs)."""
+    return _explicit
+
+
+def pool_size() -> int:
+    """The threads numba's pool holds: the most a forward runs on."""
+    return _import_numba().config.NUMBA_NUM_THREADS
+
+
+def use(n: int) -> None:
+    """The calling thread's next forwards run on n threads (numba's count is per calling thread)."""
+    numba = _import_numba()
+    if numba.get_num_threads() != n:
+        numba.set_num_threads(n)
 
 
 def set_threads(n: int | None) -> int:
@@ -36,8 +55,10 @@ def set_threads(n: int | None) -> int:
     Before numba is imported the pool itself is sized to n (so n may exceed the cores, as
     llama.cpp's -t allows); afterwards n must fit the pool numba already started.
     """
+    global _explicit
     if n is not None and not 1 <= n <= MAX_THREADS:
         raise InputError(f"-t/--threads must be from 1 to {MAX_THREADS}, got {n}")
+    _explicit = _explicit or n is not None
     if n is not None and "numba" not in sys.modules:
         os.environ["NUMBA_NUM_THREADS"] = str(n)
     numba = _import_numba()

@@ -57,13 +57,18 @@ class Activations(NamedTuple):
     desc: np.ndarray  # [DESC_ROWS, 13] int64: the task kernels of one parallel loop (matmul.batch)
     ddesc: np.ndarray  # [3, slots, 13] int64: each product's decode kernels, one or B tokens each, their tasks
     # interleaved (matmul.describe_product)
-    part: np.ndarray  # a decode step's attention runs: MAX_SPLITS * heads * part_stride(head_dim)
+    part: np.ndarray  # a decode step's attention runs: attention_splits() * heads * part_stride(head_dim)
     last: np.ndarray  # [slots, H] the last row of each sequence in a step (its logits' input)
 
 
-def allocate(cfg: ModelConfig, rows: int, planes: bool = False, slots: int = 1) -> Activations:
+def attention_splits(cfg: ModelConfig, pool: int) -> int:
+    """Key runs of a decode step's attention: about two tasks for each of the pool's threads."""
+    return max(1, min(MAX_SPLITS, (2 * pool + cfg.num_kv_heads - 1) // max(cfg.num_kv_heads, 1)))
+
+
+def allocate(cfg: ModelConfig, rows: int, planes: bool = False, slots: int = 1, pool: int = 1) -> Activations:
     """Activations for `rows` tokens at a time, of up to `slots` sequences (each one's next token
-    on the decode kernels)."""
+    on the decode kernels), with the attention's key runs for a pool of `pool` threads."""
     def f32(*shape):
         return np.zeros(shape, np.float32)
 
@@ -78,7 +83,7 @@ def allocate(cfg: ModelConfig, rows: int, planes: bool = False, slots: int = 1) 
         qx=quantized(rows, max_k, planes, tokens=slots),
         desc=np.zeros((DESC_ROWS, DESC_COLS), np.int64),
         ddesc=np.zeros((3, slots, DESC_COLS), np.int64),
-        part=f32(MAX_SPLITS * cfg.num_heads * part_stride(cfg.head_dim)),
+        part=f32(attention_splits(cfg, pool) * cfg.num_heads * part_stride(cfg.head_dim)),
         last=f32(slots, H),
     )
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...process import threads  # noqa: F401  (configures numba's threading before numba is imported)
+from ...process import threads  # configures numba's threading before numba is imported
 from ...model.block import rope_variants
 from ...model.config import ModelConfig
 from ...model.rope import cos_sin_tables
@@ -20,6 +20,7 @@ from ..kv_cache import CACHE_TYPES, KVCache
 from . import amx
 from .activations import allocate
 from .attention import KEY_BLOCK
+from .free_cpus import FreeCpus
 from .jit import load_cached
 from .kernels import is_quant
 from .llvm import host_isa
@@ -68,6 +69,9 @@ class CpuEngine(Engine):
 
         super().__init__(cfg, n_ctx, np.dtype(CACHE_TYPES[cache_type]).itemsize, slots)
         self.weights, self._forward = weights, F.forward
+        # the default thread count follows the CPUs other processes leave free (free_cpus.py); None:
+        # a fixed count (-t, FUEL_THREADS, a benchmark's). The logits do not depend on it.
+        self.free_cpus = None if threads.explicit() else FreeCpus(threads.pool_size())
         mats, vecs, vec_tab = [], [], []
         self._keep = []  # the arrays whose addresses the kernel reads must outlive it
 
@@ -143,7 +147,8 @@ class CpuEngine(Engine):
                           slots=slots)
         self.n_batch = max(1, min(n_batch, self.n_ctx * slots))
         # decode-kernel rows: every slot's next token in a step, or one slot's verify (verify)
-        self.act = allocate(cfg, self.n_batch, planes=use_amx, slots=max(slots, min(VERIFY_ROWS, self.n_batch)))
+        self.act = allocate(cfg, self.n_batch, planes=use_amx, slots=max(slots, min(VERIFY_ROWS, self.n_batch)),
+                            pool=threads.pool_size())
         self._last = np.empty((slots, cfg.vocab_size), np.float32)
 
     @property
@@ -185,6 +190,12 @@ class CpuEngine(Engine):
             f.compile(sig)
         self._tables.get()
 
+    def _run(self, *args):
+        """One forward, on as many threads as the CPUs free now allow (free_cpus.py) unless fixed."""
+        if self.free_cpus is not None:
+            threads.use(self.free_cpus.threads())
+        self._forward(*args)
+
     @staticmethod
     def _segs(rows: list) -> np.ndarray:
         """forward.py's segment table: (slot, first position, tokens) per sequence of a step."""
@@ -199,7 +210,7 @@ class CpuEngine(Engine):
             e = min(T, s + self.n_batch)
             states = np.empty((cfg.num_layers + 1, e - s, cfg.hidden_size), np.float32) if hidden else hidden_out
             segs = self._segs([(0, self.pos, e - s)])
-            self._forward(*self._args(tokens[s:e], segs, all_logits, logits[s:e] if all_logits else logits, states))
+            self._run(*self._args(tokens[s:e], segs, all_logits, logits[s:e] if all_logits else logits, states))
             if hidden:
                 hidden_out[:, s:e] = states
             self.pos += e - s
@@ -215,7 +226,7 @@ class CpuEngine(Engine):
         if T > self.act.last.shape[0]:
             raise InputError(f"a verify step takes at most {self.act.last.shape[0]} tokens, got {T}")
         logits = np.empty((T, self.cfg.vocab_size), np.float32)
-        self._forward(*self._args(tokens, self._segs([(slot, held + i, 1) for i in range(T)]), False, logits,
+        self._run(*self._args(tokens, self._segs([(slot, held + i, 1) for i in range(T)]), False, logits,
                                   np.empty((0, 1, 1), np.float32)))
         self.positions[slot] += T
         return logits
@@ -238,7 +249,7 @@ class CpuEngine(Engine):
         order = sorted(range(len(batch)), key=lambda i: len(ids[i]) > 1)  # one-token sequences first
         segs = self._segs([(slots[i], self.positions[slots[i]], len(ids[i])) for i in order])
         logits = self._last[:len(batch)]
-        self._forward(*self._args(np.concatenate([ids[i] for i in order]), segs, False, logits,
+        self._run(*self._args(np.concatenate([ids[i] for i in order]), segs, False, logits,
                                   np.empty((0, 1, 1), np.float32)))
         for slot, t in zip(slots, ids):
             self.positions[slot] += len(t)

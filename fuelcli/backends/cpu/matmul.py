@@ -152,14 +152,15 @@ def glu(gate, up, act, core):
 
 @helper()
 def attention_splits(T, pos0, window, n_kv, max_splits):
-    """Key runs of one step's attention: for one token, enough that every thread gets about two
-    tasks (a decode step has only n_kv tasks otherwise: 3 on SmolLM2, 2 on Qwen2, so threads beyond
-    them would wait), each of MIN_SPLIT_BLOCKS key blocks at least; prefill has tasks enough."""
+    """Key runs of one step's attention: for one token, as many as the scratch holds (max_splits:
+    activations.attention_splits sized it so that each of the pool's threads gets about two tasks;
+    a decode step has only n_kv tasks otherwise: 3 on SmolLM2, 2 on Qwen2, so threads beyond them
+    would wait), each of MIN_SPLIT_BLOCKS key blocks at least; prefill has tasks enough. Not the
+    threads running now: the runs sum in their own order, so the logits must not depend on them."""
     if T != 1:
         return np.int64(1)
-    want = (2 * thread_count() + n_kv - 1) // n_kv
     blocks = (pos0 + 1 if window <= 0 else min(pos0 + 1, window)) // KEY_BLOCK + 1
-    return max(np.int64(1), min(want, blocks // MIN_SPLIT_BLOCKS, max_splits))
+    return max(np.int64(1), min(blocks // MIN_SPLIT_BLOCKS, max_splits))
 
 
 @helper()
