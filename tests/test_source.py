@@ -100,13 +100,13 @@ def test_bad_local_paths(tmp_path):
 def test_demo_alias_before_hub(tmp_path, hf_home, monkeypatch):
     """The demo module's contract (lookup -> .gguf path | None) with a stand-in module, since
     fuelcli/sources/demo.py is written separately; a local path still wins over an alias."""
-    import fuelcli
+    import fuelcli.sources
 
     pulled = tmp_path / "smol.gguf"
     stub = types.ModuleType("fuelcli.sources.demo")
     stub.lookup = lambda alias: pulled if alias == "smol" else None
     monkeypatch.setitem(sys.modules, "fuelcli.sources.demo", stub)
-    monkeypatch.setattr(fuelcli, "demo", stub, raising=False)
+    monkeypatch.setattr(fuelcli.sources, "demo", stub, raising=False)
     assert resolve("smol") == ModelSource("gguf", pulled, "smol")
     set_offline(monkeypatch, True)
     with pytest.raises(ModelNotFound, match="owner/other"):
