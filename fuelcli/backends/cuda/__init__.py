@@ -6,7 +6,10 @@ the CUDA packages, a driver and a GPU are there (runtime.require) before it load
     device_weights.py   the weights on the device, packed as stored, and their tables
     activations.py      device activations, allocated once per engine
     engine.py           CudaEngine: decode (matvec) and prefill (tiled matmul) forwards
-    kernels/            unpack (one unit decoder per format), matvec, matmul, attention, moe, rows
+    launcher.py         a decode step's launches prepared once (numba-cuda's dispatch bound the step)
+    bandwidth.py        the GPU's read bandwidth, for fuel bench's roofline
+    ptx.py              every kernel compiled to PTX without a GPU, and what its PTX does
+    kernels/            unpack (one unit decoder per format), matvec, matmul, attention, moe, rows, probe
 """
 
 import os as _os
