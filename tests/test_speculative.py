@@ -289,6 +289,37 @@ def test_prompt_lookup_walks_the_prediction_in_order():
     assert look.propose([5, 6, 8, 5, 6], 2, None) == ([8, 5], None)
 
 
+def test_prompt_lookup_walks_a_quoted_text_forward():
+    text = [5, 1, 2, 3, 4, 6, 1, 2, 3, 7]  # "1 2 3" twice
+    fresh = S.PromptLookup()
+    assert fresh.propose(text + [8, 1, 2, 3], 2, None) == ([7, 8], None)  # no match before: the latest
+    look = S.PromptLookup()
+    assert look.propose(text + [5, 1, 2], 2, None) == ([3, 4], None)  # "5 1 2": the text's start
+    # the reply quotes the text: the next "1 2 3" is the first past that match, not the latest
+    assert look.propose(text + [5, 1, 2, 3], 2, None) == ([4, 6], None)
+
+
+def test_prompt_lookup_learns_a_renamed_token():
+    """A rewrite that renames token 7 to 70: the refused proposal after a 3-token match teaches the
+    substitution; the tail is then matched as quoted and the proposals come renamed. A refused
+    substitution is dropped; a refusal after a shorter match teaches nothing (the control)."""
+    quoted = [1, 2, 3, 7, 4, 5, 6, 7, 8, 9]
+    look = S.PromptLookup()
+    history = quoted + [0, 1, 2, 3]
+    assert look.propose(history, 3, None) == ([7, 4, 5], None)
+    history += [70]  # the model wrote 70 where the text had 7
+    assert look.propose(history, 4, None) == ([4, 5, 6, 70], None)  # "2 3 70" matched as "2 3 7"
+    assert look.subs == {7: 70}
+    history += [4, 5, 6, 7]  # here the model kept 7: the substitution is dropped
+    look.propose(history, 2, None)
+    assert look.subs == {}
+    weak = S.PromptLookup()
+    history = [1, 2, 3, 7, 4, 5, 0, 3]
+    assert weak.propose(history, 2, None) == ([7, 4], None)  # a 1-gram match
+    weak.propose(history + [70], 2, None)
+    assert weak.subs == {}
+
+
 def test_draft_length_follows_the_costs():
     fixed = S.DraftLength(4, fixed=True)
     assert fixed.choose(10, 0.0) == 4 and fixed.choose(2, 0.0) == 2 and fixed.choose(0, 0.0) == 0

@@ -97,10 +97,18 @@ def _rejection_step(rng, p: np.ndarray, d: int, q_row: np.ndarray | None) -> int
 
 
 class PromptLookup:
-    """Proposals from the text so far (prompt included): the tokens that followed the latest
-    earlier occurrence of its last n tokens, n from NGRAM_MAX down to NGRAM_MIN. A request's
-    predicted output (OpenAI's `prediction`, given to `start`) is searched first at each n: there
-    the first occurrence past the previous match's, since the reply runs through it in order."""
+    """Proposals from the text so far (prompt included): the tokens that followed an earlier
+    occurrence of its last n tokens, n from NGRAM_MAX down to NGRAM_MIN. A request's predicted
+    output (OpenAI's `prediction`, given to `start`) is searched first at each n.
+
+    A reply that quotes its input runs through it in order, so after a match the next is looked
+    for past it (the first occurrence past the previous match's; with no previous match, the
+    latest). And a reply that rewrites its input (a renamed variable, a changed constant) differs
+    from it by a token here and there: where a proposal from a match of NGRAM_MAX tokens was
+    refused, the token the model wrote instead is taken as a substitute for the quoted one
+    (`subs`), so the tail is matched and the proposals are written with the substitution made; a
+    substitution that is itself refused is dropped. Only the proposals change: the model still
+    verifies every token."""
 
     name = "lookup"
 
@@ -110,20 +118,47 @@ class PromptLookup:
         self.start(None)
 
     def propose(self, history: list[int], k: int, sampler: Sampler) -> tuple[list[int], None]:
+        self._learn(history)
         arr, pred = np.asarray(history, np.int64), self.prediction
         L = len(arr)
+        inv = {out: src for src, out in self.subs.items()}
         for n in range(min(self.ngram_max, L - 1), self.ngram_min - 1, -1):
-            tail = arr[L - n:]
-            ends = _ends(pred, tail)
-            ends = ends[ends < pred.size]  # a token must follow
-            if ends.size:
-                later = ends[ends > self.cursor]
-                self.cursor = int(later[0] if later.size else ends[-1])
-                return [int(t) for t in pred[self.cursor: self.cursor + k]], None
-            ends = _ends(arr[: L - 1], tail)  # occurrences before the tail itself
-            if ends.size:
-                return [int(t) for t in arr[ends[-1]: ends[-1] + k]], None
+            tails = [arr[L - n:]]
+            if inv:  # the tail as the quoted text had it
+                quoted = np.array([inv.get(int(t), int(t)) for t in tails[0]], np.int64)
+                if not np.array_equal(quoted, tails[0]):
+                    tails.append(quoted)
+            for source, text, cursor in ((pred, pred, "pred"), (arr[: L - 1], arr, "text")):
+                ends = np.unique(np.concatenate([_ends(source, t) for t in tails]))
+                ends = ends[ends < text.size]  # a token must follow
+                if not ends.size:
+                    continue
+                later = ends[ends > self.cursor[cursor]]
+                at = int(later[0] if later.size else ends[-1]) if self.cursor[cursor] >= 0 else int(ends[-1])
+                self.cursor[cursor] = at
+                quoted = [int(t) for t in text[at: at + k]]
+                drafts = [self.subs.get(t, t) for t in quoted]
+                self.last = (L, drafts, quoted, n == self.ngram_max)
+                return drafts, None
+        self.last = None
         return [], None
+
+    def _learn(self, history: list[int]):
+        """The substitutions, from how the text went on after the last proposals: the first that
+        the model did not write is either a substitution refused (dropped) or, after a match of
+        NGRAM_MAX tokens, a quoted token the model replaced (learnt: what it wrote instead)."""
+        if self.last is None:
+            return
+        L0, drafts, quoted, strong = self.last
+        self.last = None
+        for d, src, y in zip(drafts, quoted, history[L0:]):
+            if y == d:
+                continue
+            if d != src:
+                self.subs.pop(src, None)
+            elif strong and y not in self.subs:
+                self.subs[src] = y
+            return
 
     def follow(self, history: list[int]):
         """Nothing to keep in step: the proposals are read from the history itself."""
@@ -131,7 +166,10 @@ class PromptLookup:
     def start(self, params: SamplerParams | None, prediction: list[int] = ()):
         """A new generation: its predicted output's ids (none: the text so far alone); nothing
         depends on the sampling settings."""
-        self.prediction, self.cursor = np.asarray(prediction, np.int64), 0
+        self.prediction = np.asarray(prediction, np.int64)
+        self.cursor = {"pred": 0, "text": -1}  # the prediction is walked from its start
+        self.subs: dict[int, int] = {}
+        self.last = None
 
 
 def _ends(arr: np.ndarray, tail: np.ndarray) -> np.ndarray:
