@@ -324,6 +324,36 @@ def test_bad_input(tiny, args):
 
 
 # ---------------------------------------------------------------------------------------------------
+# speculation: plain against speculative greedy decoding
+
+
+@pytest.mark.parametrize("args", [["-f", "x.txt"], ["--lookup-decoding", "--first-token"],
+                                  ["--lookup-decoding", "-n", "64,128"], ["--lookup-decoding", "-n", "1"],
+                                  ["--lookup-decoding", "-o", "csv"], ["--lookup-decoding", "--draft-model", "x"],
+                                  ["--lookup-decoding", "--compare", "transformers"], ["--draft-max", "4"],
+                                  ["--lookup-decoding", "-f", "/nonexistent/prompt.txt"]])
+def test_speculation_bad_input(tiny, args):
+    r = CliRunner().invoke(app, ["bench", str(tiny), "--no-progress", *args])
+    assert isinstance(r.exception, InputError), (args, r.output)
+
+
+def test_llama_cpp_peer_greedy(smollm2_gguf):
+    """llama.cpp's greedy decoding, plain and through its prompt lookup: the same tokens."""
+    pytest.importorskip("llama_cpp")
+    from fuelcli.peers import PEERS
+    from fuelcli.sources.source import resolve
+
+    r = B.start_peer(PEERS["llama.cpp"], resolve(str(smollm2_gguf)), 1, 96, B.make_tests([0], [4], [0]))
+    try:
+        ids = np.array([1, 504, 3458, 282, 216, 504, 3458, 282, 216, 504], np.int64)
+        plain, s0 = r.process.call("greedy", ids, 16, 0)
+        looked, s1 = r.process.call("greedy", ids, 16, 10)
+        assert len(plain) == 16 and looked == plain and s0 > 0 and s1 > 0
+    finally:
+        r.close()
+
+
+# ---------------------------------------------------------------------------------------------------
 # --compare transformers on the tiny model
 
 

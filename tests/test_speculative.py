@@ -525,6 +525,62 @@ def test_serve_refuses_speculation_on_several_slots(pair):
 
 # --- a real pair: SmolLM2-135M's bf16 directory, its Q4_1 GGUF drafting -----------------------------
 
+# --- fuel bench --lookup-decoding -------------------------------------------------------------
+
+def bench(*args) -> str:
+    r = CliRunner().invoke(app, ["bench", *map(str, args), "--no-progress"])
+    if r.exception is not None and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    assert r.exit_code == 0, r.output
+    return r.stdout
+
+
+def test_speculation_bench(pair):
+    """--lookup-decoding: both sides decode -n tokens greedily, the same text, a rate each; drafted and
+    accepted counted on the speculative side alone."""
+    out = json.loads(bench(pair[0].source.path, "--lookup-decoding", "--prompt", "a b c a b c a b c a b", "-n", "12", "-r", "2",
+                           "-o", "json", "-t", "1"))
+    assert set(out["sides"]) == {"fuel", "fuel lookup"} and out["n"] == 12 and out["repetitions"] == 2
+    plain, spec = out["sides"]["fuel"], out["sides"]["fuel lookup"]
+    for s in (plain, spec):
+        assert len(s["rates"]) == len(s["seconds"]) == 2 and all(r > 0 for r in s["rates"])
+        assert s["same_text"] and 2 <= s["generated"] <= 12
+        for r, sec in zip(s["rates"], s["seconds"]):
+            assert r == pytest.approx((s["generated"] - 1) / sec)
+    assert plain["drafted"] == 0 and spec["speedup"] == pytest.approx(spec["mean"] / plain["mean"])
+    from fuelcli.measure.speculation import render_md
+
+    md = render_md(out)
+    assert "| fuel lookup |" in md and "same text as plain" in md
+
+
+def test_speculation_bench_draft_model(pair):
+    out = json.loads(bench(pair[0].source.path, "--draft-model", pair[1].source.path, "--draft-p-min", "0",
+                           "--draft-max", "4", "--prompt", "hello there", "-n", "10", "-r", "1", "-o", "json", "-t", "1"))
+    assert set(out["sides"]) == {"fuel", "fuel draft model"} and out["draft"] == str(pair[1].source.path)
+    assert out["sides"]["fuel draft model"]["same_text"] and out["sides"]["fuel draft model"]["drafted"] > 0
+
+
+def test_speculation_bench_reports_a_different_text(pair):
+    """The control: a drafter whose verified text differs from plain decoding's is reported as such."""
+    from fuelcli.measure import speculation as SB
+
+    engine = engine_of(pair[0], 64)
+
+    class Skewed(S.Speculation):  # its text loses the fourth token
+        def steps(self, *a, **k):
+            for i, step in enumerate(super().steps(*a, **k)):
+                if i != 3:
+                    yield step
+                else:
+                    a[5].tokens.pop()
+
+    sides = SB.runs(engine, [1, 2, 3, 1, 2, 3], 8, set(), lambda: Skewed(S.PromptLookup()), "lookup", 1)
+    assert sides["fuel"]["same_text"] and not sides["fuel lookup"]["same_text"]
+    assert "| NO |" in SB.render_md({"model": "m", "prompt": "p", "prompt_tokens": 6, "n": 8, "threads": 1,
+                                     "repetitions": 1, "sides": sides})
+
+
 @pytest.fixture(scope="module")
 def smollm2_pair(smollm2_dir, smollm2_gguf):
     return open_model(str(smollm2_dir)), open_model(str(smollm2_gguf))

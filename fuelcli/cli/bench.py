@@ -2,13 +2,15 @@
 
 import os
 import sys
+from pathlib import Path
 from typing import Optional
 
 import typer
 
 from ..errors import InputError
 from .app import app
-from .options import CacheType, Device, HfFile, ModelArg, Revision, Threads
+from .options import (CacheType, Device, DraftMax, DraftModel, DraftPMin, HfFile, LookupDecoding, ModelArg,
+                      Revision, Threads)
 
 B_FIRST_PROMPT = "Write a Python function that reverses a string."
 
@@ -32,7 +34,13 @@ def bench(
     first_token: bool = typer.Option(False, "--first-token", help="instead of pp/tg: seconds from starting "
                                      "`fuel run` to its first token, with an empty and a warm kernel cache "
                                      "(and llama.cpp's load + first token with --compare llama.cpp)"),
-    prompt: str = typer.Option(B_FIRST_PROMPT, "--prompt", help="--first-token: the prompt"),
+    prompt: str = typer.Option(B_FIRST_PROMPT, "--prompt", help="--first-token, speculation: the prompt"),
+    file: Optional[Path] = typer.Option(None, "-f", "--file", metavar="FILE", help="speculation: read the prompt "
+                                        "from FILE"),
+    draft_model: Optional[str] = DraftModel,
+    lookup_decoding: bool = LookupDecoding,
+    draft_max: Optional[int] = DraftMax,
+    draft_p_min: Optional[float] = DraftPMin,
     progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bar on stderr"),
     device: Optional[str] = Device,
     cache_type: str = CacheType,
@@ -43,11 +51,25 @@ def bench(
 
     The table (or JSON / CSV) goes to stdout, the progress bar to stderr. A peer (--compare)
     runs in a process of its own with the same number of threads as fuel (-t).
+
+    With --lookup-decoding or --draft-model D: speculative decoding's speed-up instead, greedy
+    decoding of -n tokens after the prompt (--prompt or -f FILE, through the chat template),
+    plain and speculative alternating; with --compare llama.cpp also llama.cpp plain and with its
+    prompt lookup (llama-cpp-python's LlamaPromptLookupDecoding).
     """
     from ..measure import bench as B
+    from .textgen import SpeculationOptions
 
+    speculating = SpeculationOptions(draft_model, lookup_decoding, draft_max, draft_p_min)
     if first_token:
+        if speculating.on:
+            raise InputError("--first-token does not take --draft-model or --lookup-decoding")
         return _first_token(model, compare, repetitions, threads, prompt, output, progress, revision)
+    if file is not None and not speculating.on:
+        raise InputError("-f/--file needs --lookup-decoding or --draft-model (the prompt of a speculation run)")
+    if speculating.on:
+        return _speculation(model, speculating, prompt, file, n_gen, compare, repetitions, threads, output,
+                            progress, device, cache_type, revision, hf_file)
     if output not in B.RENDERERS:
         raise InputError(f"-o must be one of {', '.join(B.RENDERERS)}, got {output!r}")
     if repetitions < 1:
@@ -163,4 +185,52 @@ def _first_token(model, compare, repetitions, threads, prompt, output, progress,
         tick = lambda desc: console.print(f"[dim]{desc}[/dim]")  # noqa: E731
     rep = B.first_token_runs(model, source, prompt, repetitions, n_threads, kind, tick)
     sys.stdout.write(B.render_first_token_md(rep) if output == "md" else B.render_json_obj(rep))
+    sys.stdout.flush()
+
+
+def _speculation(model, speculating, prompt, file, n_gen, compare, repetitions, threads, output, progress, device,
+                 cache_type, revision, hf_file):
+    from ..measure import bench as B
+    from ..measure import speculation as S
+    from ..process.threads import set_threads
+    from ..sources.loader import open_model
+    from ..text.generate import SamplerParams
+    from .textgen import prompt_text, ready_engine
+
+    if output not in ("md", "json"):
+        raise InputError(f"speculation: -o must be md or json, got {output!r}")
+    if repetitions < 1:
+        raise InputError(f"-r must be at least 1, got {repetitions}")
+    ns = B.parse_int_list(n_gen, "-n")
+    if len(ns) != 1 or ns[0] < 2:
+        raise InputError(f"speculation: -n takes one count of at least 2 tokens, got {n_gen!r}")
+    n = ns[0]
+    text = prompt_text(None, file) if file is not None else prompt
+    n_threads = set_threads(threads)
+    m = open_model(model, revision, hf_file)
+    kind = B.check_peer(compare, m.source.kind) if compare is not None else None
+    if kind is not None and kind.name != "llama.cpp":
+        raise InputError("speculation compares with llama.cpp only (--compare llama.cpp)")
+    tok = m.tokenizer
+    speculating.open(m)
+    ids = tok.encode_prompt(text, chat=bool(tok.chat_template))
+    n_ctx = len(ids) + n + 1
+    if n_ctx > m.cfg.max_position:
+        raise InputError(f"the prompt and -n need a context of {n_ctx}; the model's is {m.cfg.max_position}")
+    engine, _ = ready_engine(m, n_ctx, device, quiet=True, cache_type=cache_type)
+    engine.free_cpus = None  # a benchmark runs on its thread count throughout, as its peer does
+    params = SamplerParams(temp=0.0)
+    first = speculating.build(m, params, n_ctx, device, cache_type)
+    peer = B.PeerRunner(kind, n_threads, path=str(m.source.path), name=m.source.name, n_ctx=n_ctx,
+                        n_batch=512) if kind is not None else None
+    tick = (lambda d: print(f"  {d}", file=sys.stderr)) if progress else (lambda d: None)  # noqa: E731
+    try:
+        sides = S.runs(engine, ids, n, set(m.eos_ids()), first.fresh, first.name, repetitions, peer, tick)
+        rep = {"model": m.source.name, "prompt": str(file) if file is not None else repr(text), "prompt_tokens": len(ids),
+               "n": n, "threads": n_threads, "repetitions": repetitions, "draft": speculating.draft_model,
+               "peer": f"{peer.name}: {peer.detail}" if peer else None, "sides": sides}
+    finally:
+        if peer is not None:
+            peer.close()
+    sys.stdout.write(S.render_md(rep) if output == "md" else B.render_json_obj(rep))
     sys.stdout.flush()

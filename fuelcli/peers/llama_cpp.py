@@ -102,6 +102,33 @@ class LlamaCppPeer:
             self._decode(ctx, b, rows)
         return time.perf_counter() - t0
 
+    def greedy(self, ids, n: int, lookup: int = 0):
+        """Greedy decoding of up to n tokens after the prompt ids through `Llama.generate` (top-k 1),
+        with lookup > 0 through its prompt-lookup speculation (`LlamaPromptLookupDecoding`,
+        num_pred_tokens = lookup, on a Llama of its own: speculation needs every token's logits).
+        Returns (the tokens, the seconds from the first token to the last): the decode steps alone."""
+        llm = self.llm
+        if lookup:
+            if getattr(self, "_lookup", (0, None))[0] != lookup:
+                from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+                self._lookup = (lookup, self.lc.Llama(
+                    model_path=self.llm.model_path, n_ctx=self.llm.n_ctx(), n_batch=self.n_batch,
+                    n_ubatch=self.n_batch, n_threads=self.threads, n_threads_batch=self.threads, verbose=False,
+                    draft_model=LlamaPromptLookupDecoding(num_pred_tokens=lookup)))
+            llm = self._lookup[1]
+        eos = llm.token_eos()
+        tokens, t_first = [], 0.0
+        for t in llm.generate([int(i) for i in ids], top_k=1, temp=0.0, reset=True):
+            if not tokens:
+                t_first = time.perf_counter()
+            if t == eos:
+                break
+            tokens.append(int(t))
+            if len(tokens) >= n:
+                break
+        return tokens, time.perf_counter() - t_first
+
     # ---------------------------------------------------------------- oracle
 
     def clear(self):

@@ -362,6 +362,11 @@ class Speculation:
     def name(self) -> str:
         return self.drafter.name
 
+    def fresh(self) -> "Speculation":
+        """The same drafter (a draft model keeps its engine) with a draft length not yet learnt:
+        another generation as `fuel run` starts one."""
+        return Speculation(self.drafter, self.length.cap if self.length.fixed else None)
+
     def start(self, params: SamplerParams, prediction: list[int] = ()):
         """A generation's settings, and its predicted output's ids (the server's `prediction`): an
         n-gram source for a lookup; a draft model proposes from its own logits and does not use it."""
