@@ -587,8 +587,9 @@ def smollm2_pair(smollm2_dir, smollm2_gguf):
 
 
 def test_verify_rows_are_decode_steps_bit_for_bit(smollm2_pair):
-    """engine.verify's rows (bf16 and Q4_1 products) are the decode steps' logits exactly; the
-    negative control: the same tokens through prefill's tiles differ in the last bits."""
+    """engine.verify's rows (bf16 and Q4_1 products, on the B-wide decode kernels) are the decode steps'
+    logits exactly; the negative control: the same tokens through prefill's tiles differ in the last
+    bits."""
     rng = np.random.default_rng(0)
     for m in smollm2_pair:
         engine = engine_of(m, 96)
@@ -597,6 +598,7 @@ def test_verify_rows_are_decode_steps_bit_for_bit(smollm2_pair):
         decoded = np.stack([engine.decode(t) for t in extra])
         engine.rewind(len(prompt))
         assert np.array_equal(engine.verify(extra), decoded) and engine.pos == len(prompt) + len(extra)
+        assert engine._wide  # 9 rows: on the B-wide decode kernels (4 + 4 + 1; bf16 2 + 2 + 2 + 2 + 1)
         engine.rewind(len(prompt))
         tiles = engine.prefill(extra, all_logits=True)
         assert not np.array_equal(tiles, decoded)

@@ -41,6 +41,7 @@ from .generate import Sampler, SamplerParams, Step, common_prefix
 
 DRAFT_MAX = VERIFY_ROWS - 1  # default cap on the proposals one step verifies (llama.cpp's --draft-max default, 16)
 DRAFT_P_MIN = 0.75  # default --draft-p-min; measured in docs/performance.md
+FOLLOW_ROWS = 4  # a draft model takes up to this many new tokens a round on its decode kernels, more on prefill's
 NGRAM_MAX, NGRAM_MIN = 3, 1  # prompt lookup: the longest and shortest n-gram matched (longest first)
 
 
@@ -216,7 +217,10 @@ class DraftModel:
         self.held = self.held[:n]
         if max(history[n:]) >= self.engine.cfg.vocab_size:
             return None
-        logits = self.engine.prefill(history[n:])[0]
+        new = history[n:]
+        # the few tokens of a round (the last proposal, the model's own token) on the decode kernels:
+        # prefill's tiles unpack every matrix for them (2 tokens: ~6 decode steps' time)
+        logits = self.engine.verify(new)[-1] if len(new) <= FOLLOW_ROWS else self.engine.prefill(new)[0]
         self.held = list(history)
         return logits[: self.target_vocab]
 
@@ -225,9 +229,12 @@ class DraftModel:
         if k <= 0:
             return [], None
         t0 = time.perf_counter()
+        fed = len(history) - min(common_prefix(self.held, history), len(history) - 1)
         logits, hist = self.follow(history), list(history)
         if logits is None:
             return [], None
+        if fed > FOLLOW_ROWS:  # a prompt's prefill is paid once, not per drafted token
+            t0 = time.perf_counter()
         greedy = sampler.p.temp == 0
         tokens, qs = [], []
         for i in range(k):
