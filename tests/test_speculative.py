@@ -320,6 +320,28 @@ def test_prompt_lookup_learns_a_renamed_token():
     assert weak.subs == {}
 
 
+def test_draft_model_costs_leave_the_prompt_out(pair, monkeypatch):
+    """The draft's prompt prefill is paid once, not per drafted token (a slow prefill here: the
+    cost per drafted token stays a decode step's); a round's few new tokens go through its decode
+    kernels (engine.verify: the same logits as decode steps), not prefill's tiles."""
+    engine = engine_of(pair[1], 128)
+    drafter = S.DraftModel(engine, VOCAB, SamplerParams(**GREEDY), p_min=0.0)
+    prefill = engine.prefill
+
+    def slow_prefill(tokens, *a, **k):  # also each decode step's (one token)
+        assert not 1 < len(tokens) <= S.FOLLOW_ROWS  # a round's tokens never come here
+        if len(tokens) > S.FOLLOW_ROWS:
+            time.sleep(0.3)
+        return prefill(tokens, *a, **k)
+
+    monkeypatch.setattr(engine, "prefill", slow_prefill)
+    history = list(range(40, 80))
+    drafts, _ = drafter.propose(history, 4, Sampler(SamplerParams(**GREEDY)))
+    assert len(drafts) == 4 and drafter.draft_s < 0.1
+    drafts2, _ = drafter.propose(history + drafts + [7], 3, Sampler(SamplerParams(**GREEDY)))  # 2 new tokens
+    assert len(drafts2) == 3 and drafter.draft_s < 0.1
+
+
 def test_draft_length_follows_the_costs():
     fixed = S.DraftLength(4, fixed=True)
     assert fixed.choose(10, 0.0) == 4 and fixed.choose(2, 0.0) == 2 and fixed.choose(0, 0.0) == 0
