@@ -15,6 +15,10 @@
 #   dirs     both demos as bf16 safetensors directories against transformers (float32)
 #   first    seconds to the first token of `fuel run` (empty and warm kernel cache) against
 #            llama.cpp's load + first token, on the Qwen demo
+#   spec     speculative decoding's speed-up, greedy, TG tokens after examples/prompts/code-rewrite.txt
+#            and open-ended.txt: the Qwen demo with --lookup-decoding against llama.cpp plain and with
+#            its prompt lookup; the demo drafting for its own weights in f32 (llama.cpp's quantiser
+#            writes that file once: the stand-in for a model ~5x the draft's size)
 # The llama.cpp comparisons need llama-cpp-python (`pip install 'fuel-llm[llama-cpp]'`; on AMX CPUs see the README's Peers), the random-weight
 # files `pip install libgguf gguf` (examples/synthetic_gguf.py writes them into SYNTH, once), the
 # safetensors directories transformers (examples/gguf_to_safetensors.py writes them, once).
@@ -27,7 +31,7 @@ FUEL=${FUEL:-fuel}
 REPS=${REPS:-3}
 PP=${PP:-512}
 TG=${TG:-128}
-SECTIONS=${SECTIONS:-demos kquants formats dirs first}
+SECTIONS=${SECTIONS:-demos kquants formats dirs first spec}
 HOME_DIR=${FUEL_HOME:-$HOME/.cache/fuel}
 SYNTH=${SYNTH:-$HOME_DIR/synthetic}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -65,6 +69,24 @@ hf_dir() {  # hf_dir ALIAS -> a bf16 safetensors directory of a demo model, writ
     echo "$d"
 }
 
+widened() {  # widened FILE FTYPE NAME -> FILE requantised by llama.cpp to FTYPE (0: f32), written once
+    local f="$SYNTH/$3.gguf"
+    [ -f "$f" ] || python -c 'import sys, llama_cpp
+p = llama_cpp.llama_model_quantize_default_params()
+p.ftype, p.allow_requantize = int(sys.argv[3]), True
+sys.exit(llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), p))' "$1" "$f" "$2" >&2 2>/dev/null
+    echo "$f"
+}
+
+spec() {  # spec NAME MODEL PROMPT [extra bench args]
+    local name=$1 model=$2 prompt=$3
+    shift 3
+    echo "== $name: speculation on $prompt" >&2
+    # shellcheck disable=SC2086
+    $FUEL bench "$model" -f "$HERE/prompts/$prompt.txt" -n "$TG" -r "$REPS" --no-progress "$@" | tee "$OUT/$name.md"
+    echo
+}
+
 # shellcheck disable=SC2086
 $FUEL pull smollm2-135m qwen2.5-coder-0.5b >&2
 
@@ -90,6 +112,15 @@ for section in $SECTIONS; do
             # shellcheck disable=SC2086
             $FUEL bench qwen2.5-coder-0.5b --first-token --compare llama.cpp -r "$REPS" --no-progress \
                 | tee "$OUT/first-token.md" ;;
+        spec)
+            qwen=$(python -c 'import json, subprocess, sys
+rows = json.loads(subprocess.run(sys.argv[1:], capture_output=True, text=True, check=True).stdout)
+print(next(r["path"] for r in rows if r["name"] == "qwen2.5-coder-0.5b"))' $FUEL ls --json)
+            for prompt in code-rewrite open-ended; do
+                spec "spec-lookup-$prompt" qwen2.5-coder-0.5b "$prompt" --lookup-decoding --compare llama.cpp
+                spec "spec-draft-$prompt" "$(widened "$qwen" 0 qwen2.5-coder-0.5b-f32)" "$prompt" \
+                    --draft-model qwen2.5-coder-0.5b
+            done ;;
         *) echo "unknown section $section" >&2; exit 2 ;;
     esac
 done
