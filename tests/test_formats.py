@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from fuelcli.errors import InputError
-from fuelcli.formats import FORMATS, dequantize, quantize, row_bytes
+from fuelcli.formats import BY_GGML_TYPE, FORMATS, GGML_TYPE_NAMES, dequantize, quantize, row_bytes
 from fuelcli.weights.tensor import Tensor
 
 def _finite_f16_bits(rng, n):
@@ -55,8 +55,33 @@ def test_table():
     assert row_bytes("q4_k", 512) == 288
     with pytest.raises(InputError):
         row_bytes("q4_k", 896)
+    unread = min(t for t in GGML_TYPE_NAMES if t not in BY_GGML_TYPE)  # a type fuel does not read (Q8_1)
     with pytest.raises(InputError):
-        row_bytes("iq2_xxs", 256)  # a type fuel does not read
+        row_bytes(GGML_TYPE_NAMES[unread].lower(), 256)
+
+
+def test_iq_grids_as_gguf_py():
+    """iq_grids.py's tables (ggml-common.h's) against gguf-py's copies, which its decode reads (hex
+    of 2-bit indices there): every entry's bytes. Negative control: two entries swapped differ."""
+    from fuelcli.formats import iq_grids
+
+    Q = gguf.quants
+    checked = 0
+    for cls, name in ((Q.IQ3_XXS, "IQ3XXS_GRID"), (Q.IQ3_S, "IQ3S_GRID"), (Q.IQ2_XXS, "IQ2XXS_GRID"),
+                      (Q.IQ2_XS, "IQ2XS_GRID"), (Q.IQ2_S, "IQ2S_GRID"), (Q.IQ1_S, "IQ1S_GRID")):
+        if not hasattr(iq_grids, name):
+            continue
+        cls.init_grid()
+        want = cls.grid.reshape(cls.grid_shape).astype(np.int8)  # iq1s: -1, 0, 1
+        entries = getattr(iq_grids, name)
+        dtype = "<u4" if cls.grid_shape[1] == 4 else "<u8"
+        got = np.array(entries, dtype).view(np.int8).reshape(cls.grid_shape)
+        assert np.array_equal(got, want), name
+        swapped = np.array(entries[1:2] + entries[0:1] + entries[2:], dtype).view(np.int8).reshape(cls.grid_shape)
+        assert not np.array_equal(swapped, want)
+        checked += 1
+    assert checked >= 3
+    assert bytes(iq_grids.KSIGNS) == Q.IQ2_XXS.ksigns
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))

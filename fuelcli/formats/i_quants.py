@@ -1,16 +1,20 @@
-"""ggml's i-quants (ggml-common.h): a 4-bit index picks one of 16 int8 values (iq4), or an 8- or
-9-bit index picks 4 magnitudes of a grid (iq3, grids in iq_grids.py) with a sign per element.
+"""ggml's i-quants (ggml-common.h): a 4-bit index picks one of 16 int8 values (iq4), an 8- or
+9-bit index picks 4 magnitudes of a grid (iq3), or an 8-bit index 8 of them (iq2), with a sign per
+element (grids in iq_grids.py).
 
     iq4_nl  18 B  | d f16 | qs: 16 B |                                   x = d * KVALUES[q]
     iq4_xs 136 B  | d f16 | scales_h u16 | scales_l: 4 B | qs: 128 B |  x = (d * (ls_i - 32)) * KVALUES[q]
     iq3_xxs 98 B  | d f16 | qs: 64 B | aux: 8 x u32 |      x = (d * (0.5 + ls_i) * 0.5) * grid * sign
     iq3_s  110 B  | d f16 | qs: 64 B | qh: 8 B | signs: 32 B | scales: 4 B |   x = (d * (1 + 2 ls_i)) * grid * sign
+    iq2_xxs 66 B  | d f16 | 8 x (idx: 4 B, aux: u32) |      x = (d * (0.5 + ls_i) * 0.25) * grid * sign
 
 iq3: element e of a block is byte e % 4 of grid entry e // 4 (iq3_xxs: index qs[e // 4]; iq3_s:
 qs[e // 4] plus bit (e // 4) % 8 of qh[e // 32] as its 9th bit); group i = elements 32i .. 32i + 31.
 iq3_xxs's aux u32 of group i: ls_i in its top 4 bits, and 4 x 7 bits (bits 7k ..) whose KSIGNS entry
 gives the signs of elements 8k .. 8k + 7 of the group (bit j: element 8k + j negative). iq3_s: bit
 e % 8 of signs[e // 8] makes element e negative; ls_i the nibble i % 2 of scales[i // 2].
+iq2_xxs: group i is 8 bytes from qs; element 8k + j of the group is byte j of grid entry idx[k], its
+sign and ls_i from aux as iq3_xxs's.
 
 Nibbles as the legacy formats': byte j of a 32-element group's 16 bytes holds element j in its low
 nibble and element j + 16 in its high one (iq4_xs: group i at qs[16i ..]). iq4_xs's 6-bit ls_i of
@@ -23,7 +27,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .base import Format, f16_at, nibbles
-from .iq_grids import IQ3S_GRID, IQ3XXS_GRID, KSIGNS
+from .iq_grids import IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS
 
 KVALUES = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)  # kvalues_iq4nl
 _KV = np.array(KVALUES, np.int8)
@@ -74,15 +78,26 @@ class IQ3_SLayout(NamedTuple):
     sub_elems: int = 32
 
 
+class IQ2_XXSLayout(NamedTuple):
+    code: int = 17
+    block_elems: int = 256
+    block_bytes: int = 66
+    d: int = 0
+    qs: int = 2  # group i: 4 grid indices at qs + 8i, its aux u32 at qs + 8i + 4
+    sub_blocks: int = 8
+    sub_elems: int = 32
+
+
 LIQ4_NL, LIQ4_XS, LIQ3_XXS, LIQ3_S = IQ4_NLLayout(), IQ4_XSLayout(), IQ3_XXSLayout(), IQ3_SLayout()
+LIQ2_XXS = IQ2_XXSLayout()
 
 
-def _grid(entries) -> np.ndarray:
-    """(n, 4) float32 magnitudes of a grid's uint32 entries."""
-    return np.array(entries, "<u4").view(np.uint8).reshape(-1, 4).astype(np.float32)
+def _grid(entries, dtype="<u4") -> np.ndarray:
+    """(n, 4) (uint32 entries) or (n, 8) (uint64) float32 magnitudes of a grid."""
+    return np.array(entries, dtype).view(np.uint8).reshape(len(entries), -1).astype(np.float32)
 
 
-_G3XXS, _G3S = _grid(IQ3XXS_GRID), _grid(IQ3S_GRID)
+_G3XXS, _G3S, _G2XXS = _grid(IQ3XXS_GRID), _grid(IQ3S_GRID), _grid(IQ2XXS_GRID, "<u8")
 _KSIGNS = np.array(KSIGNS, np.uint8)
 
 
@@ -113,6 +128,17 @@ def _iq3_s(b):
     return (db * grid * signs).reshape(n, L.block_elems)
 
 
+def _iq2_xxs(b):
+    L, n = LIQ2_XXS, b.shape[0]
+    q = np.ascontiguousarray(b[:, L.qs : L.block_bytes]).view(np.uint32).reshape(n, 8, 2)
+    aux = q[..., 1]
+    db = (f16_at(b, L.d) * (np.float32(0.5) + (aux >> 28).astype(np.float32)) * np.float32(0.25)).reshape(n, 8, 1)
+    sidx = (aux[..., None] >> np.array([0, 7, 14, 21], np.uint32)) & 0x7F  # (n, 8, 4)
+    signs = _sign_bits(_KSIGNS[sidx]).reshape(n, 8, 32)
+    grid = _G2XXS[q[..., 0:1].view(np.uint8).reshape(n, 8, 4)].reshape(n, 8, 32)
+    return (db * grid * signs).reshape(n, L.block_elems)
+
+
 def _iq4_nl(b):
     L = LIQ4_NL
     return f16_at(b, L.d) * _KV[nibbles(b[:, L.qs :])].astype(np.float32)
@@ -138,3 +164,4 @@ IQ4_NL = Format("iq4_nl", 20, LIQ4_NL, _iq4_nl)
 IQ4_XS = Format("iq4_xs", 23, LIQ4_XS, _iq4_xs)
 IQ3_XXS = Format("iq3_xxs", 18, LIQ3_XXS, _iq3_xxs)
 IQ3_S = Format("iq3_s", 21, LIQ3_S, _iq3_s)
+IQ2_XXS = Format("iq2_xxs", 16, LIQ2_XXS, _iq2_xxs)

@@ -4,24 +4,26 @@
     iq4_xs  w = KVALUES[q]           scale d*(ls_i - 32) (group i of a 256-element block)
     iq3_xxs w = +-grid               scale (d*(0.5 + ls_i))*0.5
     iq3_s   w = +-grid               scale d*(1 + 2 ls_i)
+    iq2_xxs w = +-grid               scale (d*(0.5 + ls_i))*0.25
 
 A 4-bit index becomes its int8 value by a 16-entry byte table (emit.table16: pshufb on x86); the
 planes kernels dot the table of value + 128, unsigned, and take the zero point 128 off with the
-activations' 16-element sums, as q8_0's. The iq3 grids are module constants: a group's 8 entries
-are 8 scalar loads put into one vector (llama.cpp's AVX2 dot does the same), its signs a byte per
-8 elements tested bit by bit; every emitter derives from the group's int8 values and scales.
+activations' 16-element sums, as q8_0's. The iq3 and iq2 grids are module constants: a group's 8
+(iq3, uint32) or 4 (iq2, uint64) entries are scalar loads put into one vector (llama.cpp's AVX2
+dot does the same), its signs a byte per 8 elements tested bit by bit; every emitter derives from
+the group's int8 values and scales.
 """
 
 from __future__ import annotations
 
 from llvmlite import ir
 
-from ...formats import IQ3_S, IQ3_XXS, IQ4_NL, IQ4_XS
+from ...formats import IQ2_XXS, IQ3_S, IQ3_XXS, IQ4_NL, IQ4_XS
 from ...formats.i_quants import KVALUES
-from ...formats.iq_grids import IQ3S_GRID, IQ3XXS_GRID, KSIGNS
+from ...formats.iq_grids import IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS
 from .emit import (LANES, PLANES_UNIT, Block, CpuFormat, PlanesBlocks, WordChunk, concat, f16, f16_lanes, lanes,
                    nibble_bytes, nibbles, signed_bytes, table16, words)
-from .irgen import F32T, G, I8, I16, I32, c64, const, load, splat, splat_c, vec
+from .irgen import F32T, G, I8, I16, I32, I64, c64, const, load, splat, splat_c, vec
 
 ZERO = 128  # the planes' unsigned bytes: value + ZERO
 UNSIGNED = [v + ZERO for v in KVALUES]
@@ -131,7 +133,7 @@ def _iq4_xs_planes(bd, rows, fb, nblk, xs8):
     return PlanesBlocks(units, lane_scales, None, concat(bd, svs))
 
 
-# ------------------------------------------------------------------ iq3: grids and signs
+# ------------------------------------------------------------------ iq3, iq2: grids and signs
 
 
 def _table(bd, name, ty, entries):
@@ -140,7 +142,8 @@ def _table(bd, name, ty, entries):
     if g is None:
         at = ir.ArrayType(ty, len(entries))
         g = ir.GlobalVariable(bd.module, at, name)
-        g.initializer = ir.Constant(at, [e if ty is I32 or e < 128 else e - 256 for e in entries])
+        top = 1 << ty.width  # entries as the signed ints of their width
+        g.initializer = ir.Constant(at, [e - top if e >= top // 2 else e for e in entries])
         g.global_constant = True
         g.linkage = "internal"
     return g
@@ -158,9 +161,10 @@ def _signed(bd, mags, sign_bytes):
     return bd.select(neg, bd.sub(splat_c(I8, 0, G), mags), mags)
 
 
-def _grid_values(bd, grid, indices):
-    """8 grid entries (i32 indices) -> <32 x i8>: their 4 magnitudes each, in order."""
-    v = ir.Constant(vec(I32, 8), ir.Undefined)
+def _grid_values(bd, grid, indices, ty=I32):
+    """8 (uint32 entries) or 4 (uint64) grid entries (i32 indices) -> <32 x i8>: their magnitudes,
+    in order."""
+    v = ir.Constant(vec(ty, len(indices)), ir.Undefined)
     for j, idx in enumerate(indices):
         v = bd.insert_element(v, _at(bd, grid, idx), ir.Constant(I32, j))
     return bd.bitcast(v, vec(I8, G))
@@ -170,17 +174,21 @@ def _byte(bd, row, off):
     return bd.zext(load(bd, row, off, I8), I32)
 
 
-def _iq3_xxs_values(bd, row, p, i):
-    L = IQ3_XXS.layout
-    grid = _table(bd, "iq3xxs_grid", I32, IQ3XXS_GRID)
+def _ksigns(bd, aux):
+    """<4 x i8>: the KSIGNS bytes of the 4 seven-bit fields at bits 0, 7, 14, 21 of aux (i32)."""
     ks = _table(bd, "ksigns_iq2xs", I8, KSIGNS)
-    mags = _grid_values(bd, grid, [_byte(bd, row, bd.add(p, c64(L.qs + 8 * i + j))) for j in range(8)])
-    aux = load(bd, row, bd.add(p, c64(L.aux + 4 * i)), I32)
     sb = ir.Constant(vec(I8, 4), ir.Undefined)
     for k in range(4):
         idx = bd.and_(bd.lshr(aux, ir.Constant(I32, 7 * k)), ir.Constant(I32, 127))
         sb = bd.insert_element(sb, _at(bd, ks, idx), ir.Constant(I32, k))
-    return _signed(bd, mags, sb)
+    return sb
+
+
+def _iq3_xxs_values(bd, row, p, i):
+    L = IQ3_XXS.layout
+    grid = _table(bd, "iq3xxs_grid", I32, IQ3XXS_GRID)
+    mags = _grid_values(bd, grid, [_byte(bd, row, bd.add(p, c64(L.qs + 8 * i + j))) for j in range(8)])
+    return _signed(bd, mags, _ksigns(bd, load(bd, row, bd.add(p, c64(L.aux + 4 * i)), I32)))
 
 
 def _iq3_xxs_scales(bd, row, p):
@@ -207,6 +215,22 @@ def _iq3_s_scales(bd, row, p):
     ls = bd.and_(bd.lshr(ls, const(I8, [4 * (i % 2) for i in range(8)])), splat_c(I8, 15, 8))
     odd = bd.or_(bd.shl(ls, splat_c(I8, 1, 8)), splat_c(I8, 1, 8))  # 1 + 2 ls
     return bd.fmul(splat(bd, f16(bd, row, bd.add(p, c64(L.d))), 8), bd.uitofp(odd, vec(F32T, 8)))
+
+
+def _iq2_xxs_values(bd, row, p, i):
+    L = IQ2_XXS.layout
+    grid = _table(bd, "iq2xxs_grid", I64, IQ2XXS_GRID)
+    mags = _grid_values(bd, grid, [_byte(bd, row, bd.add(p, c64(L.qs + 8 * i + j))) for j in range(4)], I64)
+    return _signed(bd, mags, _ksigns(bd, load(bd, row, bd.add(p, c64(L.qs + 8 * i + 4)), I32)))
+
+
+def _iq2_xxs_scales(bd, row, p):
+    L = IQ2_XXS.layout
+    q = load(bd, row, bd.add(p, c64(L.qs)), vec(I32, 16))
+    aux = bd.shuffle_vector(q, q, const(I32, range(1, 16, 2)))
+    ls = bd.uitofp(bd.lshr(aux, splat_c(I32, 28, 8)), vec(F32T, 8))
+    d = splat(bd, f16(bd, row, bd.add(p, c64(L.d))), 8)
+    return bd.fmul(bd.fmul(d, bd.fadd(splat_c(F32T, 0.5, 8), ls)), splat_c(F32T, 0.25, 8))
 
 
 def _int8_groups(fmt, values, scales):
@@ -238,4 +262,5 @@ def _int8_groups(fmt, values, scales):
 
 RECORDS = [CpuFormat(IQ4_NL, block=_iq4_nl, words=_iq4_nl_words, planes=_iq4_nl_planes, planes_zero=ZERO),
            CpuFormat(IQ4_XS, block=_iq4_xs, words=_iq4_xs_words, planes=_iq4_xs_planes, planes_zero=ZERO),
-           _int8_groups(IQ3_XXS, _iq3_xxs_values, _iq3_xxs_scales), _int8_groups(IQ3_S, _iq3_s_values, _iq3_s_scales)]
+           _int8_groups(IQ3_XXS, _iq3_xxs_values, _iq3_xxs_scales), _int8_groups(IQ3_S, _iq3_s_values, _iq3_s_scales),
+           _int8_groups(IQ2_XXS, _iq2_xxs_values, _iq2_xxs_scales)]

@@ -1,19 +1,21 @@
-"""Unit decoders of ggml's i-quants (iq4_nl, iq4_xs, iq3_xxs, iq3_s); layouts in
+"""Unit decoders of ggml's i-quants (iq4_nl, iq4_xs, iq3_xxs, iq3_s, iq2_xxs); layouts in
 fuelcli/formats/i_quants.py, tables in i_quants.py and iq_grids.py. Same float operations in the
 same order as the numpy decode (a sign flip of a product is exact)."""
 
 import numpy as np
-from numba import cuda, float32, int32, uint32
+from numba import cuda, float32, int32, uint32, uint64
 
-from ....formats import IQ3_S, IQ3_XXS, IQ4_NL, IQ4_XS
+from ....formats import IQ2_XXS, IQ3_S, IQ3_XXS, IQ4_NL, IQ4_XS
 from ....formats.i_quants import KVALUES
-from ....formats.iq_grids import IQ3S_GRID, IQ3XXS_GRID, KSIGNS
+from ....formats.iq_grids import IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS
 from .common import UNIT, f16_at
 
 LIQ4NL, LIQ4XS, LIQ3XXS, LIQ3S = IQ4_NL.layout, IQ4_XS.layout, IQ3_XXS.layout, IQ3_S.layout
+LIQ2XXS = IQ2_XXS.layout
 # global arrays: constants of the kernels
 KV = np.array(KVALUES, np.int32)
 G3XXS, G3S, KS = np.array(IQ3XXS_GRID, np.uint32), np.array(IQ3S_GRID, np.uint32), np.array(KSIGNS, np.int32)
+G2XXS = np.array(IQ2XXS_GRID, np.uint64)
 
 
 @cuda.jit(device=True)
@@ -75,4 +77,21 @@ def unpack_iq3_s(w8, p, k0, out):
         idx = int32(w8[b + L.qs + t]) | (((qh >> (t % 8)) & 1) << 8)
         m = (G3S[idx] >> uint32(8 * ((e + j) % 4))) & uint32(255)
         v = db * float32(m)
+        out[j] = -v if (sgn >> j) & 1 else v
+
+
+@cuda.jit(device=True)
+def unpack_iq2_xxs(w8, p, k0, out):
+    """UNIT = 8 elements: one grid entry."""
+    L = LIQ2XXS
+    b = p + (k0 // L.block_elems) * L.block_bytes
+    e = k0 % L.block_elems
+    g = b + L.qs + 8 * (e // L.sub_elems)  # the group's 4 indices, then its aux
+    aux = uint32(w8[g + 4]) | (uint32(w8[g + 5]) << 8) | (uint32(w8[g + 6]) << 16) | (uint32(w8[g + 7]) << 24)
+    db = (f16_at(w8, b + L.d) * (float32(0.5) + float32(aux >> 28))) * float32(0.25)
+    k = (e % L.sub_elems) // 8
+    sgn = KS[(aux >> uint32(7 * k)) & uint32(127)]
+    entry = G2XXS[w8[g + k]]
+    for j in range(UNIT):
+        v = db * float32((entry >> uint64(8 * j)) & uint64(255))
         out[j] = -v if (sgn >> j) & 1 else v
