@@ -7,6 +7,8 @@ element (grids in iq_grids.py).
     iq3_xxs 98 B  | d f16 | qs: 64 B | aux: 8 x u32 |      x = (d * (0.5 + ls_i) * 0.5) * grid * sign
     iq3_s  110 B  | d f16 | qs: 64 B | qh: 8 B | signs: 32 B | scales: 4 B |   x = (d * (1 + 2 ls_i)) * grid * sign
     iq2_xxs 66 B  | d f16 | 8 x (idx: 4 B, aux: u32) |      x = (d * (0.5 + ls_i) * 0.25) * grid * sign
+    iq2_xs  74 B  | d f16 | qs: 32 x u16 | scales: 8 B |    x = (d * (0.5 + ls_s) * 0.25) * grid * sign
+    iq2_s   82 B  | d f16 | qs: 32 B | signs: 32 B | qh: 8 B | scales: 8 B |   (as iq2_xs)
 
 iq3: element e of a block is byte e % 4 of grid entry e // 4 (iq3_xxs: index qs[e // 4]; iq3_s:
 qs[e // 4] plus bit (e // 4) % 8 of qh[e // 32] as its 9th bit); group i = elements 32i .. 32i + 31.
@@ -14,7 +16,11 @@ iq3_xxs's aux u32 of group i: ls_i in its top 4 bits, and 4 x 7 bits (bits 7k ..
 gives the signs of elements 8k .. 8k + 7 of the group (bit j: element 8k + j negative). iq3_s: bit
 e % 8 of signs[e // 8] makes element e negative; ls_i the nibble i % 2 of scales[i // 2].
 iq2_xxs: group i is 8 bytes from qs; element 8k + j of the group is byte j of grid entry idx[k], its
-sign and ls_i from aux as iq3_xxs's.
+sign and ls_i from aux as iq3_xxs's. iq2_xs and iq2_s: element e is byte e % 8 of grid entry t = e // 8,
+with a scale per 16 elements: ls_s of sub-block s = e // 16 the nibble s % 2 of scales[s // 2];
+iq2_xs's u16 qs[t] holds the entry's 9-bit index and (bits 9..15) the KSIGNS index of its signs;
+iq2_s's index is qs[t] plus bits 2(t % 4) .. of qh[t // 4] as bits 8-9, bit j of signs[t] the sign
+of element 8t + j.
 
 Nibbles as the legacy formats': byte j of a 32-element group's 16 bytes holds element j in its low
 nibble and element j + 16 in its high one (iq4_xs: group i at qs[16i ..]). iq4_xs's 6-bit ls_i of
@@ -27,7 +33,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .base import Format, f16_at, nibbles
-from .iq_grids import IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS
+from .iq_grids import IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS
 
 KVALUES = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)  # kvalues_iq4nl
 _KV = np.array(KVALUES, np.int8)
@@ -88,8 +94,32 @@ class IQ2_XXSLayout(NamedTuple):
     sub_elems: int = 32
 
 
+class IQ2_XSLayout(NamedTuple):
+    code: int = 18
+    block_elems: int = 256
+    block_bytes: int = 74
+    d: int = 0
+    qs: int = 2
+    scales: int = 66
+    sub_blocks: int = 8
+    sub_elems: int = 32
+
+
+class IQ2_SLayout(NamedTuple):
+    code: int = 19
+    block_elems: int = 256
+    block_bytes: int = 82
+    d: int = 0
+    qs: int = 2
+    signs: int = 34
+    qh: int = 66
+    scales: int = 74
+    sub_blocks: int = 8
+    sub_elems: int = 32
+
+
 LIQ4_NL, LIQ4_XS, LIQ3_XXS, LIQ3_S = IQ4_NLLayout(), IQ4_XSLayout(), IQ3_XXSLayout(), IQ3_SLayout()
-LIQ2_XXS = IQ2_XXSLayout()
+LIQ2_XXS, LIQ2_XS, LIQ2_S = IQ2_XXSLayout(), IQ2_XSLayout(), IQ2_SLayout()
 
 
 def _grid(entries, dtype="<u4") -> np.ndarray:
@@ -97,7 +127,8 @@ def _grid(entries, dtype="<u4") -> np.ndarray:
     return np.array(entries, dtype).view(np.uint8).reshape(len(entries), -1).astype(np.float32)
 
 
-_G3XXS, _G3S, _G2XXS = _grid(IQ3XXS_GRID), _grid(IQ3S_GRID), _grid(IQ2XXS_GRID, "<u8")
+_G3XXS, _G3S = _grid(IQ3XXS_GRID), _grid(IQ3S_GRID)
+_G2XXS, _G2XS, _G2S = (_grid(g, "<u8") for g in (IQ2XXS_GRID, IQ2XS_GRID, IQ2S_GRID))
 _KSIGNS = np.array(KSIGNS, np.uint8)
 
 
@@ -139,6 +170,29 @@ def _iq2_xxs(b):
     return (db * grid * signs).reshape(n, L.block_elems)
 
 
+def iq2_scales(b, L) -> np.ndarray:
+    """(n, 16) float32 of iq2_xs / iq2_s blocks: d * (0.5 + ls_s) * 0.25 of each 16 elements."""
+    ls = (b[:, L.scales : L.scales + 8].reshape(-1, 8, 1) >> np.array([0, 4], np.uint8)).reshape(-1, 16) & 15
+    return f16_at(b, L.d) * (np.float32(0.5) + ls.astype(np.float32)) * np.float32(0.25)
+
+
+def _iq2_xs(b):
+    L, n = LIQ2_XS, b.shape[0]
+    q = np.ascontiguousarray(b[:, L.qs : L.scales]).view(np.uint16)  # (n, 32)
+    signs = _sign_bits(_KSIGNS[q >> 9][..., None]).reshape(n, 16, 16)
+    grid = _G2XS[q & 511].reshape(n, 16, 16)
+    return (iq2_scales(b, L).reshape(n, 16, 1) * grid * signs).reshape(n, L.block_elems)
+
+
+def _iq2_s(b):
+    L, n = LIQ2_S, b.shape[0]
+    hi = (b[:, L.qh : L.scales].reshape(n, 8, 1) >> np.array([0, 2, 4, 6], np.uint8)).reshape(n, 32) & 3
+    idx = b[:, L.qs : L.signs].astype(np.uint16) | (hi.astype(np.uint16) << 8)
+    signs = _sign_bits(b[:, L.signs : L.qh]).reshape(n, 16, 16)
+    grid = _G2S[idx].reshape(n, 16, 16)
+    return (iq2_scales(b, L).reshape(n, 16, 1) * grid * signs).reshape(n, L.block_elems)
+
+
 def _iq4_nl(b):
     L = LIQ4_NL
     return f16_at(b, L.d) * _KV[nibbles(b[:, L.qs :])].astype(np.float32)
@@ -165,3 +219,5 @@ IQ4_XS = Format("iq4_xs", 23, LIQ4_XS, _iq4_xs)
 IQ3_XXS = Format("iq3_xxs", 18, LIQ3_XXS, _iq3_xxs)
 IQ3_S = Format("iq3_s", 21, LIQ3_S, _iq3_s)
 IQ2_XXS = Format("iq2_xxs", 16, LIQ2_XXS, _iq2_xxs)
+IQ2_XS = Format("iq2_xs", 17, LIQ2_XS, _iq2_xs)
+IQ2_S = Format("iq2_s", 22, LIQ2_S, _iq2_s)

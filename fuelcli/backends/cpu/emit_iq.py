@@ -5,24 +5,26 @@
     iq3_xxs w = +-grid               scale (d*(0.5 + ls_i))*0.5
     iq3_s   w = +-grid               scale d*(1 + 2 ls_i)
     iq2_xxs w = +-grid               scale (d*(0.5 + ls_i))*0.25
+    iq2_xs  w = +-grid               scale (d*(0.5 + ls_s))*0.25 per 16 elements (iq2_s too)
 
 A 4-bit index becomes its int8 value by a 16-entry byte table (emit.table16: pshufb on x86); the
 planes kernels dot the table of value + 128, unsigned, and take the zero point 128 off with the
 activations' 16-element sums, as q8_0's. The iq3 and iq2 grids are module constants: a group's 8
 (iq3, uint32) or 4 (iq2, uint64) entries are scalar loads put into one vector (llama.cpp's AVX2
 dot does the same), its signs a byte per 8 elements tested bit by bit; every emitter derives from
-the group's int8 values and scales.
+the group's int8 values and scales (_int8_groups), or its int8 values and scales per 16 elements
+(_int8_sub16).
 """
 
 from __future__ import annotations
 
 from llvmlite import ir
 
-from ...formats import IQ2_XXS, IQ3_S, IQ3_XXS, IQ4_NL, IQ4_XS
+from ...formats import IQ2_S, IQ2_XS, IQ2_XXS, IQ3_S, IQ3_XXS, IQ4_NL, IQ4_XS
 from ...formats.i_quants import KVALUES
-from ...formats.iq_grids import IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS
-from .emit import (LANES, PLANES_UNIT, Block, CpuFormat, PlanesBlocks, WordChunk, concat, f16, f16_lanes, lanes,
-                   nibble_bytes, nibbles, signed_bytes, table16, words)
+from ...formats.iq_grids import IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS
+from .emit import (LANES, PLANES_UNIT, SUB16_ORDER, Block, CpuFormat, PlanesBlocks, WordChunk, concat, f16,
+                   f16_lanes, lanes, nibble_bytes, nibbles, signed_bytes, table16, words)
 from .irgen import F32T, G, I8, I16, I32, I64, c64, const, load, splat, splat_c, vec
 
 ZERO = 128  # the planes' unsigned bytes: value + ZERO
@@ -233,6 +235,47 @@ def _iq2_xxs_scales(bd, row, p):
     return bd.fmul(bd.fmul(d, bd.fadd(splat_c(F32T, 0.5, 8), ls)), splat_c(F32T, 0.25, 8))
 
 
+def _iq2_xs_values(bd, row, p, i):
+    """Entries 4i .. 4i + 3: u16 q, grid index q & 511, KSIGNS index q >> 9."""
+    L = IQ2_XS.layout
+    grid = _table(bd, "iq2xs_grid", I64, IQ2XS_GRID)
+    ks = _table(bd, "ksigns_iq2xs", I8, KSIGNS)
+    qs = [bd.zext(load(bd, row, bd.add(p, c64(L.qs + 8 * i + 2 * k)), I16), I32) for k in range(4)]
+    mags = _grid_values(bd, grid, [bd.and_(q, ir.Constant(I32, 511)) for q in qs], I64)
+    sb = ir.Constant(vec(I8, 4), ir.Undefined)
+    for k, q in enumerate(qs):
+        sb = bd.insert_element(sb, _at(bd, ks, bd.lshr(q, ir.Constant(I32, 9))), ir.Constant(I32, k))
+    return _signed(bd, mags, sb)
+
+
+def _iq2_s_values(bd, row, p, i):
+    """Entries 4i .. 4i + 3: qs byte plus 2 bits of qh[i] as bits 8-9; their sign bytes as stored."""
+    L = IQ2_S.layout
+    grid = _table(bd, "iq2s_grid", I64, IQ2S_GRID)
+    qh = _byte(bd, row, bd.add(p, c64(L.qh + i)))
+    idx = [bd.or_(_byte(bd, row, bd.add(p, c64(L.qs + 4 * i + k))),
+                  bd.shl(bd.and_(bd.lshr(qh, ir.Constant(I32, 2 * k)), ir.Constant(I32, 3)), ir.Constant(I32, 8)))
+           for k in range(4)]
+    return _signed(bd, _grid_values(bd, grid, idx, I64), load(bd, row, bd.add(p, c64(L.signs + 4 * i)), vec(I8, 4)))
+
+
+def _iq2_scales16(fmt):
+    """iq2_xs / iq2_s: (2 ls_s + 1 as <16 x i16>, (d * (0.5 + ls_s)) * 0.25 as <16 x float>, d / 8)."""
+    L = fmt.layout
+
+    def scales(bd, row, p):
+        raw = load(bd, row, bd.add(p, c64(L.scales)), vec(I8, 8))
+        ls = bd.shuffle_vector(raw, raw, const(I32, [s // 2 for s in range(16)]))
+        ls = bd.and_(bd.lshr(ls, const(I8, [4 * (s % 2) for s in range(16)])), splat_c(I8, 15, 16))
+        d = f16(bd, row, bd.add(p, c64(L.d)))
+        exact = bd.fmul(bd.fmul(splat(bd, d, 16), bd.fadd(splat_c(F32T, 0.5, 16), bd.uitofp(ls, vec(F32T, 16)))),
+                        splat_c(F32T, 0.25, 16))
+        odd = bd.or_(bd.shl(bd.zext(ls, vec(I16, 16)), splat_c(I16, 1, 16)), splat_c(I16, 1, 16))  # 2 ls + 1
+        return odd, exact, bd.fmul(d, ir.Constant(F32T, 0.125))
+
+    return scales
+
+
 def _int8_groups(fmt, values, scales):
     """The record of a 256-element format from its groups' int8 values and its <8 x float> scales."""
     L = fmt.layout
@@ -260,7 +303,50 @@ def _int8_groups(fmt, values, scales):
     return CpuFormat(fmt, block=block, words=words_, planes=planes, planes_zero=ZERO)
 
 
+def _int8_sub16(fmt, values, scales16):
+    """The record of a 256-element format from its groups' int8 values v and, per 16 elements, an
+    odd integer m, the scale s as the numpy decode computes it and a common base b with s = b * m
+    exactly: the blocks' weights m * v (at most 31 * 43) with scale b, their exact decode s * v; the
+    words and planes kernels dot v and take the scales s per 16 elements (words_sub16; lane i of
+    planes unit u: 16 elements 4u + i // 4)."""
+    L = fmt.layout
+    n = L.sub_blocks
+    per_group = lambda i: const(I32, [2 * i] * (G // 2) + [2 * i + 1] * (G // 2))  # noqa: E731
+
+    def block(bd, row, blk):
+        p = bd.mul(blk, c64(L.block_bytes))
+        mult, exact, base = scales16(bd, row, p)
+        w, ex = [], []
+        for i in range(n):
+            v = bd.sext(values(bd, row, p, i), vec(I16, G))
+            w.append(bd.mul(v, bd.shuffle_vector(mult, mult, per_group(i))))
+            ex.append((bd.shuffle_vector(exact, exact, per_group(i)), v))
+        return Block(w, splat(bd, base, n), None, ex)
+
+    def words_(bd, row, b0, nb):
+        p = bd.mul(b0, c64(L.block_bytes))
+        _, exact, _ = scales16(bd, row, p)
+        groups = [signed_bytes(bd, words(bd, values(bd, row, p, i))) for i in range(n)]
+        return WordChunk(groups, bd.shuffle_vector(exact, exact, const(I32, SUB16_ORDER)), None)
+
+    def planes(bd, rows, fb, nblk, xs8):
+        p = bd.mul(fb, c64(L.block_bytes))
+        xs16 = bd.shuffle_vector(xs8, xs8, const(I32, [s // 2 for s in range(2 * n)]))
+        units, lane_scales, svs = [], [], []
+        for row in rows:
+            sv = bd.fmul(scales16(bd, row, p)[1], xs16)
+            svs.append(sv)
+            units.append(_units(bd, [bd.xor(values(bd, row, p, i), splat_c(I8, -128, G)) for i in range(n)]))
+            lane_scales.append([bd.shuffle_vector(sv, sv, const(I32, [4 * u + i // 4 for i in range(LANES)]))
+                                for u in range(n // 2)])
+        return PlanesBlocks(units, lane_scales, None, concat(bd, svs))
+
+    return CpuFormat(fmt, block=block, words=words_, planes=planes, planes_zero=ZERO, words_sub16=True)
+
+
 RECORDS = [CpuFormat(IQ4_NL, block=_iq4_nl, words=_iq4_nl_words, planes=_iq4_nl_planes, planes_zero=ZERO),
            CpuFormat(IQ4_XS, block=_iq4_xs, words=_iq4_xs_words, planes=_iq4_xs_planes, planes_zero=ZERO),
            _int8_groups(IQ3_XXS, _iq3_xxs_values, _iq3_xxs_scales), _int8_groups(IQ3_S, _iq3_s_values, _iq3_s_scales),
-           _int8_groups(IQ2_XXS, _iq2_xxs_values, _iq2_xxs_scales)]
+           _int8_groups(IQ2_XXS, _iq2_xxs_values, _iq2_xxs_scales),
+           _int8_sub16(IQ2_XS, _iq2_xs_values, _iq2_scales16(IQ2_XS)),
+           _int8_sub16(IQ2_S, _iq2_s_values, _iq2_scales16(IQ2_S))]

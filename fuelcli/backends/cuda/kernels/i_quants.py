@@ -1,21 +1,21 @@
-"""Unit decoders of ggml's i-quants (iq4_nl, iq4_xs, iq3_xxs, iq3_s, iq2_xxs); layouts in
+"""Unit decoders of ggml's i-quants (iq4_nl, iq4_xs, iq3_xxs, iq3_s, iq2_xxs, iq2_xs, iq2_s); layouts in
 fuelcli/formats/i_quants.py, tables in i_quants.py and iq_grids.py. Same float operations in the
 same order as the numpy decode (a sign flip of a product is exact)."""
 
 import numpy as np
 from numba import cuda, float32, int32, uint32, uint64
 
-from ....formats import IQ2_XXS, IQ3_S, IQ3_XXS, IQ4_NL, IQ4_XS
+from ....formats import IQ2_S, IQ2_XS, IQ2_XXS, IQ3_S, IQ3_XXS, IQ4_NL, IQ4_XS
 from ....formats.i_quants import KVALUES
-from ....formats.iq_grids import IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS
+from ....formats.iq_grids import IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS
 from .common import UNIT, f16_at
 
 LIQ4NL, LIQ4XS, LIQ3XXS, LIQ3S = IQ4_NL.layout, IQ4_XS.layout, IQ3_XXS.layout, IQ3_S.layout
-LIQ2XXS = IQ2_XXS.layout
+LIQ2XXS, LIQ2XS, LIQ2S = IQ2_XXS.layout, IQ2_XS.layout, IQ2_S.layout
 # global arrays: constants of the kernels
 KV = np.array(KVALUES, np.int32)
 G3XXS, G3S, KS = np.array(IQ3XXS_GRID, np.uint32), np.array(IQ3S_GRID, np.uint32), np.array(KSIGNS, np.int32)
-G2XXS = np.array(IQ2XXS_GRID, np.uint64)
+G2XXS, G2XS, G2S = (np.array(g, np.uint64) for g in (IQ2XXS_GRID, IQ2XS_GRID, IQ2S_GRID))
 
 
 @cuda.jit(device=True)
@@ -92,6 +92,43 @@ def unpack_iq2_xxs(w8, p, k0, out):
     k = (e % L.sub_elems) // 8
     sgn = KS[(aux >> uint32(7 * k)) & uint32(127)]
     entry = G2XXS[w8[g + k]]
+    for j in range(UNIT):
+        v = db * float32((entry >> uint64(8 * j)) & uint64(255))
+        out[j] = -v if (sgn >> j) & 1 else v
+
+
+@cuda.jit(device=True)
+def _iq2_scale(w8, b, L, t):
+    """d * (0.5 + ls) * 0.25 of grid entry t's 16 elements (iq2_xs, iq2_s)."""
+    ls = (int32(w8[b + L.scales + t // 4]) >> (4 * ((t // 2) % 2))) & 15
+    return (f16_at(w8, b + L.d) * (float32(0.5) + float32(ls))) * float32(0.25)
+
+
+@cuda.jit(device=True)
+def unpack_iq2_xs(w8, p, k0, out):
+    """UNIT = 8 elements: grid entry t, u16 q = qs[t]: index q & 511, KSIGNS[q >> 9]."""
+    L = LIQ2XS
+    b = p + (k0 // L.block_elems) * L.block_bytes
+    t = (k0 % L.block_elems) // 8
+    q = int32(w8[b + L.qs + 2 * t]) | (int32(w8[b + L.qs + 2 * t + 1]) << 8)
+    db = _iq2_scale(w8, b, L, t)
+    sgn = KS[q >> 9]
+    entry = G2XS[q & 511]
+    for j in range(UNIT):
+        v = db * float32((entry >> uint64(8 * j)) & uint64(255))
+        out[j] = -v if (sgn >> j) & 1 else v
+
+
+@cuda.jit(device=True)
+def unpack_iq2_s(w8, p, k0, out):
+    """UNIT = 8 elements: grid entry t, index qs[t] | 2 bits of qh[t // 4] << 8, signs[t]."""
+    L = LIQ2S
+    b = p + (k0 // L.block_elems) * L.block_bytes
+    t = (k0 % L.block_elems) // 8
+    hi = (int32(w8[b + L.qh + t // 4]) >> (2 * (t % 4))) & 3
+    db = _iq2_scale(w8, b, L, t)
+    sgn = int32(w8[b + L.signs + t])
+    entry = G2S[int32(w8[b + L.qs + t]) | (hi << 8)]
     for j in range(UNIT):
         v = db * float32((entry >> uint64(8 * j)) & uint64(255))
         out[j] = -v if (sgn >> j) & 1 else v
