@@ -34,7 +34,7 @@ SHAPES = {
 }
 TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k",
          "iq3_xxs", "iq3_s", "iq4_nl", "iq4_xs", "iq2_xxs", "iq2_xs",
-         "iq2_s", "q4_k_m")
+         "iq2_s", "iq1_s", "iq1_m", "q4_k_m")
 
 
 def _more_bits(i: int, n: int) -> bool:
@@ -78,7 +78,7 @@ def _random_rows(qtype: str, rows: int, cols: int, rng, cache: dict) -> tuple[np
         elif qtype == "f16":
             cache[key] = block.astype(np.float16).view(np.uint8)
         else:
-            # the types ggml quantises only with an importance matrix (iq2_xxs, iq2_xs): a uniform one
+            # the types ggml quantises only with an importance matrix (iq2_xxs, iq2_xs, iq1_s): a uniform one
             imatrix = np.ones(cols, np.float32) if libgguf.quantize_requires_imatrix(gt) else None
             raw = libgguf.quantize_rows(block, int(gt), imatrix=imatrix)
             cache[key] = np.asarray(raw, np.uint8).reshape(_TILE_ROWS, -1)

@@ -39,6 +39,11 @@ def random_rows(fmt: str, rows: int, ncols: int, seed: int = 0) -> np.ndarray:
     blocks = raw.reshape(-1, f.block_bytes)
     for off in f.f16_fields:  # random bytes there could be inf/NaN
         blocks[:, off : off + 2] = _finite_f16_bits(rng, blocks.shape[0]).view(np.uint8).reshape(-1, 2)
+    if fmt == "iq1_m":  # its f16 d is the top nibbles of its 4 scale words (d's bits 4k.. in word k)
+        at = slice(f.layout.scales, f.layout.scales + 8)
+        sc = np.ascontiguousarray(blocks[:, at]).view(np.uint16)
+        d = _finite_f16_bits(rng, blocks.shape[0])[:, None] >> np.array([0, 4, 8, 12], np.uint16)
+        blocks[:, at] = ((sc & 0x0FFF) | ((d & 15) << 12)).astype(np.uint16).view(np.uint8)
     return raw
 
 

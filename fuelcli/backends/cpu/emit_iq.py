@@ -6,6 +6,8 @@
     iq3_s   w = +-grid               scale d*(1 + 2 ls_i)
     iq2_xxs w = +-grid               scale (d*(0.5 + ls_i))*0.25
     iq2_xs  w = +-grid               scale (d*(0.5 + ls_s))*0.25 per 16 elements (iq2_s too)
+    iq1_s   w = 8*grid +- 1          scale d*(2 ls_i + 1)/8      (grid + delta = w / 8)
+    iq1_m   w = 8*grid +- 1          scale d*(2 ls_s + 1)/8 per 16 elements
 
 A 4-bit index becomes its int8 value by a 16-entry byte table (emit.table16: pshufb on x86); the
 planes kernels dot the table of value + 128, unsigned, and take the zero point 128 off with the
@@ -20,9 +22,9 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ...formats import IQ2_S, IQ2_XS, IQ2_XXS, IQ3_S, IQ3_XXS, IQ4_NL, IQ4_XS
-from ...formats.i_quants import KVALUES
-from ...formats.iq_grids import IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS
+from ...formats import IQ1_M, IQ1_S, IQ2_S, IQ2_XS, IQ2_XXS, IQ3_S, IQ3_XXS, IQ4_NL, IQ4_XS
+from ...formats.i_quants import IQ1S_DELTA, KVALUES
+from ...formats.iq_grids import IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS
 from .emit import (LANES, PLANES_UNIT, SUB16_ORDER, Block, CpuFormat, PlanesBlocks, WordChunk, concat, f16,
                    f16_lanes, lanes, nibble_bytes, nibbles, signed_bytes, table16, words)
 from .irgen import F32T, G, I8, I16, I32, I64, c64, const, load, splat, splat_c, vec
@@ -276,6 +278,67 @@ def _iq2_scales16(fmt):
     return scales
 
 
+# iq1: w = 8 * grid + 1 - 2 * (delta's sign bit), so that grid + delta = w * IQ1S_DELTA exactly
+assert IQ1S_DELTA == 1 / 8
+
+
+def _iq1_w(bd, grid_idx, neg):
+    """4 iq1s_grid entries (i32 indices) and their delta signs (<4 x i1>, true: -1/8) -> <32 x i8> w."""
+    g = _grid_values(bd, _table(bd, "iq1s_grid", I64, IQ1S_GRID), grid_idx, I64)
+    pm = bd.select(neg, splat_c(I8, -1, 4), splat_c(I8, 1, 4))
+    return bd.add(bd.shl(g, splat_c(I8, 3, G)), bd.shuffle_vector(pm, pm, const(I32, [e // 8 for e in range(G)])))
+
+
+def _iq1_s_values(bd, row, p, i):
+    L = IQ1_S.layout
+    qh = bd.zext(load(bd, row, bd.add(p, c64(L.qh + 2 * i)), I16), I32)
+    idx = [bd.or_(_byte(bd, row, bd.add(p, c64(L.qs + 4 * i + k))),
+                  bd.shl(bd.and_(bd.lshr(qh, ir.Constant(I32, 3 * k)), ir.Constant(I32, 7)), ir.Constant(I32, 8)))
+           for k in range(4)]
+    neg = bd.icmp_unsigned("!=", bd.and_(qh, ir.Constant(I32, 0x8000)), ir.Constant(I32, 0))  # the group's delta
+    return _iq1_w(bd, idx, splat(bd, neg, 4))
+
+
+def _iq1_s_scales(bd, row, p):
+    """<8 x float>: d * (2 ls_i + 1) / 8."""
+    L = IQ1_S.layout
+    qh = load(bd, row, bd.add(p, c64(L.qh)), vec(I16, 8))
+    odd = bd.or_(bd.and_(bd.lshr(qh, splat_c(I16, 11, 8)), splat_c(I16, 14, 8)), splat_c(I16, 1, 8))  # 2 ls + 1
+    d = splat(bd, f16(bd, row, bd.add(p, c64(L.d))), 8)
+    return bd.fmul(bd.fmul(d, bd.uitofp(odd, vec(F32T, 8))), splat_c(F32T, IQ1S_DELTA, 8))
+
+
+def _iq1_m_values(bd, row, p, i):
+    L = IQ1_M.layout
+    nibs = [bd.lshr(_byte(bd, row, bd.add(p, c64(L.qh + 2 * i + k // 2))), ir.Constant(I32, 4 * (k % 2)))
+            for k in range(4)]
+    idx = [bd.or_(_byte(bd, row, bd.add(p, c64(L.qs + 4 * i + k))),
+                  bd.shl(bd.and_(nib, ir.Constant(I32, 7)), ir.Constant(I32, 8))) for k, nib in enumerate(nibs)]
+    neg = ir.Constant(vec(ir.IntType(1), 4), ir.Undefined)
+    for k, nib in enumerate(nibs):
+        bit = bd.icmp_unsigned("!=", bd.and_(nib, ir.Constant(I32, 8)), ir.Constant(I32, 0))
+        neg = bd.insert_element(neg, bit, ir.Constant(I32, k))
+    return _iq1_w(bd, idx, neg)
+
+
+def _iq1_m_scales16(bd, row, p):
+    """(2 ls_s + 1 as <16 x i16>, d * (2 ls_s + 1) / 8 as <16 x float>, d / 8); d from the top
+    nibbles of the 4 scale words."""
+    L = IQ1_M.layout
+    sc = load(bd, row, bd.add(p, c64(L.scales)), vec(I16, 4))
+    top = bd.lshr(sc, splat_c(I16, 12, 4))
+    dbits = None
+    for k in range(4):
+        part = bd.shl(bd.extract_element(top, ir.Constant(I32, k)), ir.Constant(I16, 4 * k))
+        dbits = part if dbits is None else bd.or_(dbits, part)
+    d = bd.fpext(bd.bitcast(dbits, ir.HalfType()), F32T)
+    ls = bd.shuffle_vector(sc, sc, const(I32, [s // 4 for s in range(16)]))
+    ls = bd.and_(bd.lshr(ls, const(I16, [3 * (s % 4) for s in range(16)])), splat_c(I16, 7, 16))
+    odd = bd.or_(bd.shl(ls, splat_c(I16, 1, 16)), splat_c(I16, 1, 16))
+    exact = bd.fmul(bd.fmul(splat(bd, d, 16), bd.uitofp(odd, vec(F32T, 16))), splat_c(F32T, IQ1S_DELTA, 16))
+    return odd, exact, bd.fmul(d, ir.Constant(F32T, IQ1S_DELTA))
+
+
 def _int8_groups(fmt, values, scales):
     """The record of a 256-element format from its groups' int8 values and its <8 x float> scales."""
     L = fmt.layout
@@ -349,4 +412,5 @@ RECORDS = [CpuFormat(IQ4_NL, block=_iq4_nl, words=_iq4_nl_words, planes=_iq4_nl_
            _int8_groups(IQ3_XXS, _iq3_xxs_values, _iq3_xxs_scales), _int8_groups(IQ3_S, _iq3_s_values, _iq3_s_scales),
            _int8_groups(IQ2_XXS, _iq2_xxs_values, _iq2_xxs_scales),
            _int8_sub16(IQ2_XS, _iq2_xs_values, _iq2_scales16(IQ2_XS)),
-           _int8_sub16(IQ2_S, _iq2_s_values, _iq2_scales16(IQ2_S))]
+           _int8_sub16(IQ2_S, _iq2_s_values, _iq2_scales16(IQ2_S)),
+           _int8_groups(IQ1_S, _iq1_s_values, _iq1_s_scales), _int8_sub16(IQ1_M, _iq1_m_values, _iq1_m_scales16)]

@@ -1,21 +1,24 @@
-"""Unit decoders of ggml's i-quants (iq4_nl, iq4_xs, iq3_xxs, iq3_s, iq2_xxs, iq2_xs, iq2_s); layouts in
+"""Unit decoders of ggml's i-quants (iq4_nl, iq4_xs, iq3_xxs, iq3_s, iq2_xxs, iq2_xs, iq2_s, iq1_s,
+iq1_m); layouts in
 fuelcli/formats/i_quants.py, tables in i_quants.py and iq_grids.py. Same float operations in the
 same order as the numpy decode (a sign flip of a product is exact)."""
 
 import numpy as np
 from numba import cuda, float32, int32, uint32, uint64
 
-from ....formats import IQ2_S, IQ2_XS, IQ2_XXS, IQ3_S, IQ3_XXS, IQ4_NL, IQ4_XS
-from ....formats.i_quants import KVALUES
-from ....formats.iq_grids import IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS
-from .common import UNIT, f16_at
+from ....formats import IQ1_M, IQ1_S, IQ2_S, IQ2_XS, IQ2_XXS, IQ3_S, IQ3_XXS, IQ4_NL, IQ4_XS
+from ....formats.i_quants import IQ1S_DELTA, KVALUES
+from ....formats.iq_grids import IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS
+from .common import UNIT, f16_at, f16_bits
 
 LIQ4NL, LIQ4XS, LIQ3XXS, LIQ3S = IQ4_NL.layout, IQ4_XS.layout, IQ3_XXS.layout, IQ3_S.layout
 LIQ2XXS, LIQ2XS, LIQ2S = IQ2_XXS.layout, IQ2_XS.layout, IQ2_S.layout
+LIQ1S, LIQ1M = IQ1_S.layout, IQ1_M.layout
 # global arrays: constants of the kernels
 KV = np.array(KVALUES, np.int32)
 G3XXS, G3S, KS = np.array(IQ3XXS_GRID, np.uint32), np.array(IQ3S_GRID, np.uint32), np.array(KSIGNS, np.int32)
 G2XXS, G2XS, G2S = (np.array(g, np.uint64) for g in (IQ2XXS_GRID, IQ2XS_GRID, IQ2S_GRID))
+G1S = np.array(IQ1S_GRID, np.uint64)
 
 
 @cuda.jit(device=True)
@@ -132,3 +135,41 @@ def unpack_iq2_s(w8, p, k0, out):
     for j in range(UNIT):
         v = db * float32((entry >> uint64(8 * j)) & uint64(255))
         out[j] = -v if (sgn >> j) & 1 else v
+
+
+@cuda.jit(device=True)
+def _iq1(entry, dl, neg, out):
+    """out[j] = dl * (grid byte j (int8) + delta) of an iq1s_grid entry."""
+    delta = -float32(IQ1S_DELTA) if neg else float32(IQ1S_DELTA)
+    for j in range(UNIT):
+        g = int32((entry >> uint64(8 * j)) & uint64(255))
+        out[j] = dl * (float32(g - 256 if g >= 128 else g) + delta)
+
+
+@cuda.jit(device=True)
+def unpack_iq1_s(w8, p, k0, out):
+    """UNIT = 8 elements: grid entry t = 4i + k of group i, qh[i]'s 3 bits at 3k, ls_i, delta."""
+    L = LIQ1S
+    b = p + (k0 // L.block_elems) * L.block_bytes
+    t = (k0 % L.block_elems) // 8
+    i = t // 4
+    qh = int32(w8[b + L.qh + 2 * i]) | (int32(w8[b + L.qh + 2 * i + 1]) << 8)
+    dl = f16_at(w8, b + L.d) * float32(2 * ((qh >> 12) & 7) + 1)
+    _iq1(G1S[int32(w8[b + L.qs + t]) | (((qh >> (3 * (t % 4))) & 7) << 8)], dl, (qh & 0x8000) != 0, out)
+
+
+@cuda.jit(device=True)
+def unpack_iq1_m(w8, p, k0, out):
+    """UNIT = 8 elements: grid entry t, the nibble t % 2 of qh[t // 2], ls of its 16 elements, d from
+    the scale words' top nibbles."""
+    L = LIQ1M
+    b = p + (k0 // L.block_elems) * L.block_bytes
+    t = (k0 % L.block_elems) // 8
+    dbits = 0
+    for k in range(4):
+        dbits |= (int32(w8[b + L.scales + 2 * k + 1]) >> 4) << (4 * k)
+    s = t // 2
+    w = int32(w8[b + L.scales + 2 * (s // 4)]) | (int32(w8[b + L.scales + 2 * (s // 4) + 1]) << 8)
+    dl = f16_bits(dbits) * float32(2 * ((w >> (3 * (s % 4))) & 7) + 1)
+    nib = (int32(w8[b + L.qh + t // 2]) >> (4 * (t % 2))) & 15
+    _iq1(G1S[int32(w8[b + L.qs + t]) | ((nib & 7) << 8)], dl, (nib & 8) != 0, out)
