@@ -14,7 +14,7 @@ planes kernels dot the table of value + 128, unsigned, and take the zero point 1
 activations' 16-element sums, as q8_0's. The iq3 and iq2 grids are module constants: a group's 8
 (iq3, uint32) or 4 (iq2, uint64) entries are scalar loads put into one vector (llama.cpp's AVX2
 dot does the same), its signs a byte per 8 elements tested bit by bit; every emitter derives from
-the group's int8 values and scales (_int8_groups), or its int8 values and scales per 16 elements
+the group's int8 values and scales (int8_groups), or its int8 values and scales per 16 elements
 (_int8_sub16).
 """
 
@@ -339,8 +339,11 @@ def _iq1_m_scales16(bd, row, p):
     return odd, exact, bd.fmul(d, ir.Constant(F32T, IQ1S_DELTA))
 
 
-def _int8_groups(fmt, values, scales):
-    """The record of a 256-element format from its groups' int8 values and its <8 x float> scales."""
+def int8_groups(fmt, values, scales, zero=ZERO):
+    """The record of a 256-element format from its groups' int8 values and its <8 x float> scales;
+    the planes kernels dot value + zero, unsigned (zero: at least minus the least value; a small
+    zero for small values, emit_ternary's, keeps the zero point's sums from cancelling most of the
+    dot's f32 bits)."""
     L = fmt.layout
     n = L.sub_blocks
 
@@ -359,11 +362,13 @@ def _int8_groups(fmt, values, scales):
         for row in rows:
             sv = bd.fmul(scales(bd, row, p), xs8)
             svs.append(_per16(bd, sv, n))
-            units.append(_units(bd, [bd.xor(values(bd, row, p, i), splat_c(I8, -128, G)) for i in range(n)]))
+            shift = (lambda v: bd.xor(v, splat_c(I8, -128, G))) if zero == ZERO else \
+                (lambda v: bd.add(v, splat_c(I8, zero, G)))
+            units.append(_units(bd, [shift(values(bd, row, p, i)) for i in range(n)]))
             lane_scales.append(_lane_scales(bd, sv, n))
         return PlanesBlocks(units, lane_scales, None, concat(bd, svs))
 
-    return CpuFormat(fmt, block=block, words=words_, planes=planes, planes_zero=ZERO)
+    return CpuFormat(fmt, block=block, words=words_, planes=planes, planes_zero=zero)
 
 
 def _int8_sub16(fmt, values, scales16):
@@ -409,8 +414,8 @@ def _int8_sub16(fmt, values, scales16):
 
 RECORDS = [CpuFormat(IQ4_NL, block=_iq4_nl, words=_iq4_nl_words, planes=_iq4_nl_planes, planes_zero=ZERO),
            CpuFormat(IQ4_XS, block=_iq4_xs, words=_iq4_xs_words, planes=_iq4_xs_planes, planes_zero=ZERO),
-           _int8_groups(IQ3_XXS, _iq3_xxs_values, _iq3_xxs_scales), _int8_groups(IQ3_S, _iq3_s_values, _iq3_s_scales),
-           _int8_groups(IQ2_XXS, _iq2_xxs_values, _iq2_xxs_scales),
+           int8_groups(IQ3_XXS, _iq3_xxs_values, _iq3_xxs_scales), int8_groups(IQ3_S, _iq3_s_values, _iq3_s_scales),
+           int8_groups(IQ2_XXS, _iq2_xxs_values, _iq2_xxs_scales),
            _int8_sub16(IQ2_XS, _iq2_xs_values, _iq2_scales16(IQ2_XS)),
            _int8_sub16(IQ2_S, _iq2_s_values, _iq2_scales16(IQ2_S)),
-           _int8_groups(IQ1_S, _iq1_s_values, _iq1_s_scales), _int8_sub16(IQ1_M, _iq1_m_values, _iq1_m_scales16)]
+           int8_groups(IQ1_S, _iq1_s_values, _iq1_s_scales), _int8_sub16(IQ1_M, _iq1_m_values, _iq1_m_scales16)]
