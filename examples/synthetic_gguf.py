@@ -34,7 +34,8 @@ SHAPES = {
 }
 TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k",
          "iq3_xxs", "iq3_s", "iq4_nl", "iq4_xs", "iq2_xxs", "iq2_xs",
-         "iq2_s", "iq1_s", "iq1_m", "tq2_0", "tq1_0", "q4_k_m")
+         "iq2_s", "iq1_s", "iq1_m", "tq2_0", "tq1_0", "mxfp4",
+         "q4_k_m")
 
 
 def _more_bits(i: int, n: int) -> bool:

@@ -39,6 +39,8 @@ def random_rows(fmt: str, rows: int, ncols: int, seed: int = 0) -> np.ndarray:
     blocks = raw.reshape(-1, f.block_bytes)
     for off in f.f16_fields:  # random bytes there could be inf/NaN
         blocks[:, off : off + 2] = _finite_f16_bits(rng, blocks.shape[0]).view(np.uint8).reshape(-1, 2)
+    if hasattr(f.layout, "e"):  # an E8M0 exponent (mxfp4): 2^-24 .. 2^16, as the f16 scales' range
+        blocks[:, f.layout.e] = rng.integers(104, 145, blocks.shape[0])
     if fmt == "iq1_m":  # its f16 d is the top nibbles of its 4 scale words (d's bits 4k.. in word k)
         at = slice(f.layout.scales, f.layout.scales + 8)
         sc = np.ascontiguousarray(blocks[:, at]).view(np.uint16)
@@ -104,6 +106,24 @@ def test_f16_every_bit_pattern():
     raw = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.uint8).reshape(1, -1)
     ref = raw.view(np.float16).astype(np.float32)
     assert np.array_equal(dequantize(as_tensor("f16", raw, 1 << 16)).view(np.uint32), ref.view(np.uint32))
+
+
+def _every_e8m0(fmt):
+    """A block of fmt per E8M0 exponent 0..255 (subnormal, huge and overflowing scales), random values."""
+    f = FORMATS[fmt]
+    raw = random_rows(fmt, 256, f.block_elems, seed=3)
+    raw[:, f.layout.e] = np.arange(256)
+    return raw
+
+
+def test_mxfp4_every_exponent():
+    """Every E8M0 byte, bit for bit as gguf-py (e < 2: subnormal scales; past 2^127 / 12: inf)."""
+    raw = _every_e8m0("mxfp4")
+    with np.errstate(over="ignore"):
+        ref = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.MXFP4)
+        got = dequantize(as_tensor("mxfp4", raw, 32))
+    assert np.isinf(ref).any() and ((ref != 0) & (np.abs(ref) < np.finfo(np.float32).tiny)).any()  # subnormals
+    assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))
 
 
 def test_dequantize_3d_experts():
@@ -235,6 +255,18 @@ def test_dequant_kernel_exact(isa, fmt):
     for i in range(raw.shape[0]):
         dequant_row(kern, f.code, raw[i].ctypes.data, ncols, out)
         assert np.array_equal(out.view(np.uint32), ref[i].view(np.uint32)), (fmt, i)
+
+
+def test_dequant_kernel_mxfp4_every_exponent():
+    """The CPU's exact decode of every E8M0 byte: the subnormal scales are not flushed to zero."""
+    raw = _every_e8m0("mxfp4").reshape(1, -1)
+    with np.errstate(over="ignore"):
+        ref = dequantize(as_tensor("mxfp4", raw, 32 * 256))
+    kern, _ = _kern(llvm.host_isa().name, ["mxfp4"])
+    out = np.empty(32 * 256, np.float32)
+    dequant_row(kern, FORMATS["mxfp4"].code, raw.ctypes.data, 32 * 256, out)
+    assert ((out != 0) & (np.abs(out) < np.finfo(np.float32).tiny)).any()
+    assert np.array_equal(out.view(np.uint32), ref.reshape(-1).view(np.uint32))
 
 
 def test_dequant_kernel_f16_every_bit_pattern():

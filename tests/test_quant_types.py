@@ -35,7 +35,8 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, r
 # quantised row by row with libgguf
 FTYPES = {"q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9, "q2_k": 10, "q3_k": 11, "q4_k": 14, "q5_k": 16,
           "q6_k": 18, "iq4_nl": 25, "iq4_xs": 30, "iq3_xxs": None, "iq3_s": 26, "iq2_xxs": None, "iq2_xs": None,
-          "iq2_s": None, "iq1_s": None, "iq1_m": None, "tq1_0": 36, "tq2_0": 37}
+          "iq2_s": None, "iq1_s": None, "iq1_m": None, "tq1_0": 36, "tq2_0": 37,
+          "mxfp4": 38}
 QUANT = [f for f in FORMATS if record(FORMATS[f].code).quant]
 KL_TOL = 1e-4
 IDS = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4]

@@ -1,8 +1,11 @@
 """ggml's i-quants (ggml-common.h): a 4-bit index picks one of 16 int8 values (iq4), an 8- or
 9-bit index picks 4 magnitudes of a grid (iq3), an 8- to 10-bit index 8 of them (iq2), with a sign
 per element, or an 11-bit index 8 values of -1, 0, 1 (iq1), shifted by +-1/8 (grids in iq_grids.py).
+Beside them MXFP4, stored as iq4_nl is (a 4-bit index into 16 int8 values, kvalues_mxfp4: FP4 E2M1
+doubled) with a power-of-two scale from an E8M0 byte (halved, as ggml's GGML_E8M0_TO_FP32_HALF).
 
     iq4_nl  18 B  | d f16 | qs: 16 B |                                   x = d * KVALUES[q]
+    mxfp4   17 B  | e u8  | qs: 16 B |                      x = e8m0_half(e) * KVALUES_MXFP4[q]
     iq4_xs 136 B  | d f16 | scales_h u16 | scales_l: 4 B | qs: 128 B |  x = (d * (ls_i - 32)) * KVALUES[q]
     iq3_xxs 98 B  | d f16 | qs: 64 B | aux: 8 x u32 |      x = (d * (0.5 + ls_i) * 0.5) * grid * sign
     iq3_s  110 B  | d f16 | qs: 64 B | qh: 8 B | signs: 32 B | scales: 4 B |   x = (d * (1 + 2 ls_i)) * grid * sign
@@ -45,6 +48,8 @@ from .iq_grids import IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, 
 
 KVALUES = (-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113)  # kvalues_iq4nl
 _KV = np.array(KVALUES, np.int8)
+KVALUES_MXFP4 = (0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)  # kvalues_mxfp4
+_KVM = np.array(KVALUES_MXFP4, np.int8)
 IQ1S_DELTA = 0.125  # ggml's IQ1S_DELTA: iq1's values are grid +- 1/8
 
 
@@ -149,7 +154,16 @@ class IQ1_MLayout(NamedTuple):
     sub_elems: int = 32
 
 
+class MXFP4Layout(NamedTuple):
+    code: int = 24
+    block_elems: int = 32
+    block_bytes: int = 17
+    e: int = 0  # the E8M0 exponent byte (no f16 scale)
+    qs: int = 1
+
+
 LIQ4_NL, LIQ4_XS, LIQ3_XXS, LIQ3_S = IQ4_NLLayout(), IQ4_XSLayout(), IQ3_XXSLayout(), IQ3_SLayout()
+LMXFP4 = MXFP4Layout()
 LIQ2_XXS, LIQ2_XS, LIQ2_S = IQ2_XXSLayout(), IQ2_XSLayout(), IQ2_SLayout()
 LIQ1_S, LIQ1_M = IQ1_SLayout(), IQ1_MLayout()
 
@@ -261,6 +275,19 @@ def _iq4_nl(b):
     return f16_at(b, L.d) * _KV[nibbles(b[:, L.qs :])].astype(np.float32)
 
 
+def e8m0_half(e) -> np.ndarray:
+    """uint8 E8M0 exponents -> float32 2^(e - 128) (half the E8M0 value; e < 2: the subnormals
+    2^-128, 2^-127), as ggml's GGML_E8M0_TO_FP32_HALF builds the bits."""
+    e = np.asarray(e, np.uint32)
+    return np.where(e < 2, np.uint32(0x00200000) << e, (e - np.uint32(1)) << np.uint32(23)).astype(np.uint32).view(
+        np.float32)
+
+
+def _mxfp4(b):
+    L = LMXFP4
+    return e8m0_half(b[:, L.e : L.e + 1]) * _KVM[nibbles(b[:, L.qs :])].astype(np.float32)
+
+
 def iq4_xs_scales(b) -> np.ndarray:
     """(n, 136) iq4_xs blocks -> (n, 8) int8: each group's ls_i - 32."""
     L = LIQ4_XS
@@ -286,3 +313,4 @@ IQ2_XS = Format("iq2_xs", 17, LIQ2_XS, _iq2_xs)
 IQ2_S = Format("iq2_s", 22, LIQ2_S, _iq2_s)
 IQ1_S = Format("iq1_s", 19, LIQ1_S, _iq1_s)
 IQ1_M = Format("iq1_m", 29, LIQ1_M, _iq1_m)
+MXFP4 = Format("mxfp4", 39, LMXFP4, _mxfp4)

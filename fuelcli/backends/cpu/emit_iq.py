@@ -1,6 +1,7 @@
 """The CPU emitters of ggml's i-quants (layouts and tables: fuelcli/formats/i_quants.py).
 
     iq4_nl  w = KVALUES[q]           scale d             (32-element blocks, q8_0's shape after the table)
+    mxfp4   w = KVALUES_MXFP4[q]     scale 2^(e - 128)   (iq4_nl's blocks; planes zero point 12)
     iq4_xs  w = KVALUES[q]           scale d*(ls_i - 32) (group i of a 256-element block)
     iq3_xxs w = +-grid               scale (d*(0.5 + ls_i))*0.5
     iq3_s   w = +-grid               scale d*(1 + 2 ls_i)
@@ -22,8 +23,8 @@ from __future__ import annotations
 
 from llvmlite import ir
 
-from ...formats import IQ1_M, IQ1_S, IQ2_S, IQ2_XS, IQ2_XXS, IQ3_S, IQ3_XXS, IQ4_NL, IQ4_XS
-from ...formats.i_quants import IQ1S_DELTA, KVALUES
+from ...formats import IQ1_M, IQ1_S, IQ2_S, IQ2_XS, IQ2_XXS, IQ3_S, IQ3_XXS, IQ4_NL, IQ4_XS, MXFP4
+from ...formats.i_quants import IQ1S_DELTA, KVALUES, KVALUES_MXFP4
 from ...formats.iq_grids import IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS
 from .emit import (LANES, PLANES_UNIT, SUB16_ORDER, Block, CpuFormat, PlanesBlocks, WordChunk, concat, f16,
                    f16_lanes, lanes, nibble_bytes, nibbles, signed_bytes, table16, words)
@@ -38,10 +39,10 @@ def _values(bd, row, off, table=KVALUES):
     return table16(bd, nibbles(bd, load(bd, row, off, vec(I8, G // 2))), table)
 
 
-def _word_values(bd, row, off):
+def _word_values(bd, row, off, table=KVALUES):
     """The group at byte `off` as (even, odd) words (emit.nibble_bytes' order, then the table)."""
     idx = bd.bitcast(nibble_bytes(bd, row, off), vec(I8, G))
-    return signed_bytes(bd, words(bd, table16(bd, idx, KVALUES)))
+    return signed_bytes(bd, words(bd, table16(bd, idx, table)))
 
 
 def _units(bd, parts):
@@ -89,6 +90,52 @@ def _iq4_nl_planes(bd, rows, b0, nblk, xs):
         sv = bd.fmul(f16_lanes(bd, row, [at(j, L.d) for j in range(nblk)]), xs)
         svs.append(_per16(bd, sv, nblk))
         units.append(_units(bd, [_values(bd, row, at(j, L.qs), UNSIGNED) for j in range(nblk)]))
+        lane_scales.append(_lane_scales(bd, sv, nblk))
+    return PlanesBlocks(units, lane_scales, None, concat(bd, svs))
+
+
+# ------------------------------------------------------------------ mxfp4
+
+ZERO_MXFP4 = 12  # its planes dot value + 12 (0..24): with 128 the zero point's sums would cancel
+UNSIGNED_MXFP4 = [v + ZERO_MXFP4 for v in KVALUES_MXFP4]  # most of a dot of values up to 12
+
+
+def _e8m0_lanes(bd, row, offsets):
+    """<n x float> 2^(e - 128) of the E8M0 bytes e at the offsets (ggml's GGML_E8M0_TO_FP32_HALF:
+    e < 2 gives the subnormals 2^-128, 2^-127)."""
+    n = len(offsets)
+    e = ir.Constant(vec(I32, n), ir.Undefined)
+    for i, off in enumerate(offsets):
+        e = bd.insert_element(e, _byte(bd, row, off), ir.Constant(I32, i))
+    small = bd.icmp_unsigned("<", e, splat_c(I32, 2, n))
+    bits = bd.select(small, bd.shl(splat_c(I32, 0x00200000, n), e),
+                     bd.shl(bd.sub(e, splat_c(I32, 1, n)), splat_c(I32, 23, n)))
+    return bd.bitcast(bits, vec(F32T, n))
+
+
+def _mxfp4(bd, row, blk):
+    L = MXFP4.layout
+    p = bd.mul(blk, c64(L.block_bytes))
+    w = bd.sext(_values(bd, row, bd.add(p, c64(L.qs)), KVALUES_MXFP4), vec(I16, G))
+    return Block([w], _e8m0_lanes(bd, row, [bd.add(p, c64(L.e))]), None)
+
+
+def _mxfp4_words(bd, row, b0, n):
+    L = MXFP4.layout
+    at = [bd.mul(bd.add(b0, c64(j)), c64(L.block_bytes)) for j in range(n)]
+    groups = [_word_values(bd, row, bd.add(p, c64(L.qs)), KVALUES_MXFP4) for p in at]
+    return WordChunk(groups, _e8m0_lanes(bd, row, [bd.add(p, c64(L.e)) for p in at]), None)
+
+
+def _mxfp4_planes(bd, rows, b0, nblk, xs):
+    L = MXFP4.layout
+    units, lane_scales, svs = [], [], []
+    base = bd.mul(b0, c64(L.block_bytes))
+    at = lambda j, off: bd.add(base, c64(j * L.block_bytes + off))  # noqa: E731
+    for row in rows:
+        sv = bd.fmul(_e8m0_lanes(bd, row, [at(j, L.e) for j in range(nblk)]), xs)
+        svs.append(_per16(bd, sv, nblk))
+        units.append(_units(bd, [_values(bd, row, at(j, L.qs), UNSIGNED_MXFP4) for j in range(nblk)]))
         lane_scales.append(_lane_scales(bd, sv, nblk))
     return PlanesBlocks(units, lane_scales, None, concat(bd, svs))
 
@@ -413,6 +460,7 @@ def _int8_sub16(fmt, values, scales16):
 
 
 RECORDS = [CpuFormat(IQ4_NL, block=_iq4_nl, words=_iq4_nl_words, planes=_iq4_nl_planes, planes_zero=ZERO),
+           CpuFormat(MXFP4, block=_mxfp4, words=_mxfp4_words, planes=_mxfp4_planes, planes_zero=ZERO_MXFP4),
            CpuFormat(IQ4_XS, block=_iq4_xs, words=_iq4_xs_words, planes=_iq4_xs_planes, planes_zero=ZERO),
            int8_groups(IQ3_XXS, _iq3_xxs_values, _iq3_xxs_scales), int8_groups(IQ3_S, _iq3_s_values, _iq3_s_scales),
            int8_groups(IQ2_XXS, _iq2_xxs_values, _iq2_xxs_scales),

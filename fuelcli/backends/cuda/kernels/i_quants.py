@@ -1,21 +1,21 @@
 """Unit decoders of ggml's i-quants (iq4_nl, iq4_xs, iq3_xxs, iq3_s, iq2_xxs, iq2_xs, iq2_s, iq1_s,
-iq1_m); layouts in
+iq1_m) and mxfp4; layouts in
 fuelcli/formats/i_quants.py, tables in i_quants.py and iq_grids.py. Same float operations in the
 same order as the numpy decode (a sign flip of a product is exact)."""
 
 import numpy as np
 from numba import cuda, float32, int32, uint32, uint64
 
-from ....formats import IQ1_M, IQ1_S, IQ2_S, IQ2_XS, IQ2_XXS, IQ3_S, IQ3_XXS, IQ4_NL, IQ4_XS
-from ....formats.i_quants import IQ1S_DELTA, KVALUES
+from ....formats import IQ1_M, IQ1_S, IQ2_S, IQ2_XS, IQ2_XXS, IQ3_S, IQ3_XXS, IQ4_NL, IQ4_XS, MXFP4
+from ....formats.i_quants import IQ1S_DELTA, KVALUES, KVALUES_MXFP4
 from ....formats.iq_grids import IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS
 from .common import UNIT, f16_at, f16_bits
 
 LIQ4NL, LIQ4XS, LIQ3XXS, LIQ3S = IQ4_NL.layout, IQ4_XS.layout, IQ3_XXS.layout, IQ3_S.layout
 LIQ2XXS, LIQ2XS, LIQ2S = IQ2_XXS.layout, IQ2_XS.layout, IQ2_S.layout
-LIQ1S, LIQ1M = IQ1_S.layout, IQ1_M.layout
+LIQ1S, LIQ1M, LMXFP4 = IQ1_S.layout, IQ1_M.layout, MXFP4.layout
 # global arrays: constants of the kernels
-KV = np.array(KVALUES, np.int32)
+KV, KVM = np.array(KVALUES, np.int32), np.array(KVALUES_MXFP4, np.int32)
 G3XXS, G3S, KS = np.array(IQ3XXS_GRID, np.uint32), np.array(IQ3S_GRID, np.uint32), np.array(KSIGNS, np.int32)
 G2XXS, G2XS, G2S = (np.array(g, np.uint64) for g in (IQ2XXS_GRID, IQ2XS_GRID, IQ2S_GRID))
 G1S = np.array(IQ1S_GRID, np.uint64)
@@ -173,3 +173,23 @@ def unpack_iq1_m(w8, p, k0, out):
     dl = f16_bits(dbits) * float32(2 * ((w >> (3 * (s % 4))) & 7) + 1)
     nib = (int32(w8[b + L.qh + t // 2]) >> (4 * (t % 2))) & 15
     _iq1(G1S[int32(w8[b + L.qs + t]) | ((nib & 7) << 8)], dl, (nib & 8) != 0, out)
+
+
+@cuda.jit(device=True)
+def _e8m0_half(e):
+    """2^(e - 128) as ggml's GGML_E8M0_TO_FP32_HALF builds its bits (e < 2: subnormals)."""
+    a = cuda.local.array(1, uint32)
+    a[0] = uint32(0x00200000) << uint32(e) if e < 2 else uint32(e - 1) << uint32(23)
+    return a.view(np.float32)[0]
+
+
+@cuda.jit(device=True)
+def unpack_mxfp4(w8, p, k0, out):
+    L = LMXFP4
+    b = p + (k0 // L.block_elems) * L.block_bytes
+    j0 = k0 % L.block_elems
+    shift = 4 * (j0 // (L.block_elems // 2))
+    q = b + L.qs + j0 % (L.block_elems // 2)
+    d = _e8m0_half(int32(w8[b + L.e]))
+    for j in range(UNIT):
+        out[j] = d * float32(KVM[(int32(w8[q + j]) >> shift) & 15])

@@ -9,15 +9,15 @@ from numba import cuda
 
 from ....formats import BY_CODE
 from .floats import LBF16, LF16, LF32, unpack_bf16, unpack_f16, unpack_f32
-from .i_quants import (LIQ1M, LIQ1S, LIQ2S, LIQ2XS, LIQ2XXS, LIQ3S, LIQ3XXS, LIQ4NL, LIQ4XS, unpack_iq1_m,
+from .i_quants import (LIQ1M, LIQ1S, LIQ2S, LIQ2XS, LIQ2XXS, LIQ3S, LIQ3XXS, LIQ4NL, LIQ4XS, LMXFP4, unpack_iq1_m,
                        unpack_iq1_s, unpack_iq2_s, unpack_iq2_xs, unpack_iq2_xxs, unpack_iq3_s, unpack_iq3_xxs,
-                       unpack_iq4_nl, unpack_iq4_xs)
+                       unpack_iq4_nl, unpack_iq4_xs, unpack_mxfp4)
 from .k_quants import L2K, L3K, L4K, L5K, L6K, unpack_q2_k, unpack_q3_k, unpack_q4_k, unpack_q5_k, unpack_q6_k
 from .legacy import L8, L40, L41, L50, L51, unpack_q4_0, unpack_q4_1, unpack_q5_0, unpack_q5_1, unpack_q8_0
 from .ternary import LTQ1, LTQ2, unpack_tq1_0, unpack_tq2_0
 
 HANDLED = {L.code for L in (LF32, LF16, LBF16, L8, L40, L41, L50, L51, L2K, L3K, L4K, L5K, L6K, LIQ4NL, LIQ4XS, LIQ3XXS,
-                             LIQ3S, LIQ2XXS, LIQ2XS, LIQ2S, LIQ1S, LIQ1M, LTQ2, LTQ1)}
+                             LIQ3S, LIQ2XXS, LIQ2XS, LIQ2S, LIQ1S, LIQ1M, LTQ2, LTQ1, LMXFP4)}
 assert HANDLED == {f.code for f in BY_CODE}, "a format in fuelcli/formats has no CUDA unit decoder"
 
 
@@ -46,6 +46,8 @@ def unpack(code, w8, p, k0, out):
         unpack_tq2_0(w8, p, k0, out)
     elif code == LTQ1.code:
         unpack_tq1_0(w8, p, k0, out)
+    elif code == LMXFP4.code:
+        unpack_mxfp4(w8, p, k0, out)
     elif code == LIQ4NL.code:
         unpack_iq4_nl(w8, p, k0, out)
     elif code == LIQ4XS.code:
