@@ -73,11 +73,8 @@ def test_iq_grids_as_gguf_py():
     from fuelcli.formats import iq_grids
 
     Q = gguf.quants
-    checked = 0
     for cls, name in ((Q.IQ3_XXS, "IQ3XXS_GRID"), (Q.IQ3_S, "IQ3S_GRID"), (Q.IQ2_XXS, "IQ2XXS_GRID"),
                       (Q.IQ2_XS, "IQ2XS_GRID"), (Q.IQ2_S, "IQ2S_GRID"), (Q.IQ1_S, "IQ1S_GRID")):
-        if not hasattr(iq_grids, name):
-            continue
         cls.init_grid()
         want = cls.grid.reshape(cls.grid_shape).astype(np.int8)  # iq1s: -1, 0, 1
         entries = getattr(iq_grids, name)
@@ -86,8 +83,6 @@ def test_iq_grids_as_gguf_py():
         assert np.array_equal(got, want), name
         swapped = np.array(entries[1:2] + entries[0:1] + entries[2:], dtype).view(np.int8).reshape(cls.grid_shape)
         assert not np.array_equal(swapped, want)
-        checked += 1
-    assert checked >= 3
     assert bytes(iq_grids.KSIGNS) == Q.IQ2_XXS.ksigns
 
 

@@ -6,9 +6,10 @@
 Each 32-element group's int8 w through emit_iq.int8_groups (the blocks, words and planes kernels
 from a group's int8 values and scales); the planes kernels dot w + 1 = q (zero point 1: with
 emit_iq's 128 the zero point's sums cancel all but ~1/64 of the dot, and the avx512vnni decode
-was off by up to 7.3e-6 of sum |w * x| against the int16 product, 6.6e-8 with 1). tq2_0's q are 2-bit fields of 32 consecutive bytes;
-tq1_0's base-3 digit m of a byte b is ((b * 3^m mod 256) * 3) >> 8: a group's 32 bytes (repeated
-from qs and qh as its elements take them) times its 32 multipliers, wrapping in 8 bits, then widened.
+was off by up to 7.3e-6 of sum |w * x| against the int16 product, 6.6e-8 with 1). tq2_0's q are
+2-bit fields of 32 consecutive bytes; tq1_0's base-3 digit m of a byte b is
+((b * 3^m mod 256) * 3) >> 8: a group's 32 bytes (repeated from qs and qh as its elements take
+them) times its 32 multipliers, wrapping in 8 bits, then widened.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """One entry for every weight format: `unpack(code, w8, p, k0, out)` decodes UNIT elements.
 
 `code` is `Format.code` (a runtime int: one kernel serves every format, and a model may mix them);
-each branch is the format's unit decoder (floats.py, legacy.py, k_quants.py, i_quants.py, ternary.py). A format the registry
-gains without a branch here is caught by the import-time check below.
+each branch is the format's unit decoder (floats.py, legacy.py, k_quants.py, i_quants.py,
+ternary.py). A format the registry gains without a branch here is caught by the import-time check
+below.
 """
 
 from numba import cuda
