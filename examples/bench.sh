@@ -101,7 +101,7 @@ for section in $SECTIONS; do
             for t in f32 f16 bf16 q8_0 q4_0 q4_1 q5_0; do
                 run "qwen2-0.5b-$t" "$(synthetic qwen2-0.5b "$t")" llama.cpp
             done
-            for t in q2_k q3_k q4_k q5_k q6_k q5_1 iq3_xxs iq3_s iq4_nl iq4_xs; do
+            for t in q2_k q3_k q4_k q5_k q6_k q5_1 iq3_xxs iq3_s iq4_nl iq4_xs iq2_xxs iq2_xs iq2_s iq1_s iq1_m tq2_0 tq1_0 mxfp4; do
                 run "qwen2-1.5b-$t" "$(synthetic qwen2-1.5b "$t")" llama.cpp
             done ;;
         dirs)

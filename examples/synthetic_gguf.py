@@ -14,7 +14,8 @@ quantised per (type, row length) and tiled, so an 8B file is written in seconds.
 byte-level placeholder (gpt2 model: the 256 byte tokens, some two-byte merges, then `<tok N>`), enough for llama.cpp to load it,
 and a ChatML template for chat endpoints.
 
-Needs: gguf (fuel's test extra) and libgguf (PyPI; quantises the K-quants that gguf.quants cannot).
+Needs: gguf (fuel's test extra) and libgguf (PyPI; quantises the K-quants and i-quants that gguf.quants
+cannot).
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ SHAPES = {
     "llama-8b": ("llama", 4096, 32, 32, 8, 14336, 128256, False, False, 5e5, 131072),
 }
 TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k",
-         "iq3_xxs", "iq3_s", "iq4_nl", "iq4_xs", "q4_k_m")
+         "iq3_xxs", "iq3_s", "iq4_nl", "iq4_xs", "iq2_xxs", "iq2_xs",
+         "iq2_s", "iq1_s", "iq1_m", "tq2_0", "tq1_0", "mxfp4",
+         "q4_k_m")
 
 
 def _more_bits(i: int, n: int) -> bool:
@@ -76,7 +79,10 @@ def _random_rows(qtype: str, rows: int, cols: int, rng, cache: dict) -> tuple[np
         elif qtype == "f16":
             cache[key] = block.astype(np.float16).view(np.uint8)
         else:
-            cache[key] = np.asarray(libgguf.quantize_rows(block, int(gt)), np.uint8).reshape(_TILE_ROWS, -1)
+            # the types ggml quantises only with an importance matrix (iq2_xxs, iq2_xs, iq1_s): a uniform one
+            imatrix = np.ones(cols, np.float32) if libgguf.quantize_requires_imatrix(gt) else None
+            raw = libgguf.quantize_rows(block, int(gt), imatrix=imatrix)
+            cache[key] = np.asarray(raw, np.uint8).reshape(_TILE_ROWS, -1)
     tile = cache[key]
     data = np.ascontiguousarray(np.resize(tile, (rows, tile.shape[1])))  # rows cycle through the tile
     return data, gt

@@ -74,6 +74,24 @@ def test_rows_decode_as_the_cpu_does(fmt):
         assert np.all(np.abs(got - want[rows]) <= tol[rows]) and np.all(np.abs(one.copy_to_host()[0] - want[5]) <= tol[5])
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # the simulator's inf values
+def test_mxfp4_every_exponent_decodes_as_the_cpu():
+    """Every E8M0 byte (subnormal scales, infinities past 2^127 / 12) as the numpy decode, bit for
+    bit on a GPU too (a power of two times a small integer rounds nowhere)."""
+    from fuelcli.backends.cuda.kernels.dequant import take_rows
+    from test_formats import _every_e8m0
+
+    raw = _every_e8m0("mxfp4").reshape(32, -1)  # 32 rows of 8 blocks
+    with np.errstate(over="ignore"):
+        want = cpu_rows("mxfp4", raw, 256)
+    w8, _ = upload(raw, "mxfp4")
+    rows = np.arange(32, dtype=np.int32)
+    out = cuda.device_array((32, 256), np.float32)
+    take_rows[32, SIMULATOR.row](w8, 0, raw.shape[1], FORMATS["mxfp4"].code, cuda.to_device(rows), -1, out,
+                                 cuda.to_device(np.zeros(1, np.float32)), -1, np.float32(0), out)
+    assert np.array_equal(out.copy_to_host().view(np.uint32), want.view(np.uint32))
+
+
 def test_a_wrong_decode_is_caught():
     """Negative control: q4_0 rows read as q4_1 (same nibbles, another block size) differ."""
     from fuelcli.backends.cuda.kernels.dequant import take_rows

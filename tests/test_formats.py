@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from fuelcli.errors import InputError
-from fuelcli.formats import FORMATS, dequantize, quantize, row_bytes
+from fuelcli.formats import BY_GGML_TYPE, FORMATS, GGML_TYPE_NAMES, dequantize, quantize, row_bytes
 from fuelcli.weights.tensor import Tensor
 
 def _finite_f16_bits(rng, n):
@@ -39,6 +39,13 @@ def random_rows(fmt: str, rows: int, ncols: int, seed: int = 0) -> np.ndarray:
     blocks = raw.reshape(-1, f.block_bytes)
     for off in f.f16_fields:  # random bytes there could be inf/NaN
         blocks[:, off : off + 2] = _finite_f16_bits(rng, blocks.shape[0]).view(np.uint8).reshape(-1, 2)
+    if hasattr(f.layout, "e"):  # an E8M0 exponent (mxfp4): 2^-24 .. 2^16, as the f16 scales' range
+        blocks[:, f.layout.e] = rng.integers(104, 145, blocks.shape[0])
+    if fmt == "iq1_m":  # its f16 d is the top nibbles of its 4 scale words (d's bits 4k.. in word k)
+        at = slice(f.layout.scales, f.layout.scales + 8)
+        sc = np.ascontiguousarray(blocks[:, at]).view(np.uint16)
+        d = _finite_f16_bits(rng, blocks.shape[0])[:, None] >> np.array([0, 4, 8, 12], np.uint16)
+        blocks[:, at] = ((sc & 0x0FFF) | ((d & 15) << 12)).astype(np.uint16).view(np.uint8)
     return raw
 
 
@@ -55,8 +62,28 @@ def test_table():
     assert row_bytes("q4_k", 512) == 288
     with pytest.raises(InputError):
         row_bytes("q4_k", 896)
+    unread = min(t for t in GGML_TYPE_NAMES if t not in BY_GGML_TYPE)  # a type fuel does not read (Q8_1)
     with pytest.raises(InputError):
-        row_bytes("iq2_xxs", 256)  # a type fuel does not read
+        row_bytes(GGML_TYPE_NAMES[unread].lower(), 256)
+
+
+def test_iq_grids_as_gguf_py():
+    """iq_grids.py's tables (ggml-common.h's) against gguf-py's copies, which its decode reads (hex
+    of 2-bit indices there): every entry's bytes. Negative control: two entries swapped differ."""
+    from fuelcli.formats import iq_grids
+
+    Q = gguf.quants
+    for cls, name in ((Q.IQ3_XXS, "IQ3XXS_GRID"), (Q.IQ3_S, "IQ3S_GRID"), (Q.IQ2_XXS, "IQ2XXS_GRID"),
+                      (Q.IQ2_XS, "IQ2XS_GRID"), (Q.IQ2_S, "IQ2S_GRID"), (Q.IQ1_S, "IQ1S_GRID")):
+        cls.init_grid()
+        want = cls.grid.reshape(cls.grid_shape).astype(np.int8)  # iq1s: -1, 0, 1
+        entries = getattr(iq_grids, name)
+        dtype = "<u4" if cls.grid_shape[1] == 4 else "<u8"
+        got = np.array(entries, dtype).view(np.int8).reshape(cls.grid_shape)
+        assert np.array_equal(got, want), name
+        swapped = np.array(entries[1:2] + entries[0:1] + entries[2:], dtype).view(np.int8).reshape(cls.grid_shape)
+        assert not np.array_equal(swapped, want)
+    assert bytes(iq_grids.KSIGNS) == Q.IQ2_XXS.ksigns
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
@@ -74,6 +101,24 @@ def test_f16_every_bit_pattern():
     raw = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.uint8).reshape(1, -1)
     ref = raw.view(np.float16).astype(np.float32)
     assert np.array_equal(dequantize(as_tensor("f16", raw, 1 << 16)).view(np.uint32), ref.view(np.uint32))
+
+
+def _every_e8m0(fmt):
+    """A block of fmt per E8M0 exponent 0..255 (subnormal, huge and overflowing scales), random values."""
+    f = FORMATS[fmt]
+    raw = random_rows(fmt, 256, f.block_elems, seed=3)
+    raw[:, f.layout.e] = np.arange(256)
+    return raw
+
+
+def test_mxfp4_every_exponent():
+    """Every E8M0 byte, bit for bit as gguf-py (e < 2: subnormal scales; past 2^127 / 12: inf)."""
+    raw = _every_e8m0("mxfp4")
+    with np.errstate(over="ignore"):
+        ref = gguf.quants.dequantize(raw, gguf.GGMLQuantizationType.MXFP4)
+        got = dequantize(as_tensor("mxfp4", raw, 32))
+    assert np.isinf(ref).any() and ((ref != 0) & (np.abs(ref) < np.finfo(np.float32).tiny)).any()  # subnormals
+    assert np.array_equal(got.view(np.uint32), ref.view(np.uint32))
 
 
 def test_dequantize_3d_experts():
@@ -205,6 +250,18 @@ def test_dequant_kernel_exact(isa, fmt):
     for i in range(raw.shape[0]):
         dequant_row(kern, f.code, raw[i].ctypes.data, ncols, out)
         assert np.array_equal(out.view(np.uint32), ref[i].view(np.uint32)), (fmt, i)
+
+
+def test_dequant_kernel_mxfp4_every_exponent():
+    """The CPU's exact decode of every E8M0 byte: the subnormal scales are not flushed to zero."""
+    raw = _every_e8m0("mxfp4").reshape(1, -1)
+    with np.errstate(over="ignore"):
+        ref = dequantize(as_tensor("mxfp4", raw, 32 * 256))
+    kern, _ = _kern(llvm.host_isa().name, ["mxfp4"])
+    out = np.empty(32 * 256, np.float32)
+    dequant_row(kern, FORMATS["mxfp4"].code, raw.ctypes.data, 32 * 256, out)
+    assert ((out != 0) & (np.abs(out) < np.finfo(np.float32).tiny)).any()
+    assert np.array_equal(out.view(np.uint32), ref.reshape(-1).view(np.uint32))
 
 
 def test_dequant_kernel_f16_every_bit_pattern():

@@ -1,7 +1,8 @@
 """Every block format through a whole model, as users' files are written: llama.cpp's own quantiser
 (llama-cpp-python's llama_model_quantize, `pure`: every matrix and the embedding in the one type)
-turns a tiny f32 llama GGUF into each type fuel reads (iq3_xxs, which it refuses without an
-importance matrix: ggml's row quantiser through libgguf writes the matrices); fuel's decode and prefill paths on it against
+turns a tiny f32 llama GGUF into each type fuel reads (iq3_xxs and the iq2 and iq1 types, which it
+refuses without an importance matrix: ggml's row quantiser through libgguf writes the matrices, with a
+uniform one where the type needs it); fuel's decode and prefill paths on it against
 its numpy reference path on the same file (whose weights are the numpy decode, bit-exact against
 gguf-py's: test_formats.py), with the host's instruction set.
 
@@ -33,7 +34,9 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, r
 # llama_ftype of each block format (llama.h); with `pure` the _S mixes are their one K-quant; None:
 # quantised row by row with libgguf
 FTYPES = {"q4_0": 2, "q4_1": 3, "q8_0": 7, "q5_0": 8, "q5_1": 9, "q2_k": 10, "q3_k": 11, "q4_k": 14, "q5_k": 16,
-          "q6_k": 18, "iq4_nl": 25, "iq4_xs": 30, "iq3_xxs": None, "iq3_s": 26}
+          "q6_k": 18, "iq4_nl": 25, "iq4_xs": 30, "iq3_xxs": None, "iq3_s": 26, "iq2_xxs": None, "iq2_xs": None,
+          "iq2_s": None, "iq1_s": None, "iq1_m": None, "tq1_0": 36, "tq2_0": 37,
+          "mxfp4": 38}
 QUANT = [f for f in FORMATS if record(FORMATS[f].code).quant]
 KL_TOL = 1e-4
 IDS = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4]
@@ -78,7 +81,8 @@ def _write(path, fmt=None):
             import libgguf
 
             qt = gguf.GGMLQuantizationType(FORMATS[fmt].ggml_type)
-            w.add_tensor(name, libgguf.quantize_rows(a, qt), raw_dtype=qt)
+            imatrix = np.ones(a.shape[-1], np.float32) if libgguf.quantize_requires_imatrix(qt) else None
+            w.add_tensor(name, libgguf.quantize_rows(a, qt, imatrix=imatrix), raw_dtype=qt)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

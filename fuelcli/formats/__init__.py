@@ -1,5 +1,5 @@
 """The registry of weight formats: each one described once (block size, bytes, field offsets) in
-floats.py, legacy.py, k_quants.py or i_quants.py, registered here by its dispatch code.
+floats.py, legacy.py, k_quants.py, i_quants.py or ternary.py, registered here by its dispatch code.
 
 The numpy decode beside each layout is the readable reference (tests, the reference forward) and
 equals `gguf.quants.dequantize` bit for bit. The CPU and CUDA kernels read `Format.layout`.
@@ -17,12 +17,13 @@ import numpy as np
 from ..errors import InputError
 from .base import Format
 from .floats import BF16, F16, F32
-from .i_quants import IQ3_S, IQ3_XXS, IQ4_NL, IQ4_XS
+from .i_quants import IQ1_M, IQ1_S, IQ2_S, IQ2_XS, IQ2_XXS, IQ3_S, IQ3_XXS, IQ4_NL, IQ4_XS, MXFP4
 from .k_quants import Q2_K, Q3_K, Q4_K, Q5_K, Q6_K
 from .legacy import Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
+from .ternary import TQ1_0, TQ2_0
 
 _ALL = (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K, Q5_1, Q5_K, Q3_K, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S,
-        Q2_K)
+        Q2_K, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M, TQ2_0, TQ1_0, MXFP4)
 assert [f.code for f in _ALL] == list(range(len(_ALL))), "codes are the registry index"
 
 FORMATS: dict[str, Format] = {f.name: f for f in _ALL}

@@ -1,27 +1,34 @@
 """The CPU emitters of ggml's i-quants (layouts and tables: fuelcli/formats/i_quants.py).
 
     iq4_nl  w = KVALUES[q]           scale d             (32-element blocks, q8_0's shape after the table)
+    mxfp4   w = KVALUES_MXFP4[q]     scale 2^(e - 128)   (iq4_nl's blocks; planes zero point 12)
     iq4_xs  w = KVALUES[q]           scale d*(ls_i - 32) (group i of a 256-element block)
     iq3_xxs w = +-grid               scale (d*(0.5 + ls_i))*0.5
     iq3_s   w = +-grid               scale d*(1 + 2 ls_i)
+    iq2_xxs w = +-grid               scale (d*(0.5 + ls_i))*0.25
+    iq2_xs  w = +-grid               scale (d*(0.5 + ls_s))*0.25 per 16 elements (iq2_s too)
+    iq1_s   w = 8*grid +- 1          scale d*(2 ls_i + 1)/8      (grid + delta = w / 8)
+    iq1_m   w = 8*grid +- 1          scale d*(2 ls_s + 1)/8 per 16 elements
 
 A 4-bit index becomes its int8 value by a 16-entry byte table (emit.table16: pshufb on x86); the
 planes kernels dot the table of value + 128, unsigned, and take the zero point 128 off with the
-activations' 16-element sums, as q8_0's. The iq3 grids are module constants: a group's 8 entries
-are 8 scalar loads put into one vector (llama.cpp's AVX2 dot does the same), its signs a byte per
-8 elements tested bit by bit; every emitter derives from the group's int8 values and scales.
+activations' 16-element sums, as q8_0's. The iq3 and iq2 grids are module constants: a group's 8
+(iq3, uint32) or 4 (iq2, uint64) entries are scalar loads put into one vector (llama.cpp's AVX2
+dot does the same), its signs a byte per 8 elements tested bit by bit; every emitter derives from
+the group's int8 values and scales (int8_groups), or its int8 values and scales per 16 elements
+(_int8_sub16).
 """
 
 from __future__ import annotations
 
 from llvmlite import ir
 
-from ...formats import IQ3_S, IQ3_XXS, IQ4_NL, IQ4_XS
-from ...formats.i_quants import KVALUES
-from ...formats.iq_grids import IQ3S_GRID, IQ3XXS_GRID, KSIGNS
-from .emit import (LANES, PLANES_UNIT, Block, CpuFormat, PlanesBlocks, WordChunk, concat, f16, f16_lanes, lanes,
-                   nibble_bytes, nibbles, signed_bytes, table16, words)
-from .irgen import F32T, G, I8, I16, I32, c64, const, load, splat, splat_c, vec
+from ...formats import IQ1_M, IQ1_S, IQ2_S, IQ2_XS, IQ2_XXS, IQ3_S, IQ3_XXS, IQ4_NL, IQ4_XS, MXFP4
+from ...formats.i_quants import IQ1S_DELTA, KVALUES, KVALUES_MXFP4
+from ...formats.iq_grids import IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS
+from .emit import (LANES, PLANES_UNIT, SUB16_ORDER, Block, CpuFormat, PlanesBlocks, WordChunk, concat, f16,
+                   f16_lanes, lanes, nibble_bytes, nibbles, signed_bytes, table16, words)
+from .irgen import F32T, G, I8, I16, I32, I64, c64, const, load, splat, splat_c, vec
 
 ZERO = 128  # the planes' unsigned bytes: value + ZERO
 UNSIGNED = [v + ZERO for v in KVALUES]
@@ -32,10 +39,10 @@ def _values(bd, row, off, table=KVALUES):
     return table16(bd, nibbles(bd, load(bd, row, off, vec(I8, G // 2))), table)
 
 
-def _word_values(bd, row, off):
+def _word_values(bd, row, off, table=KVALUES):
     """The group at byte `off` as (even, odd) words (emit.nibble_bytes' order, then the table)."""
     idx = bd.bitcast(nibble_bytes(bd, row, off), vec(I8, G))
-    return signed_bytes(bd, words(bd, table16(bd, idx, KVALUES)))
+    return signed_bytes(bd, words(bd, table16(bd, idx, table)))
 
 
 def _units(bd, parts):
@@ -87,6 +94,52 @@ def _iq4_nl_planes(bd, rows, b0, nblk, xs):
     return PlanesBlocks(units, lane_scales, None, concat(bd, svs))
 
 
+# ------------------------------------------------------------------ mxfp4
+
+ZERO_MXFP4 = 12  # its planes dot value + 12 (0..24): with 128 the zero point's sums would cancel
+UNSIGNED_MXFP4 = [v + ZERO_MXFP4 for v in KVALUES_MXFP4]  # most of a dot of values up to 12
+
+
+def _e8m0_lanes(bd, row, offsets):
+    """<n x float> 2^(e - 128) of the E8M0 bytes e at the offsets (ggml's GGML_E8M0_TO_FP32_HALF:
+    e < 2 gives the subnormals 2^-128, 2^-127)."""
+    n = len(offsets)
+    e = ir.Constant(vec(I32, n), ir.Undefined)
+    for i, off in enumerate(offsets):
+        e = bd.insert_element(e, _byte(bd, row, off), ir.Constant(I32, i))
+    small = bd.icmp_unsigned("<", e, splat_c(I32, 2, n))
+    bits = bd.select(small, bd.shl(splat_c(I32, 0x00200000, n), e),
+                     bd.shl(bd.sub(e, splat_c(I32, 1, n)), splat_c(I32, 23, n)))
+    return bd.bitcast(bits, vec(F32T, n))
+
+
+def _mxfp4(bd, row, blk):
+    L = MXFP4.layout
+    p = bd.mul(blk, c64(L.block_bytes))
+    w = bd.sext(_values(bd, row, bd.add(p, c64(L.qs)), KVALUES_MXFP4), vec(I16, G))
+    return Block([w], _e8m0_lanes(bd, row, [bd.add(p, c64(L.e))]), None)
+
+
+def _mxfp4_words(bd, row, b0, n):
+    L = MXFP4.layout
+    at = [bd.mul(bd.add(b0, c64(j)), c64(L.block_bytes)) for j in range(n)]
+    groups = [_word_values(bd, row, bd.add(p, c64(L.qs)), KVALUES_MXFP4) for p in at]
+    return WordChunk(groups, _e8m0_lanes(bd, row, [bd.add(p, c64(L.e)) for p in at]), None)
+
+
+def _mxfp4_planes(bd, rows, b0, nblk, xs):
+    L = MXFP4.layout
+    units, lane_scales, svs = [], [], []
+    base = bd.mul(b0, c64(L.block_bytes))
+    at = lambda j, off: bd.add(base, c64(j * L.block_bytes + off))  # noqa: E731
+    for row in rows:
+        sv = bd.fmul(_e8m0_lanes(bd, row, [at(j, L.e) for j in range(nblk)]), xs)
+        svs.append(_per16(bd, sv, nblk))
+        units.append(_units(bd, [_values(bd, row, at(j, L.qs), UNSIGNED_MXFP4) for j in range(nblk)]))
+        lane_scales.append(_lane_scales(bd, sv, nblk))
+    return PlanesBlocks(units, lane_scales, None, concat(bd, svs))
+
+
 # ------------------------------------------------------------------ iq4_xs
 
 
@@ -131,7 +184,7 @@ def _iq4_xs_planes(bd, rows, fb, nblk, xs8):
     return PlanesBlocks(units, lane_scales, None, concat(bd, svs))
 
 
-# ------------------------------------------------------------------ iq3: grids and signs
+# ------------------------------------------------------------------ iq3, iq2: grids and signs
 
 
 def _table(bd, name, ty, entries):
@@ -140,7 +193,8 @@ def _table(bd, name, ty, entries):
     if g is None:
         at = ir.ArrayType(ty, len(entries))
         g = ir.GlobalVariable(bd.module, at, name)
-        g.initializer = ir.Constant(at, [e if ty is I32 or e < 128 else e - 256 for e in entries])
+        top = 1 << ty.width  # entries as the signed ints of their width
+        g.initializer = ir.Constant(at, [e - top if e >= top // 2 else e for e in entries])
         g.global_constant = True
         g.linkage = "internal"
     return g
@@ -158,9 +212,10 @@ def _signed(bd, mags, sign_bytes):
     return bd.select(neg, bd.sub(splat_c(I8, 0, G), mags), mags)
 
 
-def _grid_values(bd, grid, indices):
-    """8 grid entries (i32 indices) -> <32 x i8>: their 4 magnitudes each, in order."""
-    v = ir.Constant(vec(I32, 8), ir.Undefined)
+def _grid_values(bd, grid, indices, ty=I32):
+    """8 (uint32 entries) or 4 (uint64) grid entries (i32 indices) -> <32 x i8>: their magnitudes,
+    in order."""
+    v = ir.Constant(vec(ty, len(indices)), ir.Undefined)
     for j, idx in enumerate(indices):
         v = bd.insert_element(v, _at(bd, grid, idx), ir.Constant(I32, j))
     return bd.bitcast(v, vec(I8, G))
@@ -170,17 +225,21 @@ def _byte(bd, row, off):
     return bd.zext(load(bd, row, off, I8), I32)
 
 
-def _iq3_xxs_values(bd, row, p, i):
-    L = IQ3_XXS.layout
-    grid = _table(bd, "iq3xxs_grid", I32, IQ3XXS_GRID)
+def _ksigns(bd, aux):
+    """<4 x i8>: the KSIGNS bytes of the 4 seven-bit fields at bits 0, 7, 14, 21 of aux (i32)."""
     ks = _table(bd, "ksigns_iq2xs", I8, KSIGNS)
-    mags = _grid_values(bd, grid, [_byte(bd, row, bd.add(p, c64(L.qs + 8 * i + j))) for j in range(8)])
-    aux = load(bd, row, bd.add(p, c64(L.aux + 4 * i)), I32)
     sb = ir.Constant(vec(I8, 4), ir.Undefined)
     for k in range(4):
         idx = bd.and_(bd.lshr(aux, ir.Constant(I32, 7 * k)), ir.Constant(I32, 127))
         sb = bd.insert_element(sb, _at(bd, ks, idx), ir.Constant(I32, k))
-    return _signed(bd, mags, sb)
+    return sb
+
+
+def _iq3_xxs_values(bd, row, p, i):
+    L = IQ3_XXS.layout
+    grid = _table(bd, "iq3xxs_grid", I32, IQ3XXS_GRID)
+    mags = _grid_values(bd, grid, [_byte(bd, row, bd.add(p, c64(L.qs + 8 * i + j))) for j in range(8)])
+    return _signed(bd, mags, _ksigns(bd, load(bd, row, bd.add(p, c64(L.aux + 4 * i)), I32)))
 
 
 def _iq3_xxs_scales(bd, row, p):
@@ -209,8 +268,129 @@ def _iq3_s_scales(bd, row, p):
     return bd.fmul(splat(bd, f16(bd, row, bd.add(p, c64(L.d))), 8), bd.uitofp(odd, vec(F32T, 8)))
 
 
-def _int8_groups(fmt, values, scales):
-    """The record of a 256-element format from its groups' int8 values and its <8 x float> scales."""
+def _iq2_xxs_values(bd, row, p, i):
+    L = IQ2_XXS.layout
+    grid = _table(bd, "iq2xxs_grid", I64, IQ2XXS_GRID)
+    mags = _grid_values(bd, grid, [_byte(bd, row, bd.add(p, c64(L.qs + 8 * i + j))) for j in range(4)], I64)
+    return _signed(bd, mags, _ksigns(bd, load(bd, row, bd.add(p, c64(L.qs + 8 * i + 4)), I32)))
+
+
+def _iq2_xxs_scales(bd, row, p):
+    L = IQ2_XXS.layout
+    q = load(bd, row, bd.add(p, c64(L.qs)), vec(I32, 16))
+    aux = bd.shuffle_vector(q, q, const(I32, range(1, 16, 2)))
+    ls = bd.uitofp(bd.lshr(aux, splat_c(I32, 28, 8)), vec(F32T, 8))
+    d = splat(bd, f16(bd, row, bd.add(p, c64(L.d))), 8)
+    return bd.fmul(bd.fmul(d, bd.fadd(splat_c(F32T, 0.5, 8), ls)), splat_c(F32T, 0.25, 8))
+
+
+def _iq2_xs_values(bd, row, p, i):
+    """Entries 4i .. 4i + 3: u16 q, grid index q & 511, KSIGNS index q >> 9."""
+    L = IQ2_XS.layout
+    grid = _table(bd, "iq2xs_grid", I64, IQ2XS_GRID)
+    ks = _table(bd, "ksigns_iq2xs", I8, KSIGNS)
+    qs = [bd.zext(load(bd, row, bd.add(p, c64(L.qs + 8 * i + 2 * k)), I16), I32) for k in range(4)]
+    mags = _grid_values(bd, grid, [bd.and_(q, ir.Constant(I32, 511)) for q in qs], I64)
+    sb = ir.Constant(vec(I8, 4), ir.Undefined)
+    for k, q in enumerate(qs):
+        sb = bd.insert_element(sb, _at(bd, ks, bd.lshr(q, ir.Constant(I32, 9))), ir.Constant(I32, k))
+    return _signed(bd, mags, sb)
+
+
+def _iq2_s_values(bd, row, p, i):
+    """Entries 4i .. 4i + 3: qs byte plus 2 bits of qh[i] as bits 8-9; their sign bytes as stored."""
+    L = IQ2_S.layout
+    grid = _table(bd, "iq2s_grid", I64, IQ2S_GRID)
+    qh = _byte(bd, row, bd.add(p, c64(L.qh + i)))
+    idx = [bd.or_(_byte(bd, row, bd.add(p, c64(L.qs + 4 * i + k))),
+                  bd.shl(bd.and_(bd.lshr(qh, ir.Constant(I32, 2 * k)), ir.Constant(I32, 3)), ir.Constant(I32, 8)))
+           for k in range(4)]
+    return _signed(bd, _grid_values(bd, grid, idx, I64), load(bd, row, bd.add(p, c64(L.signs + 4 * i)), vec(I8, 4)))
+
+
+def _iq2_scales16(fmt):
+    """iq2_xs / iq2_s: (2 ls_s + 1 as <16 x i16>, (d * (0.5 + ls_s)) * 0.25 as <16 x float>, d / 8)."""
+    L = fmt.layout
+
+    def scales(bd, row, p):
+        raw = load(bd, row, bd.add(p, c64(L.scales)), vec(I8, 8))
+        ls = bd.shuffle_vector(raw, raw, const(I32, [s // 2 for s in range(16)]))
+        ls = bd.and_(bd.lshr(ls, const(I8, [4 * (s % 2) for s in range(16)])), splat_c(I8, 15, 16))
+        d = f16(bd, row, bd.add(p, c64(L.d)))
+        exact = bd.fmul(bd.fmul(splat(bd, d, 16), bd.fadd(splat_c(F32T, 0.5, 16), bd.uitofp(ls, vec(F32T, 16)))),
+                        splat_c(F32T, 0.25, 16))
+        odd = bd.or_(bd.shl(bd.zext(ls, vec(I16, 16)), splat_c(I16, 1, 16)), splat_c(I16, 1, 16))  # 2 ls + 1
+        return odd, exact, bd.fmul(d, ir.Constant(F32T, 0.125))
+
+    return scales
+
+
+# iq1: w = 8 * grid + 1 - 2 * (delta's sign bit), so that grid + delta = w * IQ1S_DELTA exactly
+assert IQ1S_DELTA == 1 / 8
+
+
+def _iq1_w(bd, grid_idx, neg):
+    """4 iq1s_grid entries (i32 indices) and their delta signs (<4 x i1>, true: -1/8) -> <32 x i8> w."""
+    g = _grid_values(bd, _table(bd, "iq1s_grid", I64, IQ1S_GRID), grid_idx, I64)
+    pm = bd.select(neg, splat_c(I8, -1, 4), splat_c(I8, 1, 4))
+    return bd.add(bd.shl(g, splat_c(I8, 3, G)), bd.shuffle_vector(pm, pm, const(I32, [e // 8 for e in range(G)])))
+
+
+def _iq1_s_values(bd, row, p, i):
+    L = IQ1_S.layout
+    qh = bd.zext(load(bd, row, bd.add(p, c64(L.qh + 2 * i)), I16), I32)
+    idx = [bd.or_(_byte(bd, row, bd.add(p, c64(L.qs + 4 * i + k))),
+                  bd.shl(bd.and_(bd.lshr(qh, ir.Constant(I32, 3 * k)), ir.Constant(I32, 7)), ir.Constant(I32, 8)))
+           for k in range(4)]
+    neg = bd.icmp_unsigned("!=", bd.and_(qh, ir.Constant(I32, 0x8000)), ir.Constant(I32, 0))  # the group's delta
+    return _iq1_w(bd, idx, splat(bd, neg, 4))
+
+
+def _iq1_s_scales(bd, row, p):
+    """<8 x float>: d * (2 ls_i + 1) / 8."""
+    L = IQ1_S.layout
+    qh = load(bd, row, bd.add(p, c64(L.qh)), vec(I16, 8))
+    odd = bd.or_(bd.and_(bd.lshr(qh, splat_c(I16, 11, 8)), splat_c(I16, 14, 8)), splat_c(I16, 1, 8))  # 2 ls + 1
+    d = splat(bd, f16(bd, row, bd.add(p, c64(L.d))), 8)
+    return bd.fmul(bd.fmul(d, bd.uitofp(odd, vec(F32T, 8))), splat_c(F32T, IQ1S_DELTA, 8))
+
+
+def _iq1_m_values(bd, row, p, i):
+    L = IQ1_M.layout
+    nibs = [bd.lshr(_byte(bd, row, bd.add(p, c64(L.qh + 2 * i + k // 2))), ir.Constant(I32, 4 * (k % 2)))
+            for k in range(4)]
+    idx = [bd.or_(_byte(bd, row, bd.add(p, c64(L.qs + 4 * i + k))),
+                  bd.shl(bd.and_(nib, ir.Constant(I32, 7)), ir.Constant(I32, 8))) for k, nib in enumerate(nibs)]
+    neg = ir.Constant(vec(ir.IntType(1), 4), ir.Undefined)
+    for k, nib in enumerate(nibs):
+        bit = bd.icmp_unsigned("!=", bd.and_(nib, ir.Constant(I32, 8)), ir.Constant(I32, 0))
+        neg = bd.insert_element(neg, bit, ir.Constant(I32, k))
+    return _iq1_w(bd, idx, neg)
+
+
+def _iq1_m_scales16(bd, row, p):
+    """(2 ls_s + 1 as <16 x i16>, d * (2 ls_s + 1) / 8 as <16 x float>, d / 8); d from the top
+    nibbles of the 4 scale words."""
+    L = IQ1_M.layout
+    sc = load(bd, row, bd.add(p, c64(L.scales)), vec(I16, 4))
+    top = bd.lshr(sc, splat_c(I16, 12, 4))
+    dbits = None
+    for k in range(4):
+        part = bd.shl(bd.extract_element(top, ir.Constant(I32, k)), ir.Constant(I16, 4 * k))
+        dbits = part if dbits is None else bd.or_(dbits, part)
+    d = bd.fpext(bd.bitcast(dbits, ir.HalfType()), F32T)
+    ls = bd.shuffle_vector(sc, sc, const(I32, [s // 4 for s in range(16)]))
+    ls = bd.and_(bd.lshr(ls, const(I16, [3 * (s % 4) for s in range(16)])), splat_c(I16, 7, 16))
+    odd = bd.or_(bd.shl(ls, splat_c(I16, 1, 16)), splat_c(I16, 1, 16))
+    exact = bd.fmul(bd.fmul(splat(bd, d, 16), bd.uitofp(odd, vec(F32T, 16))), splat_c(F32T, IQ1S_DELTA, 16))
+    return odd, exact, bd.fmul(d, ir.Constant(F32T, IQ1S_DELTA))
+
+
+def int8_groups(fmt, values, scales, zero=ZERO):
+    """The record of a 256-element format from its groups' int8 values and its <8 x float> scales;
+    the planes kernels dot value + zero, unsigned (zero: at least minus the least value; a small
+    zero for small values, emit_ternary's, keeps the zero point's sums from cancelling most of the
+    dot's f32 bits)."""
     L = fmt.layout
     n = L.sub_blocks
 
@@ -229,13 +409,61 @@ def _int8_groups(fmt, values, scales):
         for row in rows:
             sv = bd.fmul(scales(bd, row, p), xs8)
             svs.append(_per16(bd, sv, n))
-            units.append(_units(bd, [bd.xor(values(bd, row, p, i), splat_c(I8, -128, G)) for i in range(n)]))
+            shift = (lambda v: bd.xor(v, splat_c(I8, -128, G))) if zero == ZERO else \
+                (lambda v: bd.add(v, splat_c(I8, zero, G)))
+            units.append(_units(bd, [shift(values(bd, row, p, i)) for i in range(n)]))
             lane_scales.append(_lane_scales(bd, sv, n))
         return PlanesBlocks(units, lane_scales, None, concat(bd, svs))
 
-    return CpuFormat(fmt, block=block, words=words_, planes=planes, planes_zero=ZERO)
+    return CpuFormat(fmt, block=block, words=words_, planes=planes, planes_zero=zero)
+
+
+def _int8_sub16(fmt, values, scales16):
+    """The record of a 256-element format from its groups' int8 values v and, per 16 elements, an
+    odd integer m, the scale s as the numpy decode computes it and a common base b with s = b * m
+    exactly: the blocks' weights m * v (at most 31 * 43) with scale b, their exact decode s * v; the
+    words and planes kernels dot v and take the scales s per 16 elements (words_sub16; lane i of
+    planes unit u: 16 elements 4u + i // 4)."""
+    L = fmt.layout
+    n = L.sub_blocks
+    per_group = lambda i: const(I32, [2 * i] * (G // 2) + [2 * i + 1] * (G // 2))  # noqa: E731
+
+    def block(bd, row, blk):
+        p = bd.mul(blk, c64(L.block_bytes))
+        mult, exact, base = scales16(bd, row, p)
+        w, ex = [], []
+        for i in range(n):
+            v = bd.sext(values(bd, row, p, i), vec(I16, G))
+            w.append(bd.mul(v, bd.shuffle_vector(mult, mult, per_group(i))))
+            ex.append((bd.shuffle_vector(exact, exact, per_group(i)), v))
+        return Block(w, splat(bd, base, n), None, ex)
+
+    def words_(bd, row, b0, nb):
+        p = bd.mul(b0, c64(L.block_bytes))
+        _, exact, _ = scales16(bd, row, p)
+        groups = [signed_bytes(bd, words(bd, values(bd, row, p, i))) for i in range(n)]
+        return WordChunk(groups, bd.shuffle_vector(exact, exact, const(I32, SUB16_ORDER)), None)
+
+    def planes(bd, rows, fb, nblk, xs8):
+        p = bd.mul(fb, c64(L.block_bytes))
+        xs16 = bd.shuffle_vector(xs8, xs8, const(I32, [s // 2 for s in range(2 * n)]))
+        units, lane_scales, svs = [], [], []
+        for row in rows:
+            sv = bd.fmul(scales16(bd, row, p)[1], xs16)
+            svs.append(sv)
+            units.append(_units(bd, [bd.xor(values(bd, row, p, i), splat_c(I8, -128, G)) for i in range(n)]))
+            lane_scales.append([bd.shuffle_vector(sv, sv, const(I32, [4 * u + i // 4 for i in range(LANES)]))
+                                for u in range(n // 2)])
+        return PlanesBlocks(units, lane_scales, None, concat(bd, svs))
+
+    return CpuFormat(fmt, block=block, words=words_, planes=planes, planes_zero=ZERO, words_sub16=True)
 
 
 RECORDS = [CpuFormat(IQ4_NL, block=_iq4_nl, words=_iq4_nl_words, planes=_iq4_nl_planes, planes_zero=ZERO),
+           CpuFormat(MXFP4, block=_mxfp4, words=_mxfp4_words, planes=_mxfp4_planes, planes_zero=ZERO_MXFP4),
            CpuFormat(IQ4_XS, block=_iq4_xs, words=_iq4_xs_words, planes=_iq4_xs_planes, planes_zero=ZERO),
-           _int8_groups(IQ3_XXS, _iq3_xxs_values, _iq3_xxs_scales), _int8_groups(IQ3_S, _iq3_s_values, _iq3_s_scales)]
+           int8_groups(IQ3_XXS, _iq3_xxs_values, _iq3_xxs_scales), int8_groups(IQ3_S, _iq3_s_values, _iq3_s_scales),
+           int8_groups(IQ2_XXS, _iq2_xxs_values, _iq2_xxs_scales),
+           _int8_sub16(IQ2_XS, _iq2_xs_values, _iq2_scales16(IQ2_XS)),
+           _int8_sub16(IQ2_S, _iq2_s_values, _iq2_scales16(IQ2_S)),
+           int8_groups(IQ1_S, _iq1_s_values, _iq1_s_scales), _int8_sub16(IQ1_M, _iq1_m_values, _iq1_m_scales16)]

@@ -2,8 +2,8 @@
 code, and the calls the kernels make through it.
 
 A record holds a format's emitters (emit_floats.py, emit_legacy.py, emit_k_quants.py,
-emit_iq.py) and the few facts the kernels need of it (a min per group, the zero point the planes
-kernels take off, ...); the kernels (kernels_decode.py, kernels_prefill.py, amx.py) ask the
+emit_iq.py, emit_ternary.py) and the few facts the kernels need of it (a min per group, the zero
+point the planes kernels take off, ...); the kernels (kernels_decode.py, kernels_prefill.py, amx.py) ask the
 record, never a format's name. Adding a format: its description in fuelcli/formats, its emitters
 and record in the emit module of its kind (listed below), its CUDA decoder (backends/cuda/kernels/); the check below catches a format the
 registry has without a CPU record.
@@ -14,11 +14,12 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ...formats import BY_CODE
-from . import emit_floats, emit_iq, emit_k_quants, emit_legacy
+from . import emit_floats, emit_iq, emit_k_quants, emit_legacy, emit_ternary
 from .emit import PLANES_KBLOCK, Block, CpuFormat, PlanesBlocks, WordChunk  # noqa: F401 (core.py's layout)
 from .irgen import F32T, G, I32, const, splat, vec
 
-CPU: dict[int, CpuFormat] = {r.code: r for m in (emit_floats, emit_legacy, emit_k_quants, emit_iq) for r in m.RECORDS}
+CPU: dict[int, CpuFormat] = {r.code: r for m in (emit_floats, emit_legacy, emit_k_quants, emit_iq, emit_ternary)
+                         for r in m.RECORDS}
 assert set(CPU) == {f.code for f in BY_CODE}, "a format in fuelcli/formats has no CPU record"
 
 
