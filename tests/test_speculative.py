@@ -342,6 +342,20 @@ def test_draft_model_costs_leave_the_prompt_out(pair, monkeypatch):
     assert len(drafts2) == 3 and drafter.draft_s < 0.1
 
 
+def test_speculation_loads_the_wide_kernels_before_timing(pair):
+    """ready_engine(rows=True) (speculation on, several slots) loads the B-wide decode kernels before
+    any timing; without it the first verify does (the control)."""
+    from fuelcli.cli.textgen import ready_engine
+
+    engine, _ = ready_engine(pair[0], 64, None, quiet=True, rows=True)
+    assert engine._wide
+    plain, _ = ready_engine(pair[0], 64, None, quiet=True)
+    assert not plain._wide
+    plain.prefill([1, 2, 3])
+    plain.verify([4, 5])
+    assert plain._wide
+
+
 def test_draft_length_follows_the_costs():
     fixed = S.DraftLength(4, fixed=True)
     assert fixed.choose(10, 0.0) == 4 and fixed.choose(2, 0.0) == 2 and fixed.choose(0, 0.0) == 0

@@ -82,6 +82,10 @@ class Engine(ABC):
         a command says before it starts). A backend that cannot tell says True."""
         return True
 
+    def warm_up_rows(self):
+        """Compiles or loads what a forward of several decode rows runs (a verify, a step of several
+        sequences), so that no timing pays it; nothing where there is no such code."""
+
     def warm_up(self):
         """One token through the model, then forgotten: the one-time costs of a first forward (a JIT
         compile or loading compiled kernels, paging in the weights) are paid here, before any timing.

@@ -217,7 +217,7 @@ def _speculation(model, speculating, prompt, file, n_gen, compare, repetitions, 
     n_ctx = len(ids) + n + 1
     if n_ctx > m.cfg.max_position:
         raise InputError(f"the prompt and -n need a context of {n_ctx}; the model's is {m.cfg.max_position}")
-    engine, _ = ready_engine(m, n_ctx, device, quiet=True, cache_type=cache_type)
+    engine, _ = ready_engine(m, n_ctx, device, quiet=True, cache_type=cache_type, rows=True)
     engine.free_cpus = None  # a benchmark runs on its thread count throughout, as its peer does
     params = SamplerParams(temp=0.0)
     first = speculating.build(m, params, n_ctx, device, cache_type)

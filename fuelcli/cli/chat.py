@@ -89,7 +89,7 @@ def chat(
     if not tok.chat_template:
         raise InputError("fuel chat needs a chat template; this model has none (give --chat-template FILE)")
     speculating.open(m)
-    engine, _ = ready_engine(m, n_ctx, device, quiet=False, cache_type=cache_type)
+    engine, _ = ready_engine(m, n_ctx, device, quiet=False, cache_type=cache_type, rows=speculating.on)
     session = ChatSession(engine, tok, sampler, m.eos_ids(), system, kwargs, [unescape(s) for s in stop],
                           max_tokens if max_tokens > 0 else None,
                           speculating.build(m, params, n_ctx, device, cache_type))

@@ -108,7 +108,7 @@ def run(
 
         constraint = Constraint(wanted, tok, m.cfg.vocab_size, m.eos_ids())
     sampler = Sampler(params, constraint)
-    engine, compile_s = ready_engine(m, n_ctx, device, quiet, cache_type)
+    engine, compile_s = ready_engine(m, n_ctx, device, quiet, cache_type, rows=speculating.on)
     spec = speculating.build(m, params, n_ctx, device, cache_type)
     stats = Stats(compile_s=compile_s)
     pieces, interrupted = [], False

@@ -102,7 +102,8 @@ def serve(
     kwargs = template_options(tok, None, chat_template_kwargs)
     speculating.open(m)
     # loads or compiles the kernels before serving
-    engine, _ = ready_engine(m, n_ctx, device, quiet=False, cache_type=cache_type, slots=parallel)
+    engine, _ = ready_engine(m, n_ctx, device, quiet=False, cache_type=cache_type, slots=parallel,
+                             rows=speculating.on)
     spec = speculating.build(m, SamplerParams(), n_ctx, device, cache_type)  # each request's settings: start()
     served = ServedModel(id=m.source.name, names={m.source.name, model}, tokenizer=tok, n_ctx=n_ctx,
                          vocab_size=m.cfg.vocab_size, eos_ids=m.eos_ids(), created=int(time.time()),

@@ -115,8 +115,10 @@ def show_prompt(tok, ids: list[int], label: str = "prompt"):
         err(f"{i:6d} -> {piece!r}")
 
 
-def ready_engine(m, n_ctx: int, device: str | None, quiet: bool, cache_type: str = "f32", slots: int = 1):
-    """An engine of n_ctx positions (for each of `slots` sequences), warmed up; also the compile
+def ready_engine(m, n_ctx: int, device: str | None, quiet: bool, cache_type: str = "f32", slots: int = 1,
+                 rows: bool = False):
+    """An engine of n_ctx positions (for each of `slots` sequences), warmed up (with `rows` or
+    several slots also for forwards of several decode rows: speculation's verify); also the compile
     time when this run compiled the kernels (0.0 when they came from the cache), so that no timing
     includes it. The start is over: the garbage collector resumes (process/collector.py)."""
     from ..backends import make_engine
@@ -130,6 +132,8 @@ def ready_engine(m, n_ctx: int, device: str | None, quiet: bool, cache_type: str
             "cached afterwards)...")
     t0 = time.perf_counter()
     engine.warm_up()
+    if rows or slots > 1:
+        engine.warm_up_rows()
     compile_s = time.perf_counter() - t0 if compiling else 0.0
     collector.resume(collect=compiling)
     return engine, compile_s
@@ -181,5 +185,6 @@ class SpeculationOptions:
 
         engine = make_engine(self.draft.cfg, self.draft.weights, n_ctx=n_ctx, device=device, cache_type=cache_type)
         engine.warm_up()
+        engine.warm_up_rows()  # a round's new tokens go through its decode kernels (DraftModel.follow)
         return speculative.draft_model(engine, m.cfg.vocab_size, params, self.draft_max,
                                        speculative.DRAFT_P_MIN if self.p_min is None else self.p_min)

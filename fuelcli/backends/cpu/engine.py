@@ -226,14 +226,14 @@ class CpuEngine(Engine):
         if T > self.act.last.shape[0]:
             raise InputError(f"a verify step takes at most {self.act.last.shape[0]} tokens, got {T}")
         if T > 1:
-            self._load_wide()
+            self.warm_up_rows()
         logits = np.empty((T, self.cfg.vocab_size), np.float32)
         self._run(*self._args(tokens, self._segs([(slot, held + i, 1) for i in range(T)]), False, logits,
                                   np.empty((0, 1, 1), np.float32)))
         self.positions[slot] += T
         return logits
 
-    def _load_wide(self):
+    def warm_up_rows(self):
         """The B-wide decode kernels into the kernel table (compiled, or loaded from the cache, once)."""
         if not self._wide:
             add_wide(self.kern, self.codes, self._isa)
@@ -252,7 +252,7 @@ class CpuEngine(Engine):
         if T > self.n_batch:
             raise InputError(f"a step of {T} tokens exceeds the engine's {self.n_batch} rows")
         if len(batch) > 1:  # several decode rows (at least the logits' rows)
-            self._load_wide()
+            self.warm_up_rows()
         order = sorted(range(len(batch)), key=lambda i: len(ids[i]) > 1)  # one-token sequences first
         segs = self._segs([(slots[i], self.positions[slots[i]], len(ids[i])) for i in order])
         logits = self._last[:len(batch)]
