@@ -331,7 +331,9 @@ def test_bad_input(tiny, args):
                                   ["--lookup-decoding", "-n", "64,128"], ["--lookup-decoding", "-n", "1"],
                                   ["--lookup-decoding", "-o", "csv"], ["--lookup-decoding", "--draft-model", "x"],
                                   ["--lookup-decoding", "--compare", "transformers"], ["--draft-max", "4"],
-                                  ["--lookup-decoding", "-f", "/nonexistent/prompt.txt"]])
+                                  ["--lookup-decoding", "-f", "/nonexistent/prompt.txt"],
+                                  ["--lookup-decoding", "-p", "64"], ["--lookup-decoding", "-d", "128"],
+                                  ["--lookup-decoding", "--parallel", "2"]])
 def test_speculation_bad_input(tiny, args):
     r = CliRunner().invoke(app, ["bench", str(tiny), "--no-progress", *args])
     assert isinstance(r.exception, InputError), (args, r.output)

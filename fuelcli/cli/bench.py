@@ -68,6 +68,10 @@ def bench(
     if file is not None and not speculating.on:
         raise InputError("-f/--file needs --lookup-decoding or --draft-model (the prompt of a speculation run)")
     if speculating.on:
+        unused = [f for f, v, default in (("-p", n_prompt, "512"), ("-d", depth, "0"), ("--parallel", parallel, "1"))
+                  if v != default]
+        if unused:
+            raise InputError(f"{unused[0]} does not apply to a speculation run (greedy -n tokens after the prompt)")
         return _speculation(model, speculating, prompt, file, n_gen, compare, repetitions, threads, output,
                             progress, device, cache_type, revision, hf_file)
     if output not in B.RENDERERS:
@@ -221,6 +225,8 @@ def _speculation(model, speculating, prompt, file, n_gen, compare, repetitions, 
     engine.free_cpus = None  # a benchmark runs on its thread count throughout, as its peer does
     params = SamplerParams(temp=0.0)
     first = speculating.build(m, params, n_ctx, device, cache_type)
+    if speculating.draft is not None:
+        first.drafter.engine.free_cpus = None
     peer = B.PeerRunner(kind, n_threads, path=str(m.source.path), name=m.source.name, n_ctx=n_ctx,
                         n_batch=512) if kind is not None else None
     tick = (lambda d: print(f"  {d}", file=sys.stderr)) if progress else (lambda d: None)  # noqa: E731
