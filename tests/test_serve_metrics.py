@@ -5,6 +5,7 @@ busy; off by default (501 naming the flag), behind the API key when there is one
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -59,6 +60,23 @@ def test_queue_gauges_while_busy(served):
     for t in threads:
         t.join()
     assert scrape(s)["fuel_requests_total{endpoint=chat,finish_reason=length}"] == 3
+
+
+def test_a_finished_reply_is_counted(served, monkeypatch):
+    """A client that has its whole answer finds it in /metrics: the worker counts a request before
+    its reply ends (a slow count here widens the window; counted after, the scrape saw 0)."""
+    from fuelcli.serve.metrics import Metrics
+
+    finished = Metrics.finished
+
+    def slow(self, *a, **k):
+        time.sleep(0.3)
+        finished(self, *a, **k)
+
+    monkeypatch.setattr(Metrics, "finished", slow)
+    s = served(metrics=True)
+    chat(s, "hi", max_tokens=3)
+    assert scrape(s)["fuel_requests_total{endpoint=chat,finish_reason=length}"] == 1
 
 
 def test_the_parser_discriminates():

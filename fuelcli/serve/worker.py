@@ -230,9 +230,9 @@ class EngineWorker:
                 self.engine.reset()
                 self.cached = [[] for _ in range(self.engine.slots)]
                 for r in list(self.running.values()):
+                    self.metrics.finished(r.job.kind, "error", Stats(), time.perf_counter() - r.job.arrived)
                     r.job.emit(Failed(APIError(500, f"generation failed: {type(e).__name__}: {e}",
                                                type="server_error")))
-                    self.metrics.finished(r.job.kind, "error", Stats(), time.perf_counter() - r.job.arrived)
                 self.running.clear()
         for r in list(self.running.values()):  # stopping: the jobs left end as cancelled
             self._end(r, "cancelled")
@@ -247,8 +247,8 @@ class EngineWorker:
             if job is None:
                 return False
             if job.cancelled:
-                job.emit(Done("cancelled", Stats()))
                 self.metrics.finished(job.kind, "cancelled", Stats(), time.perf_counter() - job.arrived)
+                job.emit(Done("cancelled", Stats()))
                 continue
             slot = self._slot_for(job.prompt_ids)
             held = min(common_prefix(self.cached[slot], job.prompt_ids), len(job.prompt_ids) - 1)
@@ -306,9 +306,10 @@ class EngineWorker:
         self.running.pop(r.slot, None)
         s = r.stats
         s.prefill_s = s.prefill_s or time.perf_counter() - r.started  # a job cancelled in its prompt
-        r.job.emit(Done(finish, s))
-        self._job_seconds = 0.8 * self._job_seconds + 0.2 * (time.perf_counter() - r.started)
+        # counted before the reply ends: a client that has its answer finds it in /metrics
         self.metrics.finished(r.job.kind, finish, s, time.perf_counter() - r.job.arrived)
+        self._job_seconds = 0.8 * self._job_seconds + 0.2 * (time.perf_counter() - r.started)
+        r.job.emit(Done(finish, s))
         fresh = s.prompt_tokens - s.cached_tokens
         pp = fresh / s.prefill_s if s.prefill_s else 0.0
         tg = s.decode_steps / s.decode_s if s.decode_s else 0.0
