@@ -26,6 +26,7 @@ from fuelcli.text import speculative as S
 from fuelcli.text.generate import Sampler, SamplerParams, Stats, sample_steps
 
 sys.path.insert(0, str(Path(__file__).parent))
+from test_bench import bench  # noqa: E402
 from tiny_models import VOCAB, write_byte_tokenizer  # noqa: E402
 
 GREEDY = dict(temp=0.0, top_k=0, top_p=1.0, min_p=0.0)
@@ -562,14 +563,6 @@ def test_serve_refuses_speculation_on_several_slots(pair):
 # --- a real pair: SmolLM2-135M's bf16 directory, its Q4_1 GGUF drafting -----------------------------
 
 # --- fuel bench --lookup-decoding -------------------------------------------------------------
-
-def bench(*args) -> str:
-    r = CliRunner().invoke(app, ["bench", *map(str, args), "--no-progress"])
-    if r.exception is not None and not isinstance(r.exception, SystemExit):
-        raise r.exception
-    assert r.exit_code == 0, r.output
-    return r.stdout
-
 
 def test_speculation_bench(pair):
     """--lookup-decoding: both sides decode -n tokens greedily, the same text, a rate each; drafted and

@@ -64,40 +64,43 @@ def _per16(bd, sv, ngroups):
     return bd.shuffle_vector(sv, sv, const(I32, [s // 2 for s in range(2 * ngroups)]))
 
 
-# ------------------------------------------------------------------ iq4_nl
+# ------------------------------------------------------------------ iq4_nl, mxfp4
 
 
-def _iq4_nl(bd, row, blk):
-    L = IQ4_NL.layout
-    p = bd.mul(blk, c64(L.block_bytes))
-    w = bd.sext(_values(bd, row, bd.add(p, c64(L.qs))), vec(I16, G))
-    return Block([w], lanes(bd, f16(bd, row, bd.add(p, c64(L.d)))), None)
+def _table32(fmt, table, zero, block_scale, scale_lanes, scale_off):
+    """The record of a 32-element format whose nibbles index a 16-value table (iq4_nl, mxfp4), with
+    its scale per block: block_scale(bd, row, off) -> <1 x float> (the exact decode's),
+    scale_lanes(bd, row, offsets) -> <n x float>; the planes kernels dot value + zero."""
+    L = fmt.layout
+    unsigned = [v + zero for v in table]
+
+    def block(bd, row, blk):
+        p = bd.mul(blk, c64(L.block_bytes))
+        w = bd.sext(_values(bd, row, bd.add(p, c64(L.qs)), table), vec(I16, G))
+        return Block([w], block_scale(bd, row, bd.add(p, c64(scale_off))), None)
+
+    def words_(bd, row, b0, n):
+        at = [bd.mul(bd.add(b0, c64(j)), c64(L.block_bytes)) for j in range(n)]
+        groups = [_word_values(bd, row, bd.add(p, c64(L.qs)), table) for p in at]
+        return WordChunk(groups, scale_lanes(bd, row, [bd.add(p, c64(scale_off)) for p in at]), None)
+
+    def planes(bd, rows, b0, nblk, xs):
+        units, lane_scales, svs = [], [], []
+        base = bd.mul(b0, c64(L.block_bytes))
+        at = lambda j, off: bd.add(base, c64(j * L.block_bytes + off))  # noqa: E731
+        for row in rows:
+            sv = bd.fmul(scale_lanes(bd, row, [at(j, scale_off) for j in range(nblk)]), xs)
+            svs.append(_per16(bd, sv, nblk))
+            units.append(_units(bd, [_values(bd, row, at(j, L.qs), unsigned) for j in range(nblk)]))
+            lane_scales.append(_lane_scales(bd, sv, nblk))
+        return PlanesBlocks(units, lane_scales, None, concat(bd, svs))
+
+    return CpuFormat(fmt, block=block, words=words_, planes=planes, planes_zero=zero)
 
 
-def _iq4_nl_words(bd, row, b0, n):
-    L = IQ4_NL.layout
-    at = [bd.mul(bd.add(b0, c64(j)), c64(L.block_bytes)) for j in range(n)]
-    groups = [_word_values(bd, row, bd.add(p, c64(L.qs))) for p in at]
-    return WordChunk(groups, f16_lanes(bd, row, [bd.add(p, c64(L.d)) for p in at]), None)
-
-
-def _iq4_nl_planes(bd, rows, b0, nblk, xs):
-    L = IQ4_NL.layout
-    units, lane_scales, svs = [], [], []
-    base = bd.mul(b0, c64(L.block_bytes))
-    at = lambda j, off: bd.add(base, c64(j * L.block_bytes + off))  # noqa: E731
-    for row in rows:
-        sv = bd.fmul(f16_lanes(bd, row, [at(j, L.d) for j in range(nblk)]), xs)
-        svs.append(_per16(bd, sv, nblk))
-        units.append(_units(bd, [_values(bd, row, at(j, L.qs), UNSIGNED) for j in range(nblk)]))
-        lane_scales.append(_lane_scales(bd, sv, nblk))
-    return PlanesBlocks(units, lane_scales, None, concat(bd, svs))
-
-
-# ------------------------------------------------------------------ mxfp4
-
-ZERO_MXFP4 = 12  # its planes dot value + 12 (0..24): with 128 the zero point's sums would cancel
-UNSIGNED_MXFP4 = [v + ZERO_MXFP4 for v in KVALUES_MXFP4]  # most of a dot of values up to 12
+# mxfp4's planes dot value + 12 (0..24): with 128 the zero point's sums would cancel most of a dot of
+# values up to 12
+ZERO_MXFP4 = 12
 
 
 def _e8m0_lanes(bd, row, offsets):
@@ -111,33 +114,6 @@ def _e8m0_lanes(bd, row, offsets):
     bits = bd.select(small, bd.shl(splat_c(I32, 0x00200000, n), e),
                      bd.shl(bd.sub(e, splat_c(I32, 1, n)), splat_c(I32, 23, n)))
     return bd.bitcast(bits, vec(F32T, n))
-
-
-def _mxfp4(bd, row, blk):
-    L = MXFP4.layout
-    p = bd.mul(blk, c64(L.block_bytes))
-    w = bd.sext(_values(bd, row, bd.add(p, c64(L.qs)), KVALUES_MXFP4), vec(I16, G))
-    return Block([w], _e8m0_lanes(bd, row, [bd.add(p, c64(L.e))]), None)
-
-
-def _mxfp4_words(bd, row, b0, n):
-    L = MXFP4.layout
-    at = [bd.mul(bd.add(b0, c64(j)), c64(L.block_bytes)) for j in range(n)]
-    groups = [_word_values(bd, row, bd.add(p, c64(L.qs)), KVALUES_MXFP4) for p in at]
-    return WordChunk(groups, _e8m0_lanes(bd, row, [bd.add(p, c64(L.e)) for p in at]), None)
-
-
-def _mxfp4_planes(bd, rows, b0, nblk, xs):
-    L = MXFP4.layout
-    units, lane_scales, svs = [], [], []
-    base = bd.mul(b0, c64(L.block_bytes))
-    at = lambda j, off: bd.add(base, c64(j * L.block_bytes + off))  # noqa: E731
-    for row in rows:
-        sv = bd.fmul(_e8m0_lanes(bd, row, [at(j, L.e) for j in range(nblk)]), xs)
-        svs.append(_per16(bd, sv, nblk))
-        units.append(_units(bd, [_values(bd, row, at(j, L.qs), UNSIGNED_MXFP4) for j in range(nblk)]))
-        lane_scales.append(_lane_scales(bd, sv, nblk))
-    return PlanesBlocks(units, lane_scales, None, concat(bd, svs))
 
 
 # ------------------------------------------------------------------ iq4_xs
@@ -461,8 +437,10 @@ def _int8_sub16(fmt, values, scales16):
     return CpuFormat(fmt, block=block, words=words_, planes=planes, planes_zero=ZERO, words_sub16=True)
 
 
-RECORDS = [CpuFormat(IQ4_NL, block=_iq4_nl, words=_iq4_nl_words, planes=_iq4_nl_planes, planes_zero=ZERO),
-           CpuFormat(MXFP4, block=_mxfp4, words=_mxfp4_words, planes=_mxfp4_planes, planes_zero=ZERO_MXFP4),
+RECORDS = [_table32(IQ4_NL, KVALUES, ZERO, lambda bd, row, off: lanes(bd, f16(bd, row, off)), f16_lanes,
+                    IQ4_NL.layout.d),
+           _table32(MXFP4, KVALUES_MXFP4, ZERO_MXFP4, lambda bd, row, off: _e8m0_lanes(bd, row, [off]), _e8m0_lanes,
+                    MXFP4.layout.e),
            CpuFormat(IQ4_XS, block=_iq4_xs, words=_iq4_xs_words, planes=_iq4_xs_planes, planes_zero=ZERO),
            int8_groups(IQ3_XXS, _iq3_xxs_values, _iq3_xxs_scales), int8_groups(IQ3_S, _iq3_s_values, _iq3_s_scales),
            int8_groups(IQ2_XXS, _iq2_xxs_values, _iq2_xxs_scales),
