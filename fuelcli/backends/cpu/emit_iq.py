@@ -337,13 +337,19 @@ def _iq1_s_scales(bd, row, p):
 
 
 def _iq1_m_values(bd, row, p, i):
+    """Entry k of group i: qs byte 4i + k plus bits 4k .. 4k + 2 of the group's 16 qh bits as bits
+    8-10, its delta's sign bit 4k + 3; the four +-1 byte runs from the four sign bits at once."""
     L = IQ1_M.layout
-    nibs = [bd.lshr(_byte(bd, row, bd.add(p, c64(L.qh + 2 * i + k // 2))), ir.Constant(I32, 4 * (k % 2)))
-            for k in range(4)]
+    qh = bd.zext(load(bd, row, bd.add(p, c64(L.qh + 2 * i)), I16), I32)
     idx = [bd.or_(_byte(bd, row, bd.add(p, c64(L.qs + 4 * i + k))),
-                  bd.shl(bd.and_(nib, ir.Constant(I32, 7)), ir.Constant(I32, 8))) for k, nib in enumerate(nibs)]
-    negs = [bd.icmp_unsigned("!=", bd.and_(nib, ir.Constant(I32, 8)), ir.Constant(I32, 0)) for nib in nibs]
-    return _iq1_w(bd, idx, negs)
+                  bd.shl(bd.and_(bd.lshr(qh, ir.Constant(I32, 4 * k)), ir.Constant(I32, 7)), ir.Constant(I32, 8)))
+           for k in range(4)]
+    g = _grid_values(bd, _table(bd, "iq1s_grid", I64, IQ1S_GRID), idx, I64)
+    bits = bd.and_(bd.lshr(splat(bd, bd.zext(qh, I64), 4), const(I64, [3, 7, 11, 15])), splat_c(I64, 1, 4))
+    # +-1 bytes: 0x01 each, or 0xFF where the sign bit is set (0x01 ^ 0xFE)
+    pm = bd.xor(splat_c(I64, 0x0101010101010101, 4),
+                bd.and_(bd.sub(splat_c(I64, 0, 4), bits), splat_c(I64, 0xFEFEFEFEFEFEFEFE - (1 << 64), 4)))
+    return bd.add(bd.shl(g, splat_c(I8, 3, G)), bd.bitcast(pm, vec(I8, G)))
 
 
 def _iq1_m_scales16(bd, row, p):
