@@ -297,9 +297,10 @@ def test_quantize_one_token_layout(isa):
     """One token also gets the layout its decode kernels read: on an ISA with the int8 planes,
     xq = 256 * hi + lo with both int8, then both planes again in the K-quants' layout (each
     256-element block's 4-element pieces transposed: unit u, lane i holds elements 16i + 4u ..
-    16i + 4u + 3) when K is a multiple of 256; elsewhere xq as words, each 32-block's even elements
-    then its odd ones. Every row gets the 16-element sums of xq (q2_k's prefill reads them).
-    Negative controls: more rows, no layout written; K = 288, no K-quant layout."""
+    16i + 4u + 3) for each full 256-element block of K; elsewhere xq as words, each 32-block's even
+    elements then its odd ones. Every row gets the 16-element sums of xq (q2_k's prefill reads
+    them). Negative controls: more rows, no layout written; K = 288, the K-quant layout of its first
+    256 elements only."""
     _, core = _kern(isa, [])
     x = np.stack(list(_x_cases(512).values()))
     x[1, 64:96] = -x[1, 64:96].max()  # a block whose most negative value is its largest magnitude
@@ -314,7 +315,13 @@ def test_quantize_one_token_layout(isa):
         assert np.array_equal(qx.xp[1536:2048], k_layout(qx.xp[512:1024]))
         assert not np.array_equal(qx.xp[1024:1536], qx.xp[:512])
         short = _prepared(x[1:, :288], core)
-        assert short.xp[:576].any() and not short.xp[576:].any()
+        sp = short.xp.astype(np.int32)
+        assert np.array_equal(256 * sp[:288] + sp[288:576], short.xq.astype(np.int32))
+        for p in range(2):  # hi, lo: the first block's K-quant layout, then nothing
+            at = 576 + 288 * p
+            assert np.array_equal(short.xp[at:at + 256], k_layout(short.xp[288 * p:288 * p + 256]))
+            assert not short.xp[at + 256:at + 288].any()
+        assert not short.xp[1152:].any()
     else:
         words = qx.xp[:1024].view(np.int16).reshape(-1, 2, 16)
         blocks = xq.reshape(-1, 16, 2)

@@ -48,7 +48,7 @@ def _quantize(isa, mod, name):
     (emit.CpuFormat.min_sub16, in prefill too). Rows t < n_dec (tokens that run the decode kernels)
     also get the layout those read, in xp + t * (4K + 64): on an ISA with the int8 planes
     (llvm.planes_isa), xp[k] = hi, xp[K + k] = lo with xq = 256 * hi + lo (hi = (xq + 128) >> 8),
-    both planes again from xp[2K] in the K-quants' layout when K is a multiple of their block
+    both planes again from xp[2K] in the K-quants' layout for each full block of theirs
     (unpack.PLANES_KBLOCK); elsewhere xp holds xq as int16 words, each 32-block's even elements and
     then its odd ones (the words kernels)."""
     fn, bd = func(mod, name, TASK_ARGS)
@@ -88,8 +88,9 @@ def _quantize(isa, mod, name):
                 for plane, off in ((hi, k), (lo, bd.add(K, k))):
                     bd.store(bd.trunc(plane, vec(I8, G)), bd.bitcast(bd.gep(xp, [off]), vec(I8, G).as_pointer()), align=1)
                 # then both planes again in the K-quants' layout (unpack.PLANES_KBLOCK elements a
-                # block): unit u, lane i of a block holds its elements 16i + 4u .. 16i + 4u + 3
-                with bd.if_then(bd.icmp_unsigned("==", bd.urem(K, c64(KB)), c64(0))):
+                # block): unit u, lane i of a block holds its elements 16i + 4u .. 16i + 4u + 3;
+                # every full block of K (a 32-element format's last K % KB run the plain planes)
+                with bd.if_then(bd.icmp_unsigned("<", k, bd.sub(K, bd.urem(K, c64(KB))))):
                     blk0 = bd.sub(k, bd.urem(k, c64(KB)))
                     row0 = bd.udiv(bd.urem(k, c64(KB)), c64(16))  # this 32-block's first row of 16
                     for p, plane in enumerate((hi, lo)):

@@ -99,7 +99,9 @@ def _planes(fmt):
                 scale = sv
             else:
                 qs = [load(bd, row, at(j, L.qs), vec(I8, 16)) for j in range(nblk)]
-                us = nibble_units(bd, qs, shift=fifth)
+                # q itself where a zero point comes off (the planes kernels subtract z times the
+                # activations' sums in the integer dot); Q4_1's high nibbles stay in place (16 * q)
+                us = nibble_units(bd, qs, shift=fifth or zero is not None)
                 if fifth:  # the 5th bits: + 16 where set (qh bit j: element j)
                     for u in range(len(us)):
                         bits = [bd.zext(load(bd, row, at(j, L.qh), I32), I64) for j in range(2 * u, min(2 * u + 2, nblk))]
@@ -107,9 +109,11 @@ def _planes(fmt):
                         set_ = bd.bitcast(mask, vec(ir.IntType(1), 64))
                         us[u] = bd.select(set_, bd.or_(us[u], splat_c(I8, 16, 64)), us[u])
                     scale = sv
-                else:  # the high nibbles' lanes: 1 / 16
+                elif zero is None:  # the high nibbles' lanes: 1 / 16
                     scale = concat(bd, [sv, bd.fmul(sv, splat_c(F32T, 1 / 16, nblk))])
-            hi16 = not (int8 or fifth)
+                else:
+                    scale = sv
+            hi16 = not (int8 or fifth or zero is not None)
             ls = []
             for u in range(len(us)):
                 idx = []

@@ -186,22 +186,51 @@ PLANES_ROWS = 2  # rows a planes decode kernel dots at once
 PLANES_AHEAD = 8  # rows ahead whose bytes a planes kernel asks for into L2 (see _decode_planes)
 
 
+def _klayout_units(bd, units):
+    """A 256-element chunk's four units (<64 x i8>, unit u: elements 64u .. 64u + 63) rearranged onto
+    the activations' K-quant layout: unit u, lane i holds elements 16i + 4u .. 16i + 4u + 3, that is
+    lane 4(i % 4) + u of plain unit i // 4 (a 4 x 4 transpose of dwords)."""
+    d = [bd.bitcast(u, vec(I32, E.LANES)) for u in units]
+    out = []
+    for u in range(4):
+        idx = const(I32, [16 * p + 4 * s + u for p in range(2) for s in range(4)])
+        a, b = bd.shuffle_vector(d[0], d[1], idx), bd.shuffle_vector(d[2], d[3], idx)
+        out.append(bd.bitcast(bd.shuffle_vector(a, b, const(I32, range(E.LANES))), vec(I8, E.PLANES_UNIT)))
+    return out
+
+
+def _klayout_scales(bd, scales):
+    """Plain units' lane scales (each uniform over a 16-element run) -> the K-quant layout's one
+    vector: lane i, the run 16i .. 16i + 15 (lane 4(i % 4) of plain unit i // 4)."""
+    idx = const(I32, [16 * p + 4 * s for p in range(2) for s in range(4)])
+    a, b = bd.shuffle_vector(scales[0], scales[1], idx), bd.shuffle_vector(scales[2], scales[3], idx)
+    return bd.shuffle_vector(a, b, const(I32, range(E.LANES)))
+
+
 def _decode_planes(isa, mod, code, name, B=1):
     """decode on the activations' int8 planes (avx512vnni: each format's planes emitter).
 
     Each unit of 64 weights is dotted with both planes, 64 multiply-adds per vpdpbusd: the high
-    plane's sums shifted left by 8 are the accumulator of the low plane's, the same int32 as the
-    int16 dot. One conversion and one FMA per unit, with the lane's scale (unpack.planes_blocks), or
-    per block where its units share one lane map (a record's planes_klayout: Q4_K and Q2_K, on the
-    activations' K-quant layout); two rows at a time share the activation loads and the vector work
-    of their scales. The zero point of q comes off at the end: z * sum over 16-element pieces of
-    scale * (the activations' sums there); mins per 16 elements (min_sub16) come on the same way.
-    The bytes PLANES_AHEAD rows on are fetched into L2 (prefetcht1): a Q4_K kernel read 17.6 -> 33
-    GB/s from DRAM with 2 threads (docs/performance.md) where prefetcht0 two groups ahead filled
-    L1's miss buffers (a C prototype, 16 matrices of 8960 x 1536 cycled). B tokens (DECODE_WIDTHS):
-    the first token's units serve every token; the emitter is asked again per token only for its
-    lane scales (they hold the token's activation scales), and its unit work there is dead code;
-    each token's steps are the one-token kernel's."""
+    plane's sums shifted left by 8 plus the low plane's are the int16 dot. A chunk of 256 elements
+    (one K-quant block, eight 32-element blocks) runs on the activations' K-quant layout (core.py's
+    quantize writes it for every full chunk): lane i of each of its four units holds elements of
+    the run 16i .. 16i + 15, which one scale covers, so the four units' dots sum in two int32
+    chains (high and low plane) and are converted and scaled once a chunk with one lane-scale
+    vector. A format whose emitter gives plain units (64 consecutive elements; every format but
+    planes_klayout's Q4_K and Q2_K) has them transposed onto that layout (_klayout_units: ~12
+    permutes a row and chunk, shared by every token of a B-wide kernel), its lane scales taken with
+    the activation scales at 1 (weights only) and multiplied by each token's. A zero point z of q
+    comes off in the integer dot there: the low chain starts from -z times the activations'
+    16-element sums (exact). A 32-element format's last blocks (in pairs, then one) go a unit at a
+    time: one conversion and FMA per unit, the zero point off at the end with the activations'
+    16-element sums times each 16 elements' scale. Mins (mins_per_group) come on at the end the
+    same way. Two rows at a time share the activation loads. The bytes PLANES_AHEAD rows on are
+    fetched into L2 (prefetcht1): a Q4_K kernel read 17.6 -> 33 GB/s from DRAM with 2 threads
+    (docs/performance.md) where prefetcht0 two groups ahead filled L1's miss buffers (a C
+    prototype, 16 matrices of 8960 x 1536 cycled). B tokens (DECODE_WIDTHS): one row's units and
+    weight scales serve every token; the emitter is asked again per token for what holds the
+    token's activation scales (its unit work there is dead code); each token's steps are the
+    one-token kernel's."""
     fn, bd = func(mod, name, 11)
     fn.linkage = "internal"
     w, row_bytes, n_rows, K, _xq, xs_, xf_, out_, xp_, xz_, ldo = fn.args
@@ -210,19 +239,21 @@ def _decode_planes(isa, mod, code, name, B=1):
     U8 = E.PLANES_UNIT
     L = U8 // 4  # i32 lanes of a unit's dot
     wp = ptr_to(bd, w, I8)
-    shared = rec.planes_klayout  # a block's units share one lane map: the planes' K-quant layout
+    native = rec.planes_klayout  # the emitter's units are already on the K-quant layout
     toks = []
     for xs, xf, out, xp, xz in _tokens(bd, B, K, ldo, xs_, xf_, out_, xp_, xz_):
         xh = ptr_to(bd, xp, I8)
-        if shared:
-            xh = bd.gep(xh, [bd.mul(K, c64(2))])
+        xk = bd.gep(xh, [bd.mul(K, c64(2))])  # the K-quant layout's planes
         toks.append((ptr_to(bd, xs, F32T), ptr_to(bd, xf, F32T), ptr_to(bd, out, F32T), xh, bd.gep(xh, [K]),
-                     ptr_to(bd, xz, F32T)))
+                     ptr_to(bd, xz, F32T), xk, bd.gep(xk, [K])))
     per = BL.block_elems // G  # 32-element groups per format block
     chunk = E.PLANES_CHUNK // BL.block_elems  # format blocks per main-loop chunk
+    assert chunk * BL.block_elems == E.PLANES_KBLOCK
     nb = bd.udiv(K, c64(BL.block_elems))
     n_main = bd.mul(bd.udiv(nb, c64(chunk)), c64(chunk))
     n_pairs = bd.add(n_main, bd.mul(bd.udiv(bd.sub(nb, n_main), c64(2)), c64(2)))
+    tails = (2, 1) if chunk > 1 else ()
+    zero = rec.planes_zero
 
     def tile(v, n):
         return v if n == 1 else bd.shuffle_vector(v, v, const(I32, list(range(v.type.count)) * n))
@@ -232,34 +263,50 @@ def _decode_planes(isa, mod, code, name, B=1):
         accs = [[Var(bd, splat_c(F32T, 0.0, L)) for _ in range(R)] for _ in toks]
         ahead = bd.mul(row_bytes, c64(PLANES_AHEAD))
         # the min and zero-point sums, one accumulator per chunk size (their lane counts differ): a
-        # lane per group (min) or per 16 elements (min_sub16, zero)
-        per_group = {"min": rec.mins_per_group, "zero": 2 * (rec.planes_zero is not None)}
+        # lane per group (min) or per 16 elements (min_sub16, zero: the tails only)
+        per_group = {"min": rec.mins_per_group, "zero": 2 * (zero is not None)}
+        sizes = {"min": (chunk, *tails), "zero": tails}
         sums = [{(k, n): Var(bd, splat_c(F32T, 0.0, n * per * m * R))
-                 for k, m in per_group.items() if m for n in sorted({chunk, 2, 1} if chunk > 1 else {1})} for _ in toks]
+                 for k, m in per_group.items() if m for n in sizes[k]} for _ in toks]
 
         def step(b0, nblk):
             g = nblk * per  # 32-element groups of the chunk
             e0 = bd.mul(b0, c64(BL.block_elems))
             gi = bd.mul(b0, c64(per))
             nbytes = nblk * BL.block_bytes
+            kl = nblk == chunk  # a full chunk: on the K-quant layout
             for i in range(R):
                 for line in range(0, nbytes, 64):
                     prefetch(bd, bd.gep(row[i], [bd.add(bd.add(bd.mul(b0, c64(BL.block_bytes)), c64(line)), ahead)]), 2)
+            if kl and not native:  # the rows' units and weight scales, once for every token
+                base = U.planes_blocks(code, bd, row, b0, nblk, splat_c(F32T, 1.0, g))
+                kunits = [_klayout_units(bd, base.units[i]) for i in range(R)]
+                wscales = [_klayout_scales(bd, base.lane_scales[i]) for i in range(R)]
             units = None
-            for (xs, xf, _out, xh, xl, xz), acc, sm in zip(toks, accs, sums):
-                blk = U.planes_blocks(code, bd, row, b0, nblk, load(bd, xs, gi, vec(F32T, g)))
-                units = units or blk.units
-                planes = [(load(bd, xh, bd.add(e0, c64(u * U8)), vec(I8, U8)),
-                           load(bd, xl, bd.add(e0, c64(u * U8)), vec(I8, U8))) for u in range(len(units[0]))]
+            for (xs, xf, _out, xh, xl, xz, xkh, xkl), acc, sm in zip(toks, accs, sums):
+                xsv = load(bd, xs, gi, vec(F32T, g))
+                blk = U.planes_blocks(code, bd, row, b0, nblk, xsv)
+                units = units or (blk.units if native or not kl else kunits)
+                ph_, pl_ = (xkh, xkl) if kl else (xh, xl)
+                planes = [(load(bd, ph_, bd.add(e0, c64(u * U8)), vec(I8, U8)),
+                           load(bd, pl_, bd.add(e0, c64(u * U8)), vec(I8, U8))) for u in range(len(units[0]))]
+                if kl:
+                    lo0 = splat_c(I32, 0, L)
+                    if zero is not None:  # -z * (the activations' sums over each lane's 16 elements)
+                        sz = bd.fptosi(load(bd, xz, bd.udiv(e0, c64(16)), vec(F32T, L)), vec(I32, L))
+                        lo0 = bd.mul(sz, splat_c(I32, -zero, L))
+                    if not native:
+                        xsk = bd.shuffle_vector(xsv, xsv, const(I32, [i // 2 for i in range(L)]))
                 for i in range(R):
                     a = acc[i].get()
-                    if shared:  # the block's units in one sum, converted and scaled once (two
-                        # chains, high and low plane: one chain of eight vpdpbusd is ~40 cycles long)
-                        hi, lo = splat_c(I32, 0, L), splat_c(I32, 0, L)
+                    if kl:  # the chunk's units in one sum, converted and scaled once (two chains,
+                        # high and low plane: one chain of eight vpdpbusd is ~40 cycles long)
+                        hi, lo = splat_c(I32, 0, L), lo0
                         for (ph, pl), wu in zip(planes, units[i]):
                             hi, lo = dpb(isa, bd, hi, wu, ph), dpb(isa, bd, lo, wu, pl)
                         isum = bd.add(bd.shl(hi, splat_c(I32, 8, L)), lo)
-                        a = fmuladd(bd, bd.sitofp(isum, vec(F32T, L)), blk.lane_scales[i][0], a)
+                        ls = blk.lane_scales[i][0] if native else bd.fmul(wscales[i], xsk)
+                        a = fmuladd(bd, bd.sitofp(isum, vec(F32T, L)), ls, a)
                     else:
                         for (ph, pl), wu, ls in zip(planes, units[i], blk.lane_scales[i]):
                             hi = dpb(isa, bd, splat_c(I32, 0, L), wu, ph)
@@ -267,26 +314,25 @@ def _decode_planes(isa, mod, code, name, B=1):
                             a = fmuladd(bd, bd.sitofp(isum, vec(F32T, L)), ls, a)
                     acc[i].set(a)
                 for key, v, x in (("min", blk.min, xz if rec.min_sub16 else xf), ("zero", blk.zero_scale, xz)):
-                    if v is not None:
+                    if v is not None and (key, nblk) in sm:
                         n = g * per_group[key]
                         xv = load(bd, x, bd.mul(b0, c64(n // nblk)), vec(F32T, n))
                         sm[key, nblk].set(fmuladd(bd, v, tile(xv, R), sm[key, nblk].get()))
 
         with Loop(bd, 0, n_main, chunk) as b0:
             step(b0, chunk)
-        if chunk > 1:  # a 32-element format's last blocks: in pairs, then one
+        if tails:  # a 32-element format's last blocks: in pairs, then one
             with Loop(bd, n_main, n_pairs, 2) as b0:
                 step(b0, 2)
             with Loop(bd, n_pairs, nb) as b0:
                 step(b0, 1)
-        for (_xs, _xf, out, _xh, _xl, _xz), acc, sm in zip(toks, accs, sums):
+        for (_xs, _xf, out, *_), acc, sm in zip(toks, accs, sums):
             for i in range(R):
                 total = hsum(bd, acc[i].get())
                 for (key, nblk), var in sm.items():
                     v, n = var.get(), var.get().type.count // R
                     part = hsum(bd, bd.shuffle_vector(v, v, const(I32, range(n * i, n * (i + 1)))))
-                    zero = ir.Constant(F32T, float(rec.planes_zero or 0))
-                    total = bd.fadd(total, part) if key == "min" else bd.fsub(total, bd.fmul(zero, part))
+                    total = bd.fadd(total, part) if key == "min" else bd.fsub(total, bd.fmul(ir.Constant(F32T, float(zero)), part))
                 bd.store(total, bd.gep(out, [bd.add(r0, c64(i))]))
 
     in_steps(bd, n_rows, PLANES_ROWS, rows)
