@@ -370,11 +370,12 @@ def _iq1_m_scales16(bd, row, p):
     return odd, exact, bd.fmul(d, ir.Constant(F32T, IQ1S_DELTA))
 
 
-def int8_groups(fmt, values, scales, zero=ZERO):
+def int8_groups(fmt, values, scales, zero=ZERO, chunks=True):
     """The record of a 256-element format from its groups' int8 values and its <8 x float> scales;
     the planes kernels dot value + zero, unsigned (zero: at least minus the least value; a small
-    zero for small values, emit_ternary's, keeps the zero point's sums from cancelling most of the
-    dot's f32 bits)."""
+    zero for small values, emit_ternary's, kept the zero point's float sums from cancelling most of
+    the dot's f32 bits; on the K-quant layout it comes off in the integer dot). chunks: the
+    record's planes_chunks."""
     L = fmt.layout
     n = L.sub_blocks
 
@@ -399,7 +400,7 @@ def int8_groups(fmt, values, scales, zero=ZERO):
             lane_scales.append(_lane_scales(bd, sv, n))
         return PlanesBlocks(units, lane_scales, None, concat(bd, svs))
 
-    return CpuFormat(fmt, block=block, words=words_, planes=planes, planes_zero=zero)
+    return CpuFormat(fmt, block=block, words=words_, planes=planes, planes_zero=zero, planes_chunks=chunks)
 
 
 def _int8_sub16(fmt, values, scales16):
@@ -440,7 +441,8 @@ def _int8_sub16(fmt, values, scales16):
                                 for u in range(n // 2)])
         return PlanesBlocks(units, lane_scales, None, concat(bd, svs))
 
-    return CpuFormat(fmt, block=block, words=words_, planes=planes, planes_zero=ZERO, words_sub16=True)
+    return CpuFormat(fmt, block=block, words=words_, planes=planes, planes_zero=ZERO, words_sub16=True,
+                     planes_chunks=False)
 
 
 RECORDS = [_table32(IQ4_NL, KVALUES, ZERO, lambda bd, row, off: lanes(bd, f16(bd, row, off)), f16_lanes,
@@ -452,4 +454,8 @@ RECORDS = [_table32(IQ4_NL, KVALUES, ZERO, lambda bd, row, off: lanes(bd, f16(bd
            int8_groups(IQ2_XXS, _iq2_xxs_values, _iq2_xxs_scales),
            _int8_sub16(IQ2_XS, _iq2_xs_values, _iq2_scales16(IQ2_XS)),
            _int8_sub16(IQ2_S, _iq2_s_values, _iq2_scales16(IQ2_S)),
-           int8_groups(IQ1_S, _iq1_s_values, _iq1_s_scales), _int8_sub16(IQ1_M, _iq1_m_values, _iq1_m_scales16)]
+           int8_groups(IQ1_S, _iq1_s_values, _iq1_s_scales, chunks=False),
+           _int8_sub16(IQ1_M, _iq1_m_values, _iq1_m_scales16)]
+# IQ2_XS, IQ2_S, IQ1_S and IQ1_M keep their units a unit at a time (planes_chunks): on the K-quant
+# layout their one-token kernels took 1.13x / 1.18x / 1.07x / 1.13x the time (a hot 1536^2 matrix,
+# one thread), and IQ1_S's and IQ1_M's four-token kernels gained nothing

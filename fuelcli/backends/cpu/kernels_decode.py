@@ -16,7 +16,9 @@ LLVM IR for one instruction set; kernels.py puts them in modules and compiles th
       int16 dots), not by reading the weights, so what a wider kernel saves is the unpacking: a
       matrix's time for 4 tokens, one thread of an AVX2 core, against 4 one-token kernels: Q5_0
       0.52x, Q4_1 0.59x, Q4_K 0.68x, Q6_K 0.73x, Q8_0 0.78x (Q4_K's and Q8_0's unpacking is a few
-      operations a group; the 16 vpmaddwd and the lane sums per 256 elements stay per token). 8
+      operations a group; the 16 vpmaddwd and the lane sums per 256 elements stay per token); the
+      planes kernels of an AVX-512 Zen 5 (a hot 1536^2 matrix): Q5_0 0.46x, Q8_0 0.48x, Q6_K
+      0.49x, Q4_K 0.63x (each token's work a 256-element chunk: 8 vpdpbusd and 5 more). 8
       tokens as one kernel ran no faster than 4 + 4 (its sums spill); 3 tokens on one kernel
       saved 27% over 2 + 1 on Q5_0, but a third width costs another 50% of compile. Float
       formats: 2 tokens a kernel (wide_widths).
@@ -216,15 +218,19 @@ def _decode_planes(isa, mod, code, name, B=1):
     quantize writes it for every full chunk): lane i of each of its four units holds elements of
     the run 16i .. 16i + 15, which one scale covers, so the four units' dots sum in two int32
     chains (high and low plane) and are converted and scaled once a chunk with one lane-scale
-    vector. A format whose emitter gives plain units (64 consecutive elements; every format but
+    vector. A format whose emitter gives plain units (64 consecutive elements; all but
     planes_klayout's Q4_K and Q2_K) has them transposed onto that layout (_klayout_units: ~12
     permutes a row and chunk, shared by every token of a B-wide kernel), its lane scales taken with
     the activation scales at 1 (weights only) and multiplied by each token's. A zero point z of q
     comes off in the integer dot there: the low chain starts from -z times the activations'
-    16-element sums (exact). A 32-element format's last blocks (in pairs, then one) go a unit at a
-    time: one conversion and FMA per unit, the zero point off at the end with the activations'
-    16-element sums times each 16 elements' scale. Mins (mins_per_group) come on at the end the
-    same way. Two rows at a time share the activation loads. The bytes PLANES_AHEAD rows on are
+    16-element sums (exact). One thread, a hot 1536^2 matrix, against a unit at a time: four
+    tokens 0.75-0.88x the time on most formats (Q6_K, Q4_0, TQ2_0, MXFP4 0.75-0.77x), one token
+    0.98-1.09x; the formats whose one token took >= 1.1x (Q4_1, Q5_1, IQ2_XS, IQ2_S, IQ1_M; Q4_0;
+    IQ1_S, whose four tokens gained nothing) keep a unit at a time (planes_chunks off). Decode of
+    the Qwen demo (2 threads): tg128 the same, four sequences 1.17x. The other chunks (a 32-element
+    format's last blocks, in pairs then one) go a unit at a time: one conversion and FMA per unit,
+    the zero point off at the end with the activations' 16-element sums times each 16 elements'
+    scale. Mins (mins_per_group) come on at the end the same way. Two rows at a time share the activation loads. The bytes PLANES_AHEAD rows on are
     fetched into L2 (prefetcht1): a Q4_K kernel read 17.6 -> 33 GB/s from DRAM with 2 threads
     (docs/performance.md) where prefetcht0 two groups ahead filled L1's miss buffers (a C
     prototype, 16 matrices of 8960 x 1536 cycled). B tokens (DECODE_WIDTHS): one row's units and
@@ -240,6 +246,7 @@ def _decode_planes(isa, mod, code, name, B=1):
     L = U8 // 4  # i32 lanes of a unit's dot
     wp = ptr_to(bd, w, I8)
     native = rec.planes_klayout  # the emitter's units are already on the K-quant layout
+    chunked = native or rec.planes_chunks  # full chunks on the K-quant layout
     toks = []
     for xs, xf, out, xp, xz in _tokens(bd, B, K, ldo, xs_, xf_, out_, xp_, xz_):
         xh = ptr_to(bd, xp, I8)
@@ -263,18 +270,18 @@ def _decode_planes(isa, mod, code, name, B=1):
         accs = [[Var(bd, splat_c(F32T, 0.0, L)) for _ in range(R)] for _ in toks]
         ahead = bd.mul(row_bytes, c64(PLANES_AHEAD))
         # the min and zero-point sums, one accumulator per chunk size (their lane counts differ): a
-        # lane per group (min) or per 16 elements (min_sub16, zero: the tails only)
+        # lane per group (min) or per 16 elements (min_sub16, zero: where a unit goes at a time)
         per_group = {"min": rec.mins_per_group, "zero": 2 * (zero is not None)}
-        sizes = {"min": (chunk, *tails), "zero": tails}
+        sizes = {"min": (chunk, *tails), "zero": tails if chunked else (chunk, *tails)}
         sums = [{(k, n): Var(bd, splat_c(F32T, 0.0, n * per * m * R))
-                 for k, m in per_group.items() if m for n in sizes[k]} for _ in toks]
+                 for k, m in per_group.items() if m for n in sorted(sizes[k])} for _ in toks]
 
         def step(b0, nblk):
             g = nblk * per  # 32-element groups of the chunk
             e0 = bd.mul(b0, c64(BL.block_elems))
             gi = bd.mul(b0, c64(per))
             nbytes = nblk * BL.block_bytes
-            kl = nblk == chunk  # a full chunk: on the K-quant layout
+            kl = nblk == chunk and chunked  # a full chunk on the K-quant layout
             for i in range(R):
                 for line in range(0, nbytes, 64):
                     prefetch(bd, bd.gep(row[i], [bd.add(bd.add(bd.mul(b0, c64(BL.block_bytes)), c64(line)), ahead)]), 2)
