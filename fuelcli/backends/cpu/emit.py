@@ -54,7 +54,8 @@ class CpuFormat:
     # the activations' 16-element sums; the planes' zero_scale)
     planes_klayout: bool = False  # the planes units read the activations' K-quant layout (PLANES_KBLOCK)
     planes_chunks: bool = True  # else (plain units): the planes kernel transposes a full chunk's units
-    # onto the K-quant layout; False where that made the one-token kernel >= 10% slower (kernels_decode)
+    # onto the K-quant layout; False where that made the one-token kernel >= 10% slower or the
+    # four-token one no faster (kernels_decode._decode_planes)
     words_sub16: bool = False  # the words chunk's scale is per 16-element sub-block, in SUB16_ORDER
     words_zero: int = 0  # with words_sub16: z of w = q - z, taken off with the 16-element sums
 

@@ -224,9 +224,9 @@ def _decode_planes(isa, mod, code, name, B=1):
     the activation scales at 1 (weights only) and multiplied by each token's. A zero point z of q
     comes off in the integer dot there: the low chain starts from -z times the activations'
     16-element sums (exact). One thread, a hot 1536^2 matrix, against a unit at a time: four
-    tokens 0.75-0.88x the time on most formats (Q6_K, Q4_0, TQ2_0, MXFP4 0.75-0.77x), one token
-    0.98-1.09x; the formats whose one token took >= 1.1x (Q4_1, Q5_1, IQ2_XS, IQ2_S, IQ1_M; Q4_0;
-    IQ1_S, whose four tokens gained nothing) keep a unit at a time (planes_chunks off). Decode of
+    tokens 0.75-0.97x the time (Q6_K, TQ2_0, MXFP4 0.75-0.77x, the IQ3 grids 0.93-0.97x), one
+    token 0.98-1.09x (docs/performance.md); the formats whose one token took >= 1.1x (Q4_0, Q4_1, Q5_1, IQ2_XS, IQ2_S, IQ1_M)
+    or whose four gained nothing (IQ1_S) keep a unit at a time (planes_chunks off). Decode of
     the Qwen demo (2 threads): tg128 the same, four sequences 1.17x. The other chunks (a 32-element
     format's last blocks, in pairs then one) go a unit at a time: one conversion and FMA per unit,
     the zero point off at the end with the activations' 16-element sums times each 16 elements'
