@@ -312,3 +312,55 @@ def test_port_in_use_is_a_one_line_error():
         taken.listen(1)
         with pytest.raises(InputError, match=r"cannot listen on 127\.0\.0\.1:\d+"):
             bind("127.0.0.1", taken.getsockname()[1])
+
+
+def test_a_steps_events_wake_the_event_loop_once():
+    """A running job's events go out through the worker's outbox: one call_soon_threadsafe per flush
+    (a step) for all the step's jobs, each job's events delivered in order. Control: a job without
+    an outbox (waiting, or outside a worker) wakes the loop once per event."""
+    from fuelcli.serve.jobs import Delta, Job, Outbox
+    from fuelcli.text.generate import SamplerParams
+
+    class Loop:  # counts the wake-ups, runs the callback at once
+        calls = 0
+
+        def call_soon_threadsafe(self, fn, *args):
+            self.calls += 1
+            fn(*args)
+
+    def job(loop, outbox=None):
+        return Job(kind="chat", prompt_ids=[1], max_tokens=4, params=SamplerParams(), stops=[], n_logprobs=None,
+                   loop=loop, outbox=outbox)
+
+    loop, box = Loop(), Outbox()
+    jobs = [job(loop, box) for _ in range(3)]
+    for text in ("a", "b"):
+        for j in jobs:
+            j.emit(Delta(text))
+    assert loop.calls == 0
+    box.flush()
+    assert loop.calls == 1
+    assert all([j.events.get_nowait().text for _ in range(2)] == ["a", "b"] for j in jobs)
+    box.flush()
+    assert loop.calls == 1  # nothing left to send
+    alone = job(loop)
+    alone.emit(Delta("a"))
+    alone.emit(Delta("b"))
+    assert loop.calls == 3
+
+
+def test_greedy_argmax_without_the_float64_copy():
+    """Greedy decoding without a grammar or a penalty takes the argmax of the float32 logits as they
+    are: the same token as the chain's float64 scores, the first of tied maxima. Control: with a
+    repetition penalty the chain's scores are used (the penalised token loses its lead)."""
+    from fuelcli.text.generate import Sampler, SamplerParams
+
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        x = rng.standard_normal(1000).astype(np.float32)
+        x[rng.integers(0, 1000, 3)] = x.max()  # ties
+        assert Sampler(SamplerParams(temp=0.0))(x, [5]) == int(np.argmax(x.astype(np.float64)))
+    x = np.zeros(10, np.float32)
+    x[4], x[7] = 2.0, 1.9
+    assert Sampler(SamplerParams(temp=0.0))(x, [4]) == 4
+    assert Sampler(SamplerParams(temp=0.0, repeat_penalty=1.5, repeat_last_n=64))(x, [4]) == 7

@@ -72,14 +72,16 @@ class Job:
     ignore_eos: bool = False  # generate past the EOS ids, to max_tokens (stop strings still stop)
     arrived: float = field(default_factory=time.perf_counter)  # for the time to first token (/metrics)
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
+    outbox: "Outbox | None" = None  # set by the worker once the job runs: its events go out a step at a time
     _cancelled: threading.Event = field(default_factory=threading.Event)
 
     def emit(self, event) -> None:
-        """From the worker thread: hand an event to the request's handler on the event loop."""
-        try:
-            self.loop.call_soon_threadsafe(self.events.put_nowait, event)
-        except RuntimeError:  # the loop has closed (the server is gone): nobody is listening
-            self.cancel()
+        """From the worker thread: hand an event to the request's handler on the event loop (through
+        the worker's outbox while the job runs)."""
+        if self.outbox is not None:
+            self.outbox.items.append((self, event))
+        else:
+            _send(self.loop, [(self, event)])
 
     def cancel(self) -> None:
         """The client went away (or the server is stopping): the worker stops at the next token."""
@@ -91,6 +93,36 @@ class Job:
 
     def parser(self) -> ReplyParser:
         return ReplyParser(**self.reply)
+
+
+class Outbox:
+    """The events of a worker step's jobs, handed to the event loop together: one wake-up of the loop
+    a step, not one a token (each call_soon_threadsafe writes to the loop's self-pipe: 0.17 ms a
+    call inside a busy server, ~9% of a 4-sequence step's time on the Qwen demo)."""
+
+    def __init__(self):
+        self.items: list = []
+
+    def flush(self) -> None:
+        items, self.items = self.items, []
+        loops: dict = {}
+        for job, event in items:
+            loops.setdefault(job.loop, []).append((job, event))
+        for loop, batch in loops.items():
+            _send(loop, batch)
+
+
+def _send(loop, batch: list) -> None:
+    try:
+        loop.call_soon_threadsafe(_deliver, batch)
+    except RuntimeError:  # the loop has closed (the server is gone): nobody is listening
+        for job, _ in batch:
+            job.cancel()
+
+
+def _deliver(batch: list) -> None:
+    for job, event in batch:
+        job.events.put_nowait(event)
 
 
 def _sampler_params(req) -> SamplerParams:

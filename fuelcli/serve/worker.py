@@ -32,7 +32,7 @@ import time
 from ..text.generate import Sampler, Stats, StopMatcher, TokenLoop, common_prefix
 from ..text.token_bytes import TokenBytes
 from .errors import APIError
-from .jobs import Delta, Done, Failed, Job
+from .jobs import Delta, Done, Failed, Job, Outbox
 from .logprobs import logprobs_of
 from .metrics import Metrics
 
@@ -173,6 +173,7 @@ class EngineWorker:
         self._used = [0.0] * engine.slots  # when each slot last took a job (the least recent goes first)
         self.token_bytes = TokenBytes(tokenizer)
         self.stopping = False
+        self.outbox = Outbox()  # the running jobs' events, sent once a step
         self._job_seconds = 1.0  # running mean of a job's duration, for Retry-After
         self._thread = threading.Thread(target=self._run, name="fuel-engine", daemon=True)
 
@@ -220,10 +221,12 @@ class EngineWorker:
             numba.set_num_threads(self.threads)  # per thread in numba: set here, where the forwards run
         while self._admit():
             self._drop_cancelled()
+            self.outbox.flush()
             if not self.running:
                 continue
             try:
                 self._step()
+                self.outbox.flush()
             except Exception as e:  # never kill the thread; the engine state is unknown: start afresh
                 log.error("generation failed: %s: %s", type(e).__name__, e)
                 log.debug("the failure in full", exc_info=True)  # only at --log-level debug
@@ -234,8 +237,10 @@ class EngineWorker:
                     r.job.emit(Failed(APIError(500, f"generation failed: {type(e).__name__}: {e}",
                                                type="server_error")))
                 self.running.clear()
+                self.outbox.flush()
         for r in list(self.running.values()):  # stopping: the jobs left end as cancelled
             self._end(r, "cancelled")
+        self.outbox.flush()
 
     def _admit(self) -> bool:
         """Takes waiting jobs into free slots (waits for one when nothing runs); False once stopped."""
@@ -255,6 +260,7 @@ class EngineWorker:
             self.engine.rewind(held, slot)
             self.cached[slot] = self.cached[slot][:held]
             self._used[slot] = time.perf_counter()
+            job.outbox = self.outbox
             self.running[slot] = Running(self, job, slot, held)
         return True
 

@@ -77,9 +77,13 @@ class Sampler:
         """Repetition penalty (CTRL / llama.cpp): makes every recently seen token less likely."""
         return self._penalize(logits.astype(np.float64), history)
 
+    def _penalty_off(self, history: list[int]) -> bool:
+        p = self.p
+        return p.repeat_penalty == 1.0 or p.repeat_last_n == 0 or not history
+
     def _penalize(self, logits: np.ndarray, history: list[int]) -> np.ndarray:
         p = self.p
-        if p.repeat_penalty == 1.0 or p.repeat_last_n == 0 or not history:
+        if self._penalty_off(history):
             return logits
         recent = np.unique(np.asarray(history if p.repeat_last_n < 0 else history[-p.repeat_last_n:]))
         scores = logits[recent]
@@ -122,6 +126,9 @@ class Sampler:
 
     def __call__(self, logits: np.ndarray, history: list[int]) -> int:
         if self.p.temp == 0:
+            if self.constraint is None and self._penalty_off(history):  # the logits as they are (widening
+                # to float64 keeps their order: the same argmax, without a copy of the vocabulary)
+                return int(np.argmax(logits))
             return int(np.argmax(self.scores(logits, history)))
         probs = self.probs(logits, history)
         return int(self.rng.choice(probs.size, p=probs))
