@@ -225,12 +225,13 @@ def _decode_planes(isa, mod, code, name, B=1):
     comes off in the integer dot there: the low chain starts from -z times the activations'
     16-element sums (exact). One thread, a hot 1536^2 matrix, against a unit at a time: four
     tokens 0.75-0.97x the time (Q6_K, TQ2_0, MXFP4 0.75-0.77x, the IQ3 grids 0.93-0.97x), one
-    token 0.98-1.09x (docs/performance.md); the formats whose one token took >= 1.1x (Q4_0, Q4_1, Q5_1, IQ2_XS, IQ2_S, IQ1_M)
-    or whose four gained nothing (IQ1_S) keep a unit at a time (planes_chunks off). Decode of
-    the Qwen demo (2 threads): tg128 the same, four sequences 1.17x. The other chunks (a 32-element
-    format's last blocks, in pairs then one) go a unit at a time: one conversion and FMA per unit,
-    the zero point off at the end with the activations' 16-element sums times each 16 elements'
-    scale. Mins (mins_per_group) come on at the end the same way. Two rows at a time share the activation loads. The bytes PLANES_AHEAD rows on are
+    token 0.98-1.09x (docs/performance.md); the formats whose one token took >= 1.1x (Q4_0,
+    Q4_1, Q5_1, IQ2_XS, IQ2_S, IQ1_M) or whose four gained nothing (IQ1_S) keep a unit at a time
+    (planes_chunks off). Decode of the Qwen demo (2 threads): tg128 the same, four sequences
+    1.17x. The other chunks (a 32-element format's last blocks, in pairs then one) go a unit at a
+    time: one conversion and FMA per unit, the zero point off at the end with the activations'
+    16-element sums times each 16 elements' scale. Mins (mins_per_group) come on at the end the
+    same way. Two rows at a time share the activation loads. The bytes PLANES_AHEAD rows on are
     fetched into L2 (prefetcht1): a Q4_K kernel read 17.6 -> 33 GB/s from DRAM with 2 threads
     (docs/performance.md) where prefetcht0 two groups ahead filled L1's miss buffers (a C
     prototype, 16 matrices of 8960 x 1536 cycled). B tokens (DECODE_WIDTHS): one row's units and
@@ -339,7 +340,8 @@ def _decode_planes(isa, mod, code, name, B=1):
                 for (key, nblk), var in sm.items():
                     v, n = var.get(), var.get().type.count // R
                     part = hsum(bd, bd.shuffle_vector(v, v, const(I32, range(n * i, n * (i + 1)))))
-                    total = bd.fadd(total, part) if key == "min" else bd.fsub(total, bd.fmul(ir.Constant(F32T, float(zero)), part))
+                    z = ir.Constant(F32T, float(zero or 0))
+                    total = bd.fadd(total, part) if key == "min" else bd.fsub(total, bd.fmul(z, part))
                 bd.store(total, bd.gep(out, [bd.add(r0, c64(i))]))
 
     in_steps(bd, n_rows, PLANES_ROWS, rows)
