@@ -228,6 +228,24 @@ def nibble_units(bd, qs_parts, shift):
     return units
 
 
+def nibble_kunits(bd, qs):
+    """A full chunk of a 32-element 4-bit format (8 blocks' 16 qs bytes: low nibbles its elements
+    0-15, high 16-31) as the unsigned nibbles of units on the K-quant layout:
+    unit u, lane 2b + h holds block b's elements 16h + 4u .. +3, the low (h = 0) or high nibbles of
+    its qs dword u. Four blocks' qs a zmm (loads), then per unit one dword permute and the nibbles
+    shifted down and masked: 3 vector operations a unit, where plain units and the kernel's
+    transpose took 6."""
+    quad = lambda a, b, c, d: concat(bd, [concat(bd, [a, b]), concat(bd, [c, d])])  # noqa: E731
+    A, B = (bd.bitcast(quad(*qs[k:k + 4]), vec(I32, LANES)) for k in (0, 4))
+    shift = const(I32, [4 * (i % 2) for i in range(LANES)])
+    units = []
+    for u in range(4):
+        idx = [16 * (i // 8) + 4 * ((i // 2) % 4) + u for i in range(LANES)]
+        dw = bd.shuffle_vector(A, B, const(I32, idx))
+        units.append(bd.bitcast(bd.and_(bd.lshr(dw, shift), splat_c(I32, 0x0F0F0F0F, LANES)), vec(I8, 64)))
+    return units
+
+
 def table16(bd, idx, table):
     """<n x i8> indices 0..15 (n a multiple of 16) -> <n x i8> of table[idx], table 16 ints."""
     n = idx.type.count

@@ -26,8 +26,8 @@ from llvmlite import ir
 from ...formats import IQ1_M, IQ1_S, IQ2_S, IQ2_XS, IQ2_XXS, IQ3_S, IQ3_XXS, IQ4_NL, IQ4_XS, MXFP4
 from ...formats.i_quants import IQ1S_DELTA, KVALUES, KVALUES_MXFP4
 from ...formats.iq_grids import IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS
-from .emit import (LANES, PLANES_UNIT, SUB16_ORDER, Block, CpuFormat, PlanesBlocks, WordChunk, concat, f16,
-                   f16_lanes, lanes, nibble_bytes, nibbles, signed_bytes, table16, words)
+from .emit import (LANES, PLANES_KBLOCK, PLANES_UNIT, SUB16_ORDER, Block, CpuFormat, PlanesBlocks, WordChunk, concat,
+                   f16, f16_lanes, lanes, nibble_bytes, nibble_kunits, nibbles, signed_bytes, table16, words)
 from .irgen import F32T, G, I8, I16, I32, I64, c64, const, load, splat, splat_c, vec
 
 ZERO = 128  # the planes' unsigned bytes: value + ZERO
@@ -91,11 +91,16 @@ def _table32(fmt, table, zero, block_scale, scale_lanes, scale_off):
         for row in rows:
             sv = bd.fmul(scale_lanes(bd, row, [at(j, scale_off) for j in range(nblk)]), xs)
             svs.append(_per16(bd, sv, nblk))
+            if nblk * G == PLANES_KBLOCK:  # a full chunk, on the K-quant layout
+                nib = nibble_kunits(bd, [load(bd, row, at(j, L.qs), vec(I8, G // 2)) for j in range(nblk)])
+                units.append([table16(bd, u, unsigned) for u in nib])
+                lane_scales.append([bd.shuffle_vector(sv, sv, const(I32, [i // 2 for i in range(LANES)]))])
+                continue
             units.append(_units(bd, [_values(bd, row, at(j, L.qs), unsigned) for j in range(nblk)]))
             lane_scales.append(_lane_scales(bd, sv, nblk))
         return PlanesBlocks(units, lane_scales, None, concat(bd, svs))
 
-    return CpuFormat(fmt, block=block, words=words_, planes=planes, planes_zero=zero)
+    return CpuFormat(fmt, block=block, words=words_, planes=planes, planes_zero=zero, planes_klayout=True)
 
 
 # mxfp4's planes dot value + 12 (0..24): with 128 the zero point's sums would cancel most of a dot of

@@ -15,8 +15,8 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ...formats import Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
-from .emit import (LANES, Block, CpuFormat, PlanesBlocks, WordChunk, concat, f16, f16_lanes, lanes, nibble_bytes,
-                   nibble_units, nibbles, signed_bytes, words, wsplat)
+from .emit import (LANES, PLANES_KBLOCK, Block, CpuFormat, PlanesBlocks, WordChunk, concat, f16, f16_lanes, lanes,
+                   nibble_bytes, nibble_kunits, nibble_units, nibbles, signed_bytes, words, wsplat)
 from .irgen import F32T, G, I8, I16, I32, I64, c64, const, load, splat, splat_c, vec
 
 
@@ -90,6 +90,10 @@ def _planes(fmt):
             svs.append(sv)
             if has_min:
                 mins.append(f16_lanes(bd, row, [at(j, L.m) for j in range(nblk)]))
+            if not (int8 or fifth) and nblk * G == PLANES_KBLOCK:  # a full chunk, on the K-quant layout
+                units.append(nibble_kunits(bd, [load(bd, row, at(j, L.qs), vec(I8, 16)) for j in range(nblk)]))
+                lane_scales.append([bd.shuffle_vector(sv, sv, const(I32, [i // 2 for i in range(LANES)]))])
+                continue
             if int8:  # q + 128 as the unsigned byte
                 parts = [bd.xor(load(bd, row, at(j, L.qs), vec(I8, G)), splat_c(I8, -128, G)) for j in range(nblk)]
                 us = []
@@ -176,11 +180,15 @@ def _words(fmt):
 
 def _record(fmt, block, chunks=True):
     planes, zero = _planes(fmt)
-    return CpuFormat(fmt, block=block, words=_words(fmt), planes=planes, has_min=_parts(fmt)[2], planes_zero=zero,
-                     planes_chunks=chunks)
+    int8, fifth, has_min = _parts(fmt)
+    return CpuFormat(fmt, block=block, words=_words(fmt), planes=planes, has_min=has_min, planes_zero=zero,
+                     planes_chunks=chunks, planes_klayout=not (int8 or fifth))
 
 
-# Q4_0, Q4_1 and Q5_1 keep their units a unit at a time (planes_chunks): on the K-quant layout their
-# one-token kernels took 1.14x / 1.17x / 1.17x the time (a hot 1536^2 matrix, one thread)
-RECORDS = [_record(Q8_0, _q8_0), _record(Q4_0, _q4_0, False), _record(Q4_1, _q4_1, False),
+# Q4_0 and Q4_1 unpack straight onto the K-quant layout (nibble_kunits; planes_klayout): against
+# their plain units a unit at a time, a hot 1536^2 matrix, one thread: one token 0.99x / 0.96x the
+# time, four tokens 0.70x / 0.86x (transposed plain units had taken 1.14x / 1.17x for one token).
+# Q8_0's and Q5_0's plain units are transposed (planes_chunks); Q5_1's one-token kernel took 1.17x
+# that way, so it keeps a unit at a time.
+RECORDS = [_record(Q8_0, _q8_0), _record(Q4_0, _q4_0), _record(Q4_1, _q4_1),
            _record(Q5_0, _fifth(Q5_0)), _record(Q5_1, _fifth(Q5_1), False)]
