@@ -160,8 +160,10 @@ def _iq4_xs_planes(bd, rows, fb, nblk, xs8):
     for row in rows:
         sv = bd.fmul(_iq4_xs_scales(bd, row, p), xs8)
         svs.append(_per16(bd, sv, n))
-        units.append(_units(bd, [_values(bd, row, bd.add(p, c64(L.qs + 16 * i)), UNSIGNED) for i in range(n)]))
-        lane_scales.append(_lane_scales(bd, sv, n))
+        # on the K-quant layout (planes_klayout): its 8 groups' nibbles lie as 8 IQ4_NL blocks' do
+        qs = [load(bd, row, bd.add(p, c64(L.qs + 16 * i)), vec(I8, G // 2)) for i in range(n)]
+        units.append([table16(bd, u, UNSIGNED) for u in nibble_kunits(bd, qs)])
+        lane_scales.append([bd.shuffle_vector(sv, sv, const(I32, [i // 2 for i in range(LANES)]))])
     return PlanesBlocks(units, lane_scales, None, concat(bd, svs))
 
 
@@ -454,7 +456,8 @@ RECORDS = [_table32(IQ4_NL, KVALUES, ZERO, lambda bd, row, off: lanes(bd, f16(bd
                     IQ4_NL.layout.d),
            _table32(MXFP4, KVALUES_MXFP4, ZERO_MXFP4, lambda bd, row, off: _e8m0_lanes(bd, row, [off]), _e8m0_lanes,
                     MXFP4.layout.e),
-           CpuFormat(IQ4_XS, block=_iq4_xs, words=_iq4_xs_words, planes=_iq4_xs_planes, planes_zero=ZERO),
+           CpuFormat(IQ4_XS, block=_iq4_xs, words=_iq4_xs_words, planes=_iq4_xs_planes, planes_zero=ZERO,
+                     planes_klayout=True),
            int8_groups(IQ3_XXS, _iq3_xxs_values, _iq3_xxs_scales), int8_groups(IQ3_S, _iq3_s_values, _iq3_s_scales),
            int8_groups(IQ2_XXS, _iq2_xxs_values, _iq2_xxs_scales),
            _int8_sub16(IQ2_XS, _iq2_xs_values, _iq2_scales16(IQ2_XS)),

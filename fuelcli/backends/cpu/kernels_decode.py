@@ -219,14 +219,14 @@ def _decode_planes(isa, mod, code, name, B=1):
     the run 16i .. 16i + 15, which one scale covers, so the four units' dots sum in two int32
     chains (high and low plane) and are converted and scaled once a chunk with one lane-scale
     vector. A format whose emitter gives plain units (64 consecutive elements; all but
-    planes_klayout's Q4_K, Q2_K, Q4_0, Q4_1, IQ4_NL and MXFP4) has them transposed onto that layout
+    planes_klayout's Q4_K, Q2_K, Q4_0, Q4_1, IQ4_NL, MXFP4, IQ4_XS) has them transposed onto that layout
     (_klayout_units: ~12 permutes a row and chunk, shared by every token of a B-wide kernel), its
     lane scales taken with the activation scales at 1 (weights only) and multiplied by each
     token's. A zero point z of q comes off in the integer dot there: the low chain starts from -z
     times the activations' 16-element sums (exact). One thread, a hot 1536^2 matrix, against a
-    unit at a time: four tokens 0.70-0.97x the time (Q4_0, IQ4_NL, Q6_K, MXFP4, TQ2_0
-    0.70-0.77x, the IQ3 grids 0.93-0.97x), one token 0.81-1.09x (IQ4_NL, MXFP4 0.81-0.83x;
-    docs/performance.md); the formats whose one token took >= 1.1x (Q5_1,
+    unit at a time: four tokens 0.61-0.97x the time (IQ4_XS 0.61x; Q4_0, IQ4_NL, Q6_K, MXFP4,
+    TQ2_0 0.70-0.77x; the IQ3 grids 0.93-0.97x), one token 0.67-1.09x (IQ4_XS 0.67x, IQ4_NL and
+    MXFP4 0.81-0.83x; docs/performance.md); the formats whose one token took >= 1.1x (Q5_1,
     IQ2_XS, IQ2_S, IQ1_M) or whose four gained nothing (IQ1_S) keep a unit at a time
     (planes_chunks off). Decode of the Qwen demo (2 threads): tg128 the same, four sequences
     1.17x. The other chunks (a 32-element format's last blocks, in pairs then one) go a unit at a
