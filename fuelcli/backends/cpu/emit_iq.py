@@ -14,7 +14,8 @@ A 4-bit index becomes its int8 value by a 16-entry byte table (emit.table16: psh
 planes kernels dot the table of value + 128, unsigned, and take the zero point 128 off with the
 activations' 16-element sums, as q8_0's. The iq3 and iq2 grids are module constants: a group's 8
 (iq3, uint32) or 4 (iq2, uint64) entries are scalar loads put into one vector (llama.cpp's AVX2
-dot does the same), its signs a byte per 8 elements tested bit by bit; every emitter derives from
+dot does the same; Zen 5's gathers were slower, but for IQ3_S's 9-bit indices, which vector
+operations make), its signs a byte per 8 elements tested bit by bit; every emitter derives from
 the group's int8 values and scales (int8_groups), or its int8 values and scales per 16 elements
 (_int8_sub16).
 """
@@ -28,7 +29,7 @@ from ...formats.i_quants import IQ1S_DELTA, KVALUES, KVALUES_MXFP4
 from ...formats.iq_grids import IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS
 from .emit import (LANES, PLANES_KBLOCK, PLANES_UNIT, SUB16_ORDER, Block, CpuFormat, PlanesBlocks, WordChunk, concat,
                    f16, f16_lanes, lanes, nibble_bytes, nibble_kunits, nibbles, signed_bytes, table16, words)
-from .irgen import F32T, G, I8, I16, I32, I64, c64, const, load, splat, splat_c, vec
+from .irgen import F32T, G, I8, I16, I32, I64, c64, call_intrinsic, const, gather, load, splat, splat_c, vec
 
 ZERO = 128  # the planes' unsigned bytes: value + ZERO
 UNSIGNED = [v + ZERO for v in KVALUES]
@@ -183,10 +184,6 @@ def _table(bd, name, ty, entries):
     return g
 
 
-def _at(bd, table, idx):
-    return bd.load(bd.gep(table, [ir.Constant(I32, 0), idx]))
-
-
 def _signed(bd, mags, sign_bytes):
     """<32 x i8> magnitudes with element e negated where bit e % 8 of sign byte e // 8 is set."""
     sb = bd.shuffle_vector(sign_bytes, sign_bytes, const(I32, [e // 8 for e in range(G)]))
@@ -195,34 +192,53 @@ def _signed(bd, mags, sign_bytes):
     return bd.select(neg, bd.sub(splat_c(I8, 0, G), mags), mags)
 
 
-def _grid_values(bd, grid, indices, ty=I32):
-    """8 (uint32 entries) or 4 (uint64) grid entries (i32 indices) -> <32 x i8>: their magnitudes,
-    in order."""
-    v = ir.Constant(vec(ty, len(indices)), ir.Undefined)
-    for j, idx in enumerate(indices):
-        v = bd.insert_element(v, _at(bd, grid, idx), ir.Constant(I32, j))
-    return bd.bitcast(v, vec(I8, G))
+def _grid_values(bd, grid, idx):
+    """8 (uint32 entries) or 4 (uint64) grid entries -> <32 x i8>: their magnitudes, in order.
+    idx: a list of i32 (scalar loads put into a vector) or <n x i32> (one gather)."""
+    if isinstance(idx, list):
+        v = ir.Constant(vec(grid.type.pointee.element, len(idx)), ir.Undefined)
+        for j, i in enumerate(idx):
+            v = bd.insert_element(v, bd.load(bd.gep(grid, [ir.Constant(I32, 0), i])), ir.Constant(I32, j))
+        return bd.bitcast(v, vec(I8, G))
+    return bd.bitcast(gather(bd, grid, idx), vec(I8, G))
 
 
 def _byte(bd, row, off):
     return bd.zext(load(bd, row, off, I8), I32)
 
 
-def _ksigns(bd, aux):
-    """<4 x i8>: the KSIGNS bytes of the 4 seven-bit fields at bits 0, 7, 14, 21 of aux (i32)."""
-    ks = _table(bd, "ksigns_iq2xs", I8, KSIGNS)
-    sb = ir.Constant(vec(I8, 4), ir.Undefined)
-    for k in range(4):
-        idx = bd.and_(bd.lshr(aux, ir.Constant(I32, 7 * k)), ir.Constant(I32, 127))
-        sb = bd.insert_element(sb, _at(bd, ks, idx), ir.Constant(I32, k))
-    return sb
+# KSIGNS[k] is k with bit 7 set to the parity of k's 7 bits (an even count of minus signs)
+assert list(KSIGNS) == [k | (bin(k).count("1") & 1) << 7 for k in range(128)]
 
 
-def _iq3_xxs_values(bd, row, p, i):
+def _ksigns(bd, fields, vector):
+    """<4 x i8>: the KSIGNS bytes of four 7-bit fields: four table loads (fields: a list of i32),
+    or (vector: fields <4 x i32>) from the fields' parity by a vector popcount, AVX-512's vpopcntd
+    (the planes kernels: IQ3_XXS 0.87x the time; on AVX2 the popcount is an expansion of a dozen
+    operations, 1.2x)."""
+    if not vector:
+        ks = _table(bd, "ksigns_iq2xs", I8, KSIGNS)
+        sb = ir.Constant(vec(I8, 4), ir.Undefined)
+        for k, f in enumerate(fields):
+            sb = bd.insert_element(sb, bd.load(bd.gep(ks, [ir.Constant(I32, 0), f])), ir.Constant(I32, k))
+        return sb
+    odd = bd.and_(call_intrinsic(bd, "llvm.ctpop.v4i32", fields.type, [fields]), splat_c(I32, 1, 4))
+    return bd.trunc(bd.or_(fields, bd.shl(odd, splat_c(I32, 7, 4))), vec(I8, 4))
+
+
+def _aux_signs(bd, aux, vector):
+    """The KSIGNS bytes of the 4 seven-bit fields at bits 0, 7, 14, 21 of aux (i32)."""
+    if vector:
+        return _ksigns(bd, bd.and_(bd.lshr(splat(bd, aux, 4), const(I32, [0, 7, 14, 21])), splat_c(I32, 127, 4)), True)
+    return _ksigns(bd, [bd.and_(bd.lshr(aux, ir.Constant(I32, 7 * k)), ir.Constant(I32, 127)) for k in range(4)],
+                   False)
+
+
+def _iq3_xxs_values(bd, row, p, i, vector=False):
     L = IQ3_XXS.layout
     grid = _table(bd, "iq3xxs_grid", I32, IQ3XXS_GRID)
     mags = _grid_values(bd, grid, [_byte(bd, row, bd.add(p, c64(L.qs + 8 * i + j))) for j in range(8)])
-    return _signed(bd, mags, _ksigns(bd, load(bd, row, bd.add(p, c64(L.aux + 4 * i)), I32)))
+    return _signed(bd, mags, _aux_signs(bd, load(bd, row, bd.add(p, c64(L.aux + 4 * i)), I32), vector))
 
 
 def _iq3_xxs_scales(bd, row, p):
@@ -232,13 +248,21 @@ def _iq3_xxs_scales(bd, row, p):
     return bd.fmul(bd.fmul(d, bd.fadd(splat_c(F32T, 0.5, 8), ls)), splat_c(F32T, 0.5, 8))
 
 
-def _iq3_s_values(bd, row, p, i):
+def _iq3_s_values(bd, row, p, i, vector=False):
+    """Entry j of group i: qs byte 8i + j plus bit j of qh[i] as bit 8. vector: the 9-bit indices
+    by vector operations and one gather (on AVX-512, 0.7x the kernel's time of eight scalar index
+    computations and loads; AVX2's gathers took 1.35x)."""
     L = IQ3_S.layout
     grid = _table(bd, "iq3s_grid", I32, IQ3S_GRID)
     qh = _byte(bd, row, bd.add(p, c64(L.qh + i)))
-    idx = [bd.or_(_byte(bd, row, bd.add(p, c64(L.qs + 8 * i + j))),
-                  bd.shl(bd.and_(bd.lshr(qh, ir.Constant(I32, j)), ir.Constant(I32, 1)), ir.Constant(I32, 8)))
-           for j in range(8)]
+    if vector:
+        lo = bd.zext(load(bd, row, bd.add(p, c64(L.qs + 8 * i)), vec(I8, 8)), vec(I32, 8))
+        hi = bd.and_(bd.lshr(splat(bd, qh, 8), const(I32, range(8))), splat_c(I32, 1, 8))
+        idx = bd.or_(lo, bd.shl(hi, splat_c(I32, 8, 8)))
+    else:
+        idx = [bd.or_(_byte(bd, row, bd.add(p, c64(L.qs + 8 * i + j))),
+                      bd.shl(bd.and_(bd.lshr(qh, ir.Constant(I32, j)), ir.Constant(I32, 1)), ir.Constant(I32, 8)))
+               for j in range(8)]
     return _signed(bd, _grid_values(bd, grid, idx), load(bd, row, bd.add(p, c64(L.signs + 4 * i)), vec(I8, 4)))
 
 
@@ -251,11 +275,11 @@ def _iq3_s_scales(bd, row, p):
     return bd.fmul(splat(bd, f16(bd, row, bd.add(p, c64(L.d))), 8), bd.uitofp(odd, vec(F32T, 8)))
 
 
-def _iq2_xxs_values(bd, row, p, i):
+def _iq2_xxs_values(bd, row, p, i, vector=False):
     L = IQ2_XXS.layout
     grid = _table(bd, "iq2xxs_grid", I64, IQ2XXS_GRID)
-    mags = _grid_values(bd, grid, [_byte(bd, row, bd.add(p, c64(L.qs + 8 * i + j))) for j in range(4)], I64)
-    return _signed(bd, mags, _ksigns(bd, load(bd, row, bd.add(p, c64(L.qs + 8 * i + 4)), I32)))
+    mags = _grid_values(bd, grid, [_byte(bd, row, bd.add(p, c64(L.qs + 8 * i + j))) for j in range(4)])
+    return _signed(bd, mags, _aux_signs(bd, load(bd, row, bd.add(p, c64(L.qs + 8 * i + 4)), I32), vector))
 
 
 def _iq2_xxs_scales(bd, row, p):
@@ -267,17 +291,16 @@ def _iq2_xxs_scales(bd, row, p):
     return bd.fmul(bd.fmul(d, bd.fadd(splat_c(F32T, 0.5, 8), ls)), splat_c(F32T, 0.25, 8))
 
 
-def _iq2_xs_values(bd, row, p, i):
+def _iq2_xs_values(bd, row, p, i, vector=False):
     """Entries 4i .. 4i + 3: u16 q, grid index q & 511, KSIGNS index q >> 9."""
     L = IQ2_XS.layout
     grid = _table(bd, "iq2xs_grid", I64, IQ2XS_GRID)
-    ks = _table(bd, "ksigns_iq2xs", I8, KSIGNS)
     qs = [bd.zext(load(bd, row, bd.add(p, c64(L.qs + 8 * i + 2 * k)), I16), I32) for k in range(4)]
-    mags = _grid_values(bd, grid, [bd.and_(q, ir.Constant(I32, 511)) for q in qs], I64)
-    sb = ir.Constant(vec(I8, 4), ir.Undefined)
-    for k, q in enumerate(qs):
-        sb = bd.insert_element(sb, _at(bd, ks, bd.lshr(q, ir.Constant(I32, 9))), ir.Constant(I32, k))
-    return _signed(bd, mags, sb)
+    mags = _grid_values(bd, grid, [bd.and_(q, ir.Constant(I32, 511)) for q in qs])
+    if vector:
+        qv = bd.zext(load(bd, row, bd.add(p, c64(L.qs + 8 * i)), vec(I16, 4)), vec(I32, 4))
+        return _signed(bd, mags, _ksigns(bd, bd.lshr(qv, splat_c(I32, 9, 4)), True))
+    return _signed(bd, mags, _ksigns(bd, [bd.lshr(q, ir.Constant(I32, 9)) for q in qs], False))
 
 
 def _iq2_s_values(bd, row, p, i):
@@ -288,7 +311,7 @@ def _iq2_s_values(bd, row, p, i):
     idx = [bd.or_(_byte(bd, row, bd.add(p, c64(L.qs + 4 * i + k))),
                   bd.shl(bd.and_(bd.lshr(qh, ir.Constant(I32, 2 * k)), ir.Constant(I32, 3)), ir.Constant(I32, 8)))
            for k in range(4)]
-    return _signed(bd, _grid_values(bd, grid, idx, I64), load(bd, row, bd.add(p, c64(L.signs + 4 * i)), vec(I8, 4)))
+    return _signed(bd, _grid_values(bd, grid, idx), load(bd, row, bd.add(p, c64(L.signs + 4 * i)), vec(I8, 4)))
 
 
 def _iq2_scales16(fmt):
@@ -316,7 +339,7 @@ def _iq1_w(bd, grid_idx, negs):
     """4 iq1s_grid entries (i32 indices) and their delta signs (4 i1, true: -1/8) -> <32 x i8> w. The
     eight +-1 bytes of an entry are one i64 chosen by a scalar select: a select on <4 x i1> lanes
     widened to bytes compiled to ~90 mask-register operations a group (iq1_s decode 11x slower)."""
-    g = _grid_values(bd, _table(bd, "iq1s_grid", I64, IQ1S_GRID), grid_idx, I64)
+    g = _grid_values(bd, _table(bd, "iq1s_grid", I64, IQ1S_GRID), grid_idx)
     pm = ir.Constant(vec(I64, 4), ir.Undefined)
     for k, neg in enumerate(negs):
         pm = bd.insert_element(pm, bd.select(neg, ir.Constant(I64, -1), ir.Constant(I64, 0x0101010101010101)),
@@ -351,7 +374,7 @@ def _iq1_m_values(bd, row, p, i):
     idx = [bd.or_(_byte(bd, row, bd.add(p, c64(L.qs + 4 * i + k))),
                   bd.shl(bd.and_(bd.lshr(qh, ir.Constant(I32, 4 * k)), ir.Constant(I32, 7)), ir.Constant(I32, 8)))
            for k in range(4)]
-    g = _grid_values(bd, _table(bd, "iq1s_grid", I64, IQ1S_GRID), idx, I64)
+    g = _grid_values(bd, _table(bd, "iq1s_grid", I64, IQ1S_GRID), idx)
     bits = bd.and_(bd.lshr(splat(bd, bd.zext(qh, I64), 4), const(I64, [3, 7, 11, 15])), splat_c(I64, 1, 4))
     # +-1 bytes: 0x01 each, or 0xFF where the sign bit is set (0x01 ^ 0xFE)
     pm = bd.xor(splat_c(I64, 0x0101010101010101, 4),
@@ -377,14 +400,21 @@ def _iq1_m_scales16(bd, row, p):
     return odd, exact, bd.fmul(d, ir.Constant(F32T, IQ1S_DELTA))
 
 
-def int8_groups(fmt, values, scales, zero=ZERO, chunks=True):
+def _vector(values):
+    """values(..., vector=True): a grid format's values on AVX-512's vector popcount and gathers."""
+    return lambda bd, row, p, i: values(bd, row, p, i, vector=True)
+
+
+def int8_groups(fmt, values, scales, zero=ZERO, chunks=True, planes_values=None):
     """The record of a 256-element format from its groups' int8 values and its <8 x float> scales;
     the planes kernels dot value + zero, unsigned (zero: at least minus the least value; a small
     zero for small values, emit_ternary's, kept the zero point's float sums from cancelling most of
     the dot's f32 bits; on the K-quant layout it comes off in the integer dot). chunks: the
-    record's planes_chunks."""
+    record's planes_chunks; planes_values: the values as the planes kernels (AVX-512) take them,
+    when they have a faster way there (_vector)."""
     L = fmt.layout
     n = L.sub_blocks
+    planes_values = planes_values or values
 
     def block(bd, row, blk):
         p = bd.mul(blk, c64(L.block_bytes))
@@ -403,21 +433,22 @@ def int8_groups(fmt, values, scales, zero=ZERO, chunks=True):
             svs.append(_per16(bd, sv, n))
             shift = (lambda v: bd.xor(v, splat_c(I8, -128, G))) if zero == ZERO else \
                 (lambda v: bd.add(v, splat_c(I8, zero, G)))
-            units.append(_units(bd, [shift(values(bd, row, p, i)) for i in range(n)]))
+            units.append(_units(bd, [shift(planes_values(bd, row, p, i)) for i in range(n)]))
             lane_scales.append(_lane_scales(bd, sv, n))
         return PlanesBlocks(units, lane_scales, None, concat(bd, svs))
 
     return CpuFormat(fmt, block=block, words=words_, planes=planes, planes_zero=zero, planes_chunks=chunks)
 
 
-def _int8_sub16(fmt, values, scales16):
+def _int8_sub16(fmt, values, scales16, planes_values=None):
     """The record of a 256-element format from its groups' int8 values v and, per 16 elements, an
     odd integer m, the scale s as the numpy decode computes it and a common base b with s = b * m
     exactly: the blocks' weights m * v (at most 31 * 43) with scale b, their exact decode s * v; the
     words and planes kernels dot v and take the scales s per 16 elements (words_sub16; lane i of
-    planes unit u: 16 elements 4u + i // 4)."""
+    planes unit u: 16 elements 4u + i // 4). planes_values: as int8_groups'."""
     L = fmt.layout
     n = L.sub_blocks
+    planes_values = planes_values or values
     per_group = lambda i: const(I32, [2 * i] * (G // 2) + [2 * i + 1] * (G // 2))  # noqa: E731
 
     def block(bd, row, blk):
@@ -443,7 +474,7 @@ def _int8_sub16(fmt, values, scales16):
         for row in rows:
             sv = bd.fmul(scales16(bd, row, p)[1], xs16)
             svs.append(sv)
-            units.append(_units(bd, [bd.xor(values(bd, row, p, i), splat_c(I8, -128, G)) for i in range(n)]))
+            units.append(_units(bd, [bd.xor(planes_values(bd, row, p, i), splat_c(I8, -128, G)) for i in range(n)]))
             lane_scales.append([bd.shuffle_vector(sv, sv, const(I32, [4 * u + i // 4 for i in range(LANES)]))
                                 for u in range(n // 2)])
         return PlanesBlocks(units, lane_scales, None, concat(bd, svs))
@@ -458,9 +489,10 @@ RECORDS = [_table32(IQ4_NL, KVALUES, ZERO, lambda bd, row, off: lanes(bd, f16(bd
                     MXFP4.layout.e),
            CpuFormat(IQ4_XS, block=_iq4_xs, words=_iq4_xs_words, planes=_iq4_xs_planes, planes_zero=ZERO,
                      planes_klayout=True),
-           int8_groups(IQ3_XXS, _iq3_xxs_values, _iq3_xxs_scales), int8_groups(IQ3_S, _iq3_s_values, _iq3_s_scales),
-           int8_groups(IQ2_XXS, _iq2_xxs_values, _iq2_xxs_scales),
-           _int8_sub16(IQ2_XS, _iq2_xs_values, _iq2_scales16(IQ2_XS)),
+           int8_groups(IQ3_XXS, _iq3_xxs_values, _iq3_xxs_scales, planes_values=_vector(_iq3_xxs_values)),
+           int8_groups(IQ3_S, _iq3_s_values, _iq3_s_scales, planes_values=_vector(_iq3_s_values)),
+           int8_groups(IQ2_XXS, _iq2_xxs_values, _iq2_xxs_scales, planes_values=_vector(_iq2_xxs_values)),
+           _int8_sub16(IQ2_XS, _iq2_xs_values, _iq2_scales16(IQ2_XS), planes_values=_vector(_iq2_xs_values)),
            _int8_sub16(IQ2_S, _iq2_s_values, _iq2_scales16(IQ2_S)),
            int8_groups(IQ1_S, _iq1_s_values, _iq1_s_scales, chunks=False),
            _int8_sub16(IQ1_M, _iq1_m_values, _iq1_m_scales16)]

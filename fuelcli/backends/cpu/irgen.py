@@ -118,6 +118,18 @@ def prefetch(bd, p, locality=3):
                                                            ir.Constant(I32, 1)])
 
 
+def gather(bd, table, idx):
+    """<n x T>: table[idx[j]] in lane j (table: a global array of T, idx: <n x i32>), by
+    llvm.masked.gather: LLVM makes it vpgather where the CPU's gathers are fast (AVX-512) and
+    scalar loads where they are not."""
+    n, ety = idx.type.count, table.type.pointee.element
+    ptrs = bd.gep(table, [ir.Constant(I32, 0), idx], source_etype=table.type.pointee)
+    ptrs.type = vec(ety.as_pointer(), n)  # a vector GEP (llvmlite types it as one pointer)
+    return call_intrinsic(bd, f"llvm.masked.gather.v{n}i{ety.width}.v{n}p0", vec(ety, n),
+                          [ptrs, ir.Constant(I32, ety.width // 8), splat_c(ir.IntType(1), 1, n),
+                           ir.Constant(vec(ety, n), ir.Undefined)])
+
+
 def transpose(bd, rows):
     """n <n x i32> rows (n a power of two) -> their transpose: swap the off-diagonal b x b blocks,
     b = n/2, ..., 2, 1 (n log n shuffles instead of n^2 element moves)."""
