@@ -1,8 +1,11 @@
-"""run_tasks (matmul.py): threads take tasks one by one, or in runs sized from the thread count.
+"""run_tasks (matmul.py): threads take tasks one by one from one counter, or (decode) a contiguous
+region each, in order, and then help with the other threads' regions.
 
-The test kernel's task 0 waits until every other task has run. Taken one by one, another thread
-runs them all while task 0 waits; taken in runs, the tasks after task 0 in its own run cannot
-start, so task 0 gives up (the negative control: the test tells the two apart).
+The test kernel's task 0 waits until every other task has run, and each task notes when it started
+(a shared sequence number). Either way another thread runs every other task while task 0 waits (a
+held thread holds nothing behind it); taken by regions, the second thread starts at the middle of
+the tasks and runs its region in order, taken one by one it starts at task 1 (the control: the
+test tells the two apart).
 """
 
 import warnings
@@ -17,19 +20,21 @@ from llvmlite import ir
 from fuelcli.backends.cpu.core import TASK_ARGS
 from fuelcli.backends.cpu.irgen import I64, c64, func, ptr_to
 from fuelcli.backends.cpu.llvm import compile_module, host_isa, thread_count
-from fuelcli.backends.cpu.matmul import CHUNKS, run_tasks
+from fuelcli.backends.cpu.matmul import run_tasks
 
-N_TASKS = 64  # runs of N_TASKS // (CHUNKS * 2) = 4 tasks with two threads
+N_TASKS = 64
 SEEN_ALL, GAVE_UP = 1, 2
 
 
 def _build():
-    """task(t, done, flags, n, patience): task 0 polls `done` until the other n - 1 tasks have
-    counted themselves in, or `patience` polls have passed; flags[t] says how each task ended."""
+    """task(t, done, flags, n, patience, order, seq): order[t] = the next sequence number; task 0
+    then polls `done` until the other n - 1 tasks have counted themselves in, or `patience` polls
+    have passed; flags[t] says how each task ended."""
     mod = ir.Module("fuel_test_tasks")
     fn, bd = func(mod, "fuel_test_wait_for_the_rest", TASK_ARGS)
-    t, done_, flags_, n, patience = fn.args[:5]
+    t, done_, flags_, n, patience, order_, seq_ = fn.args[:7]
     done, flags = ptr_to(bd, done_, I64), ptr_to(bd, flags_, I64)
+    bd.store(bd.atomic_rmw("add", ptr_to(bd, seq_, I64), c64(1), "acq_rel"), bd.gep(ptr_to(bd, order_, I64), [t]))
     rest = bd.sub(n, c64(1))
     with bd.if_else(bd.icmp_signed("==", t, c64(0))) as (first, other):
         with first:
@@ -51,12 +56,14 @@ def _build():
     return mod, [fn.name]
 
 
-def _run(one_by_one, patience):
+def _run(one_by_one, patience=10**10):  # seconds at most; the other thread needs microseconds
     fn = compile_module("test_tasks", _build, host_isa())["fuel_test_wait_for_the_rest"]
     done, flags = np.zeros(1, np.int64), np.zeros(N_TASKS, np.int64)
-    args = tuple(np.int64(a) for a in (done.ctypes.data, flags.ctypes.data, N_TASKS, patience)) + (np.int64(0),) * 7
+    order, seq = np.full(N_TASKS, -1, np.int64), np.zeros(1, np.int64)
+    args = tuple(np.int64(a) for a in (done.ctypes.data, flags.ctypes.data, N_TASKS, patience, order.ctypes.data,
+                                        seq.ctypes.data)) + (np.int64(0),) * 5
     run_tasks(fn, N_TASKS, args, one_by_one)
-    return done[0], flags
+    return done[0], flags, order
 
 
 @pytest.fixture(autouse=True)
@@ -70,19 +77,25 @@ def two_threads():
     numba.set_num_threads(before)
 
 
-def test_threads_take_the_tasks_one_thread_is_held_on():
-    done, flags = _run(True, patience=10**10)  # seconds at most; the other thread needs microseconds
+@pytest.mark.parametrize("one_by_one", [True, False])
+def test_a_held_thread_holds_no_task_behind_it(one_by_one):
+    done, flags, order = _run(one_by_one)
     assert done == N_TASKS - 1
     assert flags.tolist() == [SEEN_ALL] * N_TASKS
+    assert sorted(order.tolist()) == list(range(N_TASKS))  # each task once
 
 
-def test_runs_hold_the_tasks_behind_the_waiting_one():
-    """The negative control: the thread that takes tasks 0..3 holds 1..3 behind task 0, which
-    gives up; every task still runs once."""
-    assert N_TASKS // (CHUNKS * 2) > 1
-    done, flags = _run(False, patience=10**8)
-    assert done == N_TASKS - 1
-    assert flags[0] == GAVE_UP and flags[1:].tolist() == [SEEN_ALL] * (N_TASKS - 1)
+def test_regions_run_in_order_from_the_middle():
+    """Decode: the thread not held starts at the middle (the second region, task N/2 among the
+    first two tasks begun), runs it in order, then the first region's rest in order; one by one
+    it starts at task 1 (the control)."""
+    half = N_TASKS // 2
+    *_, order = _run(False)
+    assert order[half] <= 1
+    second, first = order[half:].tolist(), order[1:half].tolist()
+    assert second == sorted(second) and first == sorted(first) and min(first) > max(second)
+    *_, order = _run(True)
+    assert order[half] > 1
 
 
 @njit(cache=True)
@@ -91,7 +104,7 @@ def _count():
 
 
 def test_thread_count_is_numbas_count_for_this_thread():
-    """Runs are sized from thread_count: numba's own count, as set for the calling thread; a
+    """Regions are sized from thread_count: numba's own count, as set for the calling thread; a
     function that calls it can be cached (numba warns when it cannot: numba.get_num_threads())."""
     with warnings.catch_warnings():
         warnings.simplefilter("error", NumbaWarning)

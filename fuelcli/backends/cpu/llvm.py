@@ -286,6 +286,23 @@ def stack_counter(typingctx):
 
 
 @intrinsic
+def stack_counters(typingctx, count):
+    """The address of `count` zeroed int64 counters in the calling function's frame, 64 bytes
+    apart (a cache line each: threads that take from their own counter do not share its line)."""
+    if not isinstance(count, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, llargs):
+        n = builder.mul(context.cast(builder, llargs[0], count, types.int64), ir.Constant(ir.IntType(64), 8))
+        slots = builder.alloca(ir.IntType(64), size=n)
+        slots.align = 64
+        cgutils.memset(builder, slots, builder.mul(n, ir.Constant(ir.IntType(64), 8)), 0)
+        return builder.ptrtoint(slots, ir.IntType(64))
+
+    return types.int64(count), codegen
+
+
+@intrinsic
 def take(typingctx, address, step):
     """take(address, step): a parallel loop's next task, the int64 at `address` shared by its
     threads: returns it and moves it on by `step`, atomically."""

@@ -28,7 +28,7 @@ from .amx import ROWS as AMX_ROWS
 from .attention import ATT_TOKENS, KEY_BLOCK, MIN_SPLIT_BLOCKS, PART_EXTRA
 from .kernels_decode import DECODE_ROWS, DECODE_WIDTHS
 from .kernels_prefill import TASK_ROWS
-from .llvm import args11, kcall, ptr, stack_counter, take, thread_count
+from .llvm import args11, kcall, ptr, stack_counter, stack_counters, take, thread_count
 
 # columns of the kernel table; K_WIDE + i: the decode kernel of DECODE_WIDTHS[i] tokens (add_wide)
 K_DECODE, K_PREFILL, K_UNPACK, K_DEQUANT, K_QUANT, K_AMX_PREFILL, K_AMX_UNPACK, K_WIDE = range(8)
@@ -73,33 +73,39 @@ def core_table(isa, head_dim: int, use_amx: bool = False, cache_type: str = "f32
     return np.array(addresses(isa, head_dim, cache_type) + (amx_split(isa) if use_amx else 0,), np.int64)
 
 
-# Tasks a thread takes at a time when it does not take them one by one: runs of n / (CHUNKS *
-# threads) contiguous tasks. Decode measured tg 17.2 t/s against 16.1 with fixed halves (1.5B-shape
-# Q4_K file, 2 threads, means of 5 interleaved runs; three such comparisons +7-9%), the same on the
-# demos; one task at a time measured tg128 0.94x llama.cpp against 1.2-1.3x (the 1.5B Q4_K_M file).
-CHUNKS = 8
-
-
 @njit(**PARALLEL)
 def run_tasks(fn, n, args, one_by_one):
     """The one parallel loop: task kernel `fn` (an address) for tasks 0..n-1, with 11 int64 args.
 
-    Threads take tasks from a shared counter whenever they have finished the last, so cores that
+    Threads take tasks from shared counters whenever they have finished the last, so cores that
     run at different speeds (hybrid CPUs, a busy sibling hyperthread, a host's other tenants)
     finish together: here one vCPU at times ran AMX tiles at 45% of the other's speed, and two
     threads with fixed halves of a prefill then ran no faster than one. Prefill's matrix products
-    and attention take their tasks `one_by_one` (tasks of milliseconds; a causal query block late
-    in the prompt costs more than an early one); decode's short tasks go in contiguous runs
-    (CHUNKS per thread), each thread streaming rows of weights."""
+    and attention take their tasks `one_by_one` from one counter (tasks of milliseconds; a causal
+    query block late in the prompt costs more than an early one). Decode's short tasks are split
+    into one contiguous region per thread, each with its own counter: a thread takes its region's
+    tasks in order, one at a time (a stream of weight rows), then helps with the regions of the
+    threads after it, taking from their counters; so a late or slow thread's rows are shared out
+    a task at a time at the end."""
     threads = thread_count()
-    step = np.int64(1) if one_by_one else max(np.int64(1), n // (CHUNKS * threads))
-    next_task = stack_counter()  # in this call's frame: the loop's threads run while this thread waits in it
-    for _ in prange(min(n, threads)):
-        i = take(next_task, step)
-        while i < n:
-            for j in range(i, min(i + step, n)):
-                kcall(fn, (j,) + args)
-            i = take(next_task, step)
+    parts = min(n, threads)
+    if one_by_one:
+        next_task = stack_counter()  # in this call's frame: the loop's threads run while this thread waits in it
+        for _ in prange(parts):
+            i = take(next_task, 1)
+            while i < n:
+                kcall(fn, (i,) + args)
+                i = take(next_task, 1)
+        return
+    counters = stack_counters(parts)
+    for t in prange(parts):
+        for k in range(parts):
+            r = (t + k) % parts
+            lo, hi = r * n // parts, (r + 1) * n // parts
+            i = lo + take(counters + 64 * r, 1)
+            while i < hi:
+                kcall(fn, (i,) + args)
+                i = lo + take(counters + 64 * r, 1)
 
 
 # Start numba's thread pool now: a function loaded from the on-disk cache that reaches run_tasks
