@@ -194,10 +194,11 @@ def test_roofline(tiny):
     assert lines[0] == "| model | size | params | backend | threads | test | t/s | read GB/s | roofline |"
     pp, tg = (ln.split(" | ") for ln in lines[2:4])
     assert pp[7:] == ["", " |"] and tg[7].strip() and tg[8].rstrip(" |").endswith("%")
-    assert "roofline: read bandwidth" in lines[5]
+    assert "roofline: read bandwidth" in lines[5] and "before / after the tests" in lines[5]
     rep = json.loads(bench(tiny, "-p", "0", "-n", "4", "-d", "0,6", "-r", "2", "-o", "json"))
     bw = rep["bandwidth"]
     assert bw["threads"] == rep["threads"] and bw["bytes_per_s"] > 1e8
+    assert len(bw["measured"]) == 2 and bw["bytes_per_s"] == max(bw["measured"])  # before and after the tests
     # untied f32 llama: every matrix but the embedding, one embedding row, 5 norms of 64
     weights = 4 * (TINY_PARAMS - 256 * 64 + 64)
     for t, depth in zip(rep["tests"], (0, 6)):
@@ -206,6 +207,18 @@ def test_roofline(tiny):
         assert t["read_bytes_per_s"] == pytest.approx(t["bytes_per_token"] * t["fuel"]["avg_ts"])
         assert t["roofline_fraction"] == pytest.approx(t["read_bytes_per_s"] / bw["bytes_per_s"])
     assert bw["bytes"] == rep["tests"][1]["bytes_per_token"]  # the largest working set
+
+
+def test_roofline_takes_the_higher_bandwidth():
+    """A shared host's memory bandwidth moves within minutes: the roofline is the higher of the two
+    measurements, whichever came first, so a test is not put above 100% by a low one."""
+    from fuelcli.cli.bench import _roofline
+
+    lo, hi = {"bytes": 8, "threads": 2, "bytes_per_s": 5e10}, {"bytes": 8, "threads": 2, "bytes_per_s": 9e10}
+    for before, after in ((lo, hi), (hi, lo)):
+        r = _roofline(before, after)
+        assert r["bytes_per_s"] == 9e10 and r["measured"] == [before["bytes_per_s"], after["bytes_per_s"]]
+    assert _roofline(lo, None) == lo  # no second measurement (a GPU without room): the first
 
 
 def test_load_average_around_the_run(tiny, monkeypatch):

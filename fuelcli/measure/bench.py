@@ -18,8 +18,9 @@ standard deviation (n - 1) of the rates, and with a peer the ratio fuel mean / p
 
 Memory roofline (tg tests): a decode step reads every weight it uses once, and the KV cache up to its
 position; `bytes_per_token` counts them (an MoE layer's experts at k of n). Read bandwidth is measured
-once per run over a working set of that size (backends/cpu/bandwidth.py, in a child process, the
-test's threads; on a GPU backends/cuda/bandwidth.py, at most 1 GiB of device memory), so bytes per token x tok/s / bandwidth is the fraction of the roofline reached.
+before and after the tests over a working set of that size (backends/cpu/bandwidth.py, in a child
+process, the test's threads; on a GPU backends/cuda/bandwidth.py, at most 1 GiB of device memory),
+and the higher taken, so bytes per token x tok/s / bandwidth is the fraction of the roofline reached.
 
 First token (`first_token_runs`, `fuel bench --first-token`): what a user waits for from typing
 `fuel run` to the first token, in fresh processes: with an empty kernel cache (a fresh install: every
@@ -286,7 +287,8 @@ class Report:
     kv_bytes: int = 0
     peer: dict | None = None  # {"name", "detail", "threads", "peak_rss_bytes"}
     backend: str = "cpu numba"
-    bandwidth: dict | None = None  # {"bytes": working set, "threads" (None: a GPU), "bytes_per_s"}: the roofline
+    bandwidth: dict | None = None  # {"bytes": working set, "threads" (None: a GPU), "bytes_per_s", "measured":
+    # [before, after] the tests}: the roofline, the higher of the two
     load: dict | None = None  # {"cpus", "threads", "before", "after"}: the 1-minute load average around the run
 
     @property
@@ -503,8 +505,11 @@ def render_md(rep: Report) -> str:
         notes.append(load_text(rep.load))
     if roof:
         b = rep.bandwidth
+        both = b.get("measured")
         notes.append(f"roofline: read bandwidth {b['bytes_per_s'] / 1e9:.2f} GB/s over {human_bytes(b['bytes'])} "
                      + (f"with {b['threads']} threads" if b['threads'] else "on the GPU")
+                     + (" (the higher of {:.2f} / {:.2f} before / after the tests)".format(*(v / 1e9 for v in both))
+                        if both else "")
                      + " (a tg test reads its bytes per token x t/s)")
     return "\n".join(lines) + "\n\n" + "; ".join(notes) + "\n"
 
