@@ -221,6 +221,19 @@ def test_roofline_takes_the_higher_bandwidth():
     assert _roofline(lo, None) == lo  # no second measurement (a GPU without room): the first
 
 
+def test_roofline_note_says_when_the_bandwidth_moved(tiny):
+    """The notes name both measurements, and say so when they differ by more than a fifth (the
+    control: two close ones do not)."""
+    from fuelcli.measure.bench import render_md, report_from_dict
+
+    rep = report_from_dict(json.loads(bench(tiny, "-p", "0", "-n", "2", "-r", "1", "-o", "json")))
+    for measured, moved in (([5e10, 9e10], True), ([5e10, 5.5e10], False)):
+        rep.bandwidth = dict(rep.bandwidth, bytes_per_s=max(measured), measured=measured)
+        note = render_md(rep).strip().splitlines()[-1]
+        assert "the higher of {:.2f} / {:.2f} before / after".format(*(m / 1e9 for m in measured)) in note
+        assert ("it moved during the run" in note) == moved
+
+
 def test_load_average_around_the_run(tiny, monkeypatch):
     """The 1-minute load average before and after the run is in the notes and the JSON, and a machine
     whose load beyond the run's own threads reaches half its CPUs is called busy (the run's own load

@@ -508,7 +508,8 @@ def render_md(rep: Report) -> str:
         both = b.get("measured")
         notes.append(f"roofline: read bandwidth {b['bytes_per_s'] / 1e9:.2f} GB/s over {human_bytes(b['bytes'])} "
                      + (f"with {b['threads']} threads" if b['threads'] else "on the GPU")
-                     + (" (the higher of {:.2f} / {:.2f} before / after the tests)".format(*(v / 1e9 for v in both))
+                     + (" (the higher of {:.2f} / {:.2f} before / after the tests{})".format(
+                         *(v / 1e9 for v in both), "; it moved during the run" if max(both) > 1.2 * min(both) else "")
                         if both else "")
                      + " (a tg test reads its bytes per token x t/s)")
     return "\n".join(lines) + "\n\n" + "; ".join(notes) + "\n"
