@@ -214,7 +214,7 @@ assert list(KSIGNS) == [k | (bin(k).count("1") & 1) << 7 for k in range(128)]
 def _ksigns(bd, fields, vector):
     """<4 x i8>: the KSIGNS bytes of four 7-bit fields: four table loads (fields: a list of i32),
     or (vector: fields <4 x i32>) from the fields' parity by a vector popcount, AVX-512's vpopcntd
-    (the planes kernels: IQ3_XXS 0.87x the time; on AVX2 the popcount is an expansion of a dozen
+    (the planes kernels: IQ3_XXS 0.82x the time; on AVX2 the popcount is an expansion of a dozen
     operations, 1.2x)."""
     if not vector:
         ks = _table(bd, "ksigns_iq2xs", I8, KSIGNS)
