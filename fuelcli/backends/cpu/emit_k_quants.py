@@ -17,7 +17,7 @@ from llvmlite import ir
 from ...formats import Q2_K, Q3_K, Q4_K, Q5_K, Q6_K
 from .emit import (LANES, PLANES_KBLOCK, PLANES_UNIT, SUB16_ORDER, Block, CpuFormat, PlanesBlocks, WordChunk,
                    concat, f16, f16_lanes, words, wsplat)
-from .irgen import F32T, G, I8, I16, I32, I64, c64, const, load, splat, splat_c, vec
+from .irgen import F32T, G, I8, I16, I32, I64, c64, call_intrinsic, const, load, splat, splat_c, vec
 
 
 # ------------------------------------------------------------------ block
@@ -280,33 +280,39 @@ def _q2_k_planes(bd, rows, fb, nblk, xs8):
     return PlanesBlocks(units, lane_scales, concat(bd, mins), None)
 
 
+_Q3_K_FIELD = [(i // 2) % 4 for i in range(LANES)]  # lane i's k (bits 2k of qs, bit 4h + k of hmask)
+_Q3_K_DOWN = [2 * k for k in _Q3_K_FIELD]  # qs dword shifted right: the 2-bit field to bits 0-1
+_Q3_K_ROTATE = [(2 - 4 * (i // 8) - k) % 32 for i, k in enumerate(_Q3_K_FIELD)]  # hmask dword rotated
+# left: bit 4h + k of each byte to its bit 2 (no bit crosses a byte on the way to bit 2)
+
+
 def _q3_k_planes(bd, rows, fb, nblk, xs8):
-    """Unit u: groups 2u and 2u + 1 (64 consecutive elements), each byte q = ql | 4 * hbit (0..7)
-    from qs[32h ..] at bits 2k and hmask at bit g moved in place by 16-bit shifts per half; the
-    zero point 4 comes off with the 16-element sums. Lane i of unit u lies in sub-block 4u + i // 4."""
+    """On the K-quant layout (planes_klayout) lane i of every unit lies in sub-block i, as Q2_K's: unit
+    u, lane i is qs dword KDW_Q2_K[i] + u shifted down to its 2-bit fields, OR'd with hmask dword
+    4 (i % 2) + u rotated to put each byte's high bit at bit 2: q = 0..7, the zero point 4 off in the
+    integer dot. Two permutes, a shift, a rotate and the masks a unit; one lane-scale vector a row
+    (d * sc_i * the activation scale, lane i)."""
     L = Q3_K.layout
+    n = L.sub_blocks
     p = bd.mul(fb, c64(L.block_bytes))
-    half, n = PLANES_UNIT // 2, L.sub_blocks
     xs16 = bd.shuffle_vector(xs8, xs8, const(I32, [s // 2 for s in range(n)]))
-    w16 = lambda v: _twice(bd, v)  # noqa: E731
-    per_half = lambda a, b: const(I16, [a] * (half // 2) + [b] * (half // 2))  # noqa: E731
+    lanes = vec(I32, LANES)
+    down, rotate = const(I32, _Q3_K_DOWN), const(I32, _Q3_K_ROTATE)
     units, lane_scales, svs = [], [], []
     for row in rows:
         d = f16(bd, row, bd.add(p, c64(L.d)))
-        scs = bd.sitofp(_q3_k_scales(bd, row, p), vec(F32T, n))
-        sv = bd.fmul(bd.fmul(splat(bd, d, n), scs), xs16)
+        sv = bd.fmul(bd.fmul(splat(bd, d, n), bd.sitofp(_q3_k_scales(bd, row, p), vec(F32T, n))), xs16)
         svs.append(sv)
-        lane_scales.append([bd.shuffle_vector(sv, sv, const(I32, [4 * u + i // 4 for i in range(LANES)]))
-                            for u in range(L.block_elems // PLANES_UNIT)])
-        hm = w16(load(bd, row, bd.add(p, c64(L.hmask)), vec(I8, half)))
+        lane_scales.append([sv])
+        qs = load(bd, row, bd.add(p, c64(L.qs)), lanes)
+        hm = load(bd, row, bd.add(p, c64(L.hmask)), vec(I32, LANES // 2))
         units.append([])
-        for u in range(L.block_elems // PLANES_UNIT):
-            h, k = u // 2, 2 * (u % 2)
-            ga, gb = 4 * h + k, 4 * h + k + 1
-            qs = w16(load(bd, row, bd.add(p, c64(L.qs + h * half)), vec(I8, half)))
-            ql = bd.and_(bd.lshr(qs, per_half(2 * k, 2 * k + 2)), splat_c(I16, 0x0303, half))
-            hb = bd.lshr(bd.shl(hm, per_half(max(0, 2 - ga), max(0, 2 - gb))), per_half(max(0, ga - 2), max(0, gb - 2)))
-            units[-1].append(bd.bitcast(bd.or_(ql, bd.and_(hb, splat_c(I16, 0x0404, half))), vec(I8, PLANES_UNIT)))
+        for u in range(4):
+            ql = bd.lshr(bd.shuffle_vector(qs, qs, const(I32, [dw + u for dw in KDW_Q2_K])), down)
+            h = bd.shuffle_vector(hm, hm, const(I32, [4 * (i % 2) + u for i in range(LANES)]))
+            hb = call_intrinsic(bd, f"llvm.fshl.v{LANES}i32", lanes, [h, h, rotate])  # a rotate
+            q = bd.or_(bd.and_(ql, splat_c(I32, 0x03030303, LANES)), bd.and_(hb, splat_c(I32, 0x04040404, LANES)))
+            units[-1].append(bd.bitcast(q, vec(I8, PLANES_UNIT)))
     return PlanesBlocks(units, lane_scales, None, concat(bd, svs))
 
 
@@ -478,6 +484,6 @@ RECORDS = [CpuFormat(Q4_K, block=_q4_k, words=_q4_k_words, planes=_q4_k_planes, 
            CpuFormat(Q2_K, block=_q2_k, words=_q2_k_words, planes=_q2_k_planes, planes_klayout=True,
                      words_sub16=True, min_sub16=True),
            CpuFormat(Q3_K, block=_q3_k, words=_q3_k_words, planes=_q3_k_planes, planes_zero=Q3_K.layout.zero,
-                     words_sub16=True, words_zero=Q3_K.layout.zero),
+                     planes_klayout=True, words_sub16=True, words_zero=Q3_K.layout.zero),
            CpuFormat(Q6_K, block=_q6_k, words=_q6_k_words, planes=_q6_k_planes, planes_zero=Q6_K.layout.zero,
                      words_sub16=True, words_zero=Q6_K.layout.zero)]

@@ -219,7 +219,7 @@ def _decode_planes(isa, mod, code, name, B=1):
     the run 16i .. 16i + 15, which one scale covers, so the four units' dots sum in two int32
     chains (high and low plane) and are converted and scaled once a chunk with one lane-scale
     vector. A format whose emitter gives plain units (64 consecutive elements; all but
-    planes_klayout's Q4_K, Q2_K, Q4_0, Q4_1, IQ4_NL, MXFP4, IQ4_XS) has them transposed onto that layout
+    planes_klayout's Q4_K, Q2_K, Q3_K, Q4_0, Q4_1, IQ4_NL, MXFP4, IQ4_XS) has them transposed onto that layout
     (_klayout_units: ~12 permutes a row and chunk, shared by every token of a B-wide kernel), its
     lane scales taken with the activation scales at 1 (weights only) and multiplied by each
     token's. A zero point z of q comes off in the integer dot there: the low chain starts from -z
