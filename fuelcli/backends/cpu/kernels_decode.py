@@ -184,7 +184,13 @@ def _decode_words(isa, mod, code, name, B=1):
     return fn
 
 
-PLANES_ROWS = 2  # rows a planes decode kernel dots at once
+# Rows a B-wide planes decode kernel dots at once (sharing the activation loads); the one-token
+# kernel goes a row at a time: two rows at once are two streams of loads, and from DRAM one read
+# more (tg64 of 1.5B-shape files, 2 threads, 3 interleaved pairs in each memory mode: Q8_0 1.19x
+# at 48 GB/s and 1.27x at 85, Q6_K 1.11x / 1.15x, Q4_K_M 1.10x / 1.08x, Q4_K 1.05x / 1.09x, Q5_0
+# 0.97x / 1.02x; the Qwen demo 1.16x / 1.13x) though its hot rate fell (one thread, 2048^2:
+# 1.02-1.10x the time).
+PLANES_ROWS = 2
 PLANES_AHEAD = 8  # rows ahead whose bytes a planes kernel asks for into L2 (see _decode_planes)
 
 
@@ -232,15 +238,16 @@ def _decode_planes(isa, mod, code, name, B=1):
     1.17x. The other chunks (a 32-element format's last blocks, in pairs then one) go a unit at a
     time: one conversion and FMA per unit, the zero point off at the end with the activations'
     16-element sums times each 16 elements' scale. Mins (mins_per_group) come on at the end the
-    same way. Two rows at a time share the activation loads. The bytes PLANES_AHEAD rows on are
-    fetched into L2 (prefetcht1): a Q4_K kernel read 17.6 -> 33 GB/s from DRAM with 2 threads
-    (docs/performance.md) where prefetcht0 two groups ahead filled L1's miss buffers (a C
-    prototype, 16 matrices of 8960 x 1536 cycled). They are asked for in the order they lie, one
-    stream: the two rows' chunks each at its own row (two streams a row apart) had a 1.5B-shape
-    file's tg64 at 0.85x (Q4_K; IQ4_XS 0.85x, Q4_0 0.91x, Q6_K 0.93x, Q5_0 0.95x, Q8_0 1.0x).
-    B tokens (DECODE_WIDTHS): one row's units and weight scales serve every token; the emitter is
-    asked again per token for what holds the token's activation scales (its unit work there is
-    dead code); each token's steps are the one-token kernel's."""
+    same way. A B-wide kernel takes PLANES_ROWS rows at a time (they share the activation loads),
+    the one-token kernel one. The bytes PLANES_AHEAD rows on are fetched into L2 (prefetcht1): a
+    Q4_K kernel read 17.6 -> 33 GB/s from DRAM with 2 threads (docs/performance.md) where
+    prefetcht0 two groups ahead filled L1's miss buffers (a C prototype, 16 matrices of 8960 x 1536
+    cycled). They are asked for in the order they lie, one stream: two rows' chunks each at its
+    own row (two streams a row apart) had a 1.5B-shape file's tg64 at 0.85x (Q4_K; IQ4_XS 0.85x,
+    Q4_0 0.91x, Q6_K 0.93x, Q5_0 0.95x, Q8_0 1.0x; two rows at a time then). B tokens
+    (DECODE_WIDTHS): one row's units and weight scales serve every token; the emitter is asked
+    again per token for what holds the token's activation scales (its unit work there is dead
+    code); each token's steps are the one-token kernel's."""
     fn, bd = func(mod, name, 11)
     fn.linkage = "internal"
     w, row_bytes, n_rows, K, _xq, xs_, xf_, out_, xp_, xz_, ldo = fn.args
@@ -348,7 +355,7 @@ def _decode_planes(isa, mod, code, name, B=1):
                     total = bd.fadd(total, part) if key == "min" else bd.fsub(total, bd.fmul(z, part))
                 bd.store(total, bd.gep(out, [bd.add(r0, c64(i))]))
 
-    in_steps(bd, n_rows, PLANES_ROWS, rows)
+    in_steps(bd, n_rows, PLANES_ROWS if B > 1 else 1, rows)
     bd.ret_void()
     return fn
 
