@@ -204,7 +204,11 @@ def attention(mod, name, hd, task_args, L, E=F32T):
     def imin(a, b):
         return bd.select(bd.icmp_signed("<", a, b), a, b)
 
-    split, head_task = bd.urem(task, splits), bd.udiv(task, splits)
+    # split-major: a decode step's tasks in order cover both kv heads' keys of one run, then the next
+    # run's, so a thread's region of tasks reads one stretch of the cache (both heads' K blocks and V
+    # rows lie interleaved there), not every other block of it
+    head_tasks = bd.mul(bd.udiv(bd.add(T, c64(ATT_TOKENS - 1)), c64(ATT_TOKENS)), nkv)
+    split, head_task = bd.udiv(task, head_tasks), bd.urem(task, head_tasks)
     tb, kvh = bd.udiv(head_task, nkv), bd.urem(head_task, nkv)
     group = bd.udiv(nh, nkv)
     t0 = bd.mul(tb, c64(ATT_TOKENS))
