@@ -185,11 +185,11 @@ def _decode_words(isa, mod, code, name, B=1):
 
 
 # Rows a B-wide planes decode kernel dots at once (sharing the activation loads); the one-token
-# kernel goes a row at a time: two rows at once are two streams of loads, and from DRAM one read
-# more (tg64 of 1.5B-shape files, 2 threads, 3 interleaved pairs in each memory mode: Q8_0 1.19x
-# at 48 GB/s and 1.27x at 85, Q6_K 1.11x / 1.15x, Q4_K_M 1.10x / 1.08x, Q4_K 1.05x / 1.09x, Q5_0
-# 0.97x / 1.02x; the Qwen demo 1.16x / 1.13x) though its hot rate fell (one thread, 2048^2:
-# 1.02-1.10x the time).
+# kernel goes a row at a time: two rows at once are two streams of loads, and from DRAM one row at
+# a time read more (tg64 of 1.5B-shape files, 2 threads, 3 interleaved pairs in each memory mode:
+# Q8_0 1.19x at 48 GB/s and 1.27x at 85, Q6_K 1.11x / 1.15x, Q4_K_M 1.10x / 1.08x, Q4_K 1.05x /
+# 1.09x, Q5_0 0.97x / 1.02x; the Qwen demo 1.16x / 1.13x) though its hot rate fell (one thread,
+# 2048^2, two runs: 0.99-1.15x the time).
 PLANES_ROWS = 2
 PLANES_AHEAD = 8  # rows ahead whose bytes a planes kernel asks for into L2 (see _decode_planes)
 
@@ -244,7 +244,7 @@ def _decode_planes(isa, mod, code, name, B=1):
     prefetcht0 two groups ahead filled L1's miss buffers (a C prototype, 16 matrices of 8960 x 1536
     cycled). They are asked for in the order they lie, one stream: two rows' chunks each at its
     own row (two streams a row apart) had a 1.5B-shape file's tg64 at 0.85x (Q4_K; IQ4_XS 0.85x,
-    Q4_0 0.91x, Q6_K 0.93x, Q5_0 0.95x, Q8_0 1.0x; two rows at a time then). B tokens
+    Q4_0 0.91x, Q6_K 0.93x, Q5_0 0.94x, Q8_0 1.0x; two rows at a time then). B tokens
     (DECODE_WIDTHS): one row's units and weight scales serve every token; the emitter is asked
     again per token for what holds the token's activation scales (its unit work there is dead
     code); each token's steps are the one-token kernel's."""
