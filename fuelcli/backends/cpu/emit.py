@@ -53,6 +53,8 @@ class CpuFormat:
     planes_zero: int | None = None  # z of w = q - z as the planes kernels dot q (its sums come off with
     # the activations' 16-element sums; the planes' zero_scale)
     planes_klayout: bool = False  # the planes units read the activations' K-quant layout (PLANES_KBLOCK)
+    planes_rows: int = 1  # rows the one-token planes kernel dots at once (kernels_decode.PLANES_ROWS):
+    # 2 where the kernel's arithmetic, not the memory, bounds it (two rows share the activation loads)
     planes_chunks: bool = True  # else (plain units): the planes kernel transposes a full chunk's units
     # onto the K-quant layout; False where that made the one-token kernel >= 10% slower or the
     # four-token one no faster (kernels_decode._decode_planes)

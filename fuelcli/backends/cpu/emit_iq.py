@@ -68,7 +68,7 @@ def _per16(bd, sv, ngroups):
 # ------------------------------------------------------------------ iq4_nl, mxfp4
 
 
-def _table32(fmt, table, zero, block_scale, scale_lanes, scale_off):
+def _table32(fmt, table, zero, block_scale, scale_lanes, scale_off, planes_rows=1):
     """The record of a 32-element format whose nibbles index a 16-value table (iq4_nl, mxfp4), with
     its scale per block: block_scale(bd, row, off) -> <1 x float> (the exact decode's),
     scale_lanes(bd, row, offsets) -> <n x float>; the planes kernels dot value + zero."""
@@ -101,7 +101,8 @@ def _table32(fmt, table, zero, block_scale, scale_lanes, scale_off):
             lane_scales.append(_lane_scales(bd, sv, nblk))
         return PlanesBlocks(units, lane_scales, None, concat(bd, svs))
 
-    return CpuFormat(fmt, block=block, words=words_, planes=planes, planes_zero=zero, planes_klayout=True)
+    return CpuFormat(fmt, block=block, words=words_, planes=planes, planes_zero=zero, planes_klayout=True,
+                     planes_rows=planes_rows)
 
 
 # mxfp4's planes dot value + 12 (0..24): with 128 the zero point's sums would cancel most of a dot of
@@ -437,7 +438,8 @@ def int8_groups(fmt, values, scales, zero=ZERO, chunks=True, planes_values=None)
             lane_scales.append(_lane_scales(bd, sv, n))
         return PlanesBlocks(units, lane_scales, None, concat(bd, svs))
 
-    return CpuFormat(fmt, block=block, words=words_, planes=planes, planes_zero=zero, planes_chunks=chunks)
+    return CpuFormat(fmt, block=block, words=words_, planes=planes, planes_zero=zero, planes_chunks=chunks,
+                     planes_rows=2)
 
 
 def _int8_sub16(fmt, values, scales16, planes_values=None):
@@ -480,13 +482,13 @@ def _int8_sub16(fmt, values, scales16, planes_values=None):
         return PlanesBlocks(units, lane_scales, None, concat(bd, svs))
 
     return CpuFormat(fmt, block=block, words=words_, planes=planes, planes_zero=ZERO, words_sub16=True,
-                     planes_chunks=False)
+                     planes_chunks=False, planes_rows=2)
 
 
 RECORDS = [_table32(IQ4_NL, KVALUES, ZERO, lambda bd, row, off: lanes(bd, f16(bd, row, off)), f16_lanes,
                     IQ4_NL.layout.d),
            _table32(MXFP4, KVALUES_MXFP4, ZERO_MXFP4, lambda bd, row, off: _e8m0_lanes(bd, row, [off]), _e8m0_lanes,
-                    MXFP4.layout.e),
+                    MXFP4.layout.e, planes_rows=2),
            CpuFormat(IQ4_XS, block=_iq4_xs, words=_iq4_xs_words, planes=_iq4_xs_planes, planes_zero=ZERO,
                      planes_klayout=True),
            int8_groups(IQ3_XXS, _iq3_xxs_values, _iq3_xxs_scales, planes_values=_vector(_iq3_xxs_values)),

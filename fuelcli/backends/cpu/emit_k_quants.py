@@ -482,7 +482,7 @@ def _q6_k_words(bd, row, b0, n):
 RECORDS = [CpuFormat(Q4_K, block=_q4_k, words=_q4_k_words, planes=_q4_k_planes, has_min=True, planes_klayout=True),
            CpuFormat(Q5_K, block=_q5_k, words=_q5_k_words, planes=_q5_k_planes, has_min=True),
            CpuFormat(Q2_K, block=_q2_k, words=_q2_k_words, planes=_q2_k_planes, planes_klayout=True,
-                     words_sub16=True, min_sub16=True),
+                     words_sub16=True, min_sub16=True, planes_rows=2),
            CpuFormat(Q3_K, block=_q3_k, words=_q3_k_words, planes=_q3_k_planes, planes_zero=Q3_K.layout.zero,
                      planes_klayout=True, words_sub16=True, words_zero=Q3_K.layout.zero),
            CpuFormat(Q6_K, block=_q6_k, words=_q6_k_words, planes=_q6_k_planes, planes_zero=Q6_K.layout.zero,

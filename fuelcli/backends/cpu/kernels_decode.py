@@ -184,12 +184,15 @@ def _decode_words(isa, mod, code, name, B=1):
     return fn
 
 
-# Rows a B-wide planes decode kernel dots at once (sharing the activation loads); the one-token
-# kernel goes a row at a time: two rows at once are two streams of loads, and from DRAM one row at
-# a time read more (tg64 of 1.5B-shape files, 2 threads, 3 interleaved pairs in each memory mode:
-# Q8_0 1.19x at 48 GB/s and 1.27x at 85, Q6_K 1.11x / 1.15x, Q4_K_M 1.10x / 1.08x, Q4_K 1.05x /
-# 1.09x, Q5_0 0.97x / 1.02x; the Qwen demo 1.16x / 1.13x) though its hot rate fell (one thread,
-# 2048^2, two runs: 0.99-1.15x the time).
+# Rows a B-wide planes decode kernel dots at once (sharing the activation loads). The one-token
+# kernel takes its record's planes_rows: one for most formats, since two rows at once are two
+# streams of loads and from DRAM one row at a time read more (tg64 of 1.5B-shape files, 2 threads,
+# 3 interleaved pairs in each memory mode: Q8_0 1.19x at 48 GB/s and 1.27x at 85, Q6_K 1.11x /
+# 1.15x, Q4_K_M 1.10x / 1.08x, Q4_K 1.05x / 1.09x, Q5_0 0.97x / 1.02x; the Qwen demo 1.16x /
+# 1.13x; Q5_1 1.06x, IQ4_NL 1.03x, Q3_K 1.02x, IQ4_XS 0.99x) though its hot rate fell (one thread,
+# 2048^2, two runs: 0.99-1.15x the time); two for the formats bound by their arithmetic, which a
+# row at a time slowed: IQ2_XXS 0.79x, IQ2_XS 0.84x, IQ2_S 0.89x, IQ1_M 0.89x, MXFP4 0.91x, Q2_K
+# 0.91x, IQ3_XXS 0.91x, IQ3_S 0.93x, TQ1_0 0.96x (TQ2_0 0.99x, IQ1_S 1.02x: their families' choice).
 PLANES_ROWS = 2
 PLANES_AHEAD = 8  # rows ahead whose bytes a planes kernel asks for into L2 (see _decode_planes)
 
@@ -239,7 +242,7 @@ def _decode_planes(isa, mod, code, name, B=1):
     time: one conversion and FMA per unit, the zero point off at the end with the activations'
     16-element sums times each 16 elements' scale. Mins (mins_per_group) come on at the end the
     same way. A B-wide kernel takes PLANES_ROWS rows at a time (they share the activation loads),
-    the one-token kernel one. The bytes PLANES_AHEAD rows on are fetched into L2 (prefetcht1): a
+    the one-token kernel its record's planes_rows. The bytes PLANES_AHEAD rows on are fetched into L2 (prefetcht1): a
     Q4_K kernel read 17.6 -> 33 GB/s from DRAM with 2 threads (docs/performance.md) where
     prefetcht0 two groups ahead filled L1's miss buffers (a C prototype, 16 matrices of 8960 x 1536
     cycled). They are asked for in the order they lie, one stream: two rows' chunks each at its
@@ -355,7 +358,7 @@ def _decode_planes(isa, mod, code, name, B=1):
                     total = bd.fadd(total, part) if key == "min" else bd.fsub(total, bd.fmul(z, part))
                 bd.store(total, bd.gep(out, [bd.add(r0, c64(i))]))
 
-    in_steps(bd, n_rows, PLANES_ROWS if B > 1 else 1, rows)
+    in_steps(bd, n_rows, PLANES_ROWS if B > 1 else rec.planes_rows, rows)
     bd.ret_void()
     return fn
 
