@@ -15,10 +15,13 @@ from types import SimpleNamespace
 import numpy as np
 import openai
 import pytest
-from serve_helpers import ServerProcess, assert_error_shape, raw, with_tokenizer
+from serve_helpers import CHAT_TEMPLATE, ServerProcess, assert_error_shape, char_tokenizer, raw, with_tokenizer
 from test_serve_worker import EOS, FIRST, N_PRINT, VOCAB, Served, chat, wait_for
 
 from fuelcli.backends.base import Engine
+from fuelcli.serve.errors import APIError
+from fuelcli.serve.worker import EngineWorker
+from fuelcli.text.tokenizer import Tokenizer
 
 
 class SlottedEngine(Engine):
@@ -144,6 +147,24 @@ def test_queue_and_503_beyond_the_slots(slotted):
     for x in streams:
         x.close()
     waiting.join(30)
+
+
+def test_free_slots_are_not_the_queue():
+    """--queue counts the requests waiting for a slot: with the engine thread not yet taking jobs
+    (mid-step, or not scheduled), as many as the free slots plus the queue are accepted, the next
+    is refused. Control: the jobs held by the slots do not count as free ones."""
+    tok = Tokenizer(char_tokenizer(), CHAT_TEMPLATE, "<s>", "</s>")
+    worker = EngineWorker(SlottedEngine(slots=2), tok, {EOS}, queue_size=1)  # its thread not started
+    for i in range(3):  # 2 free slots + 1 waiting
+        worker.submit(SimpleNamespace(name=f"job{i}"))
+    with pytest.raises(APIError) as refused:
+        worker.submit(SimpleNamespace(name="job3"))
+    assert refused.value.status == 503 and "1 requests are already waiting" in str(refused.value)
+    busy = EngineWorker(SlottedEngine(slots=2), tok, {EOS}, queue_size=1)
+    busy.running = {0: object(), 1: object()}  # both slots taken: only the queue is left
+    busy.submit(SimpleNamespace(name="waits"))
+    with pytest.raises(APIError):
+        busy.submit(SimpleNamespace(name="refused"))
 
 
 def test_long_prompts_enter_in_chunks_beside_the_generating_rows(slotted):

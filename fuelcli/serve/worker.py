@@ -5,8 +5,8 @@ the next step instead of after the others, and a step that serves four sequences
 than one (decode reads the weights once per step). With one slot (--parallel 1) jobs run one at a
 time, in arrival order, each step on the single-sequence kernels.
 
-Requests wait in a bounded queue; when it is full, submit() refuses with 503 and a Retry-After
-estimated from recent jobs. A cancelled job (client gone, server stopping) stops at its next step
+Requests wait in a queue for a slot, at most `queue_size` of them (--queue) beyond the slots that
+are free; past that submit() refuses with 503 and a Retry-After estimated from recent jobs. A cancelled job (client gone, server stopping) stops at its next step
 and frees its slot at once.
 
 Prompt cache (llama-server's), per slot: each slot keeps the KV of its last job's tokens, and a new
@@ -167,7 +167,8 @@ class EngineWorker:
         self.prefill_chunk = max(prefill_chunk, engine.slots)  # room for every slot's next token
         self.vocab_size = engine.cfg.vocab_size
         self.metrics = metrics or Metrics()
-        self.jobs: queue.Queue = queue.Queue(maxsize=queue_size)
+        self.queue_size = queue_size
+        self.jobs: queue.Queue = queue.Queue()  # bounded by submit(): queue_size beyond the free slots
         self.cached: list[list[int]] = [[] for _ in range(engine.slots)]  # each slot's held tokens
         self.running: dict[int, Running] = {}  # slot -> its job
         self._used = [0.0] * engine.slots  # when each slot last took a job (the least recent goes first)
@@ -185,13 +186,16 @@ class EngineWorker:
     def submit(self, job: Job) -> None:
         if self.stopping:
             raise APIError(503, "the server is shutting down", type="server_error")
-        try:
-            self.jobs.put_nowait(job)
-        except queue.Full:
+        # a job that a free slot will take is not waiting, even before the engine thread (mid-step,
+        # or slow to be scheduled) has taken it: counting it refused a second request beside one
+        # free slot. Only the event loop submits, so the check and the put are not interleaved.
+        free = max(self.engine.slots - len(self.running), 0)
+        if self.jobs.qsize() >= self.queue_size + free:
             wait = math.ceil(self._job_seconds * (self.jobs.qsize() + 1) / self.engine.slots)
-            raise APIError(503, f"the server is busy: {self.jobs.maxsize} requests are already waiting "
+            raise APIError(503, f"the server is busy: {self.queue_size} requests are already waiting "
                            "(fuel serve --queue); retry later", type="server_error", code="queue_full",
-                           headers={"Retry-After": str(min(max(wait, 1), 600))}) from None
+                           headers={"Retry-After": str(min(max(wait, 1), 600))})
+        self.jobs.put_nowait(job)
 
     def stop(self) -> None:
         """Refuse new jobs, cancel the running ones and every waiting one; the thread then exits."""
