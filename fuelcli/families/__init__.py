@@ -1,5 +1,5 @@
 """One home per model family, registered here: each says what its blocks are (model/block.py) and where
-its files keep each weight (names.py); the decoder is shared."""
+its files keep each weight (schema.py); the decoder is shared."""
 
 from .base import Family, FfnPlan
 from .gemma3 import GEMMA3

@@ -1,6 +1,6 @@
 """What a family adapter is. No forward code lives in a family: the decoder (reference and every
 backend) is shared and interprets the per-layer blocks (model/block.py) that model/config.py builds from the
-family's answers; an adapter answers only what differs, and keeps its tensor names (names.py).
+family's answers; an adapter answers only what differs, and declares its tensors (schema.py).
 
 Hooks get the config reader `r` of model/config.py (r.raw is the config.json dict; r.integer / r.flag /
 r.get / r.number read a key with the family defaults, type-check it and note its origin), so a
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
-from . import names as N
+from .schema import DECODER, Schema
 
 
 class FfnPlan(NamedTuple):
@@ -72,8 +72,8 @@ class Family:
     # (reader, hidden_size) -> what the embedding rows are multiplied by
     embed_scale: Callable = lambda r, hidden: 1.0
     softcap_key: str | None = None  # the config key of a final logit softcap (null: none)
-    hf_names: N.Names = N.HF
-    gguf_names: N.Names = N.GGUF
+    # a layer's tensors: roles, names in each file kind, shapes, transforms (schema.py)
+    weights: Schema = DECODER
     # boolean keys naming a feature fuel lacks: true is a ConfigError naming the key
     unsupported_flags: tuple = ()
     # keys whose value, when not null, is a feature fuel lacks

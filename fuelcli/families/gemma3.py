@@ -9,11 +9,13 @@ it): norms stored as 1 + w; no sliding_window key means no local layers; freq_ba
 10000; the 27B (62 layers) scales q·k by (hidden / heads)^-0.5, the others by head_dim^-0.5.
 """
 
+from dataclasses import replace
+
 from ..errors import ConfigError
 from ..model.rope import RopeConfig
 from .base import COMMON_DEFAULTS, Family
-from .names import GGUF, HF, replace
 from .qwen2 import layer_type_list
+from .schema import DECODER
 
 _TEMPLATE = (  # the Gemma turn format: the system text opens the first user turn
     "{{ bos_token }}"
@@ -80,9 +82,11 @@ def gguf_config(meta: dict, d: dict):
         d["query_pre_attn_scalar"] = d["head_dim"]
 
 
-_SANDWICH = dict(post_attn_norm="model.layers.{i}.post_attention_layernorm",
-                 ffn_norm="model.layers.{i}.pre_feedforward_layernorm",
-                 post_ffn_norm="model.layers.{i}.post_feedforward_layernorm")
+_WEIGHTS = DECODER.renamed(
+    hf={"post_attn_norm": "model.layers.{i}.post_attention_layernorm.weight",
+        "ffn_norm": "model.layers.{i}.pre_feedforward_layernorm.weight",
+        "post_ffn_norm": "model.layers.{i}.post_feedforward_layernorm.weight"},
+    gguf={"post_attn_norm": "blk.{i}.post_attention_norm.weight", "post_ffn_norm": "blk.{i}.post_ffw_norm.weight"})
 
 GEMMA3 = Family(
     model_type="gemma3_text",
@@ -101,9 +105,7 @@ GEMMA3 = Family(
     norm_offset=1.0,
     embed_scale=lambda r, hidden: hidden ** 0.5,
     softcap_key="final_logit_softcapping",
-    hf_names=replace(HF, **_SANDWICH),
-    gguf_names=replace(GGUF, post_attn_norm="blk.{i}.post_attention_norm", post_ffn_norm="blk.{i}.post_ffw_norm",
-                       norm_shift=1.0),
+    weights=replace(_WEIGHTS, gguf_norm_shift=1.0),  # its GGUF files store norms as 1 + w
     unsupported_flags=("use_bidirectional_attention",),
     unsupported_keys=("attn_logit_softcapping",),
     gguf_keys={"attention.sliding_window": "sliding_window", "rope.freq_base_swa": "rope_local_base_freq",

@@ -5,7 +5,7 @@ w2 (down). GGUF: arch llama with expert tensors (the Llama family sends such fil
 
 from .base import COMMON_DEFAULTS, Family, FfnPlan
 from .mistral import every_layer_window
-from .names import HF, ExpertNames, replace
+from .schema import DECODER
 
 _P = "model.layers.{i}.block_sparse_moe"
 
@@ -33,9 +33,8 @@ MIXTRAL = Family(
               "bos_token_id": 1, "eos_token_id": 2},
     windows=every_layer_window,
     ffn=mixtral_ffn,
-    hf_names=replace(HF, experts=ExpertNames(router=f"{_P}.gate", gate=f"{_P}.experts.{{e}}.w1",
-                                             up=f"{_P}.experts.{{e}}.w3", down=f"{_P}.experts.{{e}}.w2",
-                                             fused_gate_up="model.layers.{i}.mlp.experts.gate_up_proj",
-                                             fused_down="model.layers.{i}.mlp.experts.down_proj")),
+    weights=DECODER.renamed(hf={"router": f"{_P}.gate.weight", "gate_exps": f"{_P}.experts.{{e}}.w1.weight",
+                                "up_exps": f"{_P}.experts.{{e}}.w3.weight",
+                                "down_exps": f"{_P}.experts.{{e}}.w2.weight"}),
     gguf_permuted_qk=True,
 )

@@ -7,7 +7,7 @@ LongRoPE's factors as tensors and stores gate|up as ffn_up."""
 from ..errors import ConfigError
 from .base import COMMON_DEFAULTS, Family, one_rope
 from .mistral import every_layer_window
-from .names import GGUF, HF, replace
+from .schema import DECODER, Fused
 
 
 def full_rotary_ropes(r, windows, rope_for):
@@ -26,8 +26,8 @@ PHI3 = Family(
               "sliding_window": None, "bos_token_id": 1, "eos_token_id": 32000},
     windows=every_layer_window,
     ropes=full_rotary_ropes,
-    hf_names=replace(HF, fused_qkv="model.layers.{i}.self_attn.qkv_proj",
-                     fused_gate_up="model.layers.{i}.mlp.gate_up_proj"),
-    gguf_names=replace(GGUF, fused_qkv="blk.{i}.attn_qkv", fused_gate_up="blk.{i}.ffn_up"),
+    weights=DECODER.with_fused(
+        Fused(("q", "k", "v"), hf="model.layers.{i}.self_attn.qkv_proj.weight", gguf="blk.{i}.attn_qkv.weight"),
+        Fused(("gate", "up"), hf="model.layers.{i}.mlp.gate_up_proj.weight", gguf="blk.{i}.ffn_up.weight")),
     gguf_keys={"attention.sliding_window": "sliding_window"},
 )

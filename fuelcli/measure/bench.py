@@ -46,6 +46,8 @@ from typing import Callable
 import numpy as np
 
 from ..errors import InputError
+from ..families.schema import EXPERT_ROLES
+from ..weights.build import layer_vectors
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -341,8 +343,7 @@ def model_info(source, cfg, weights) -> ModelInfo:
     mats = weights.tensors()
     vecs = [weights.final_norm]
     for layer in weights.layers:
-        vecs += [v for v in (layer.attn_norm, layer.ffn_norm, layer.q_bias, layer.k_bias, layer.v_bias,
-                             layer.o_bias, layer.q_norm, layer.k_norm) if v is not None]
+        vecs += layer_vectors(layer)
     size = sum(t.nbytes for t in mats) + sum(int(v.nbytes) for v in vecs)
     params = sum(t.numel for t in mats) + sum(int(v.size) for v in vecs)
     formats = dict(sorted(Counter(t.fmt for t in mats).items(), key=lambda kv: (-kv[1], kv[0])))
@@ -362,11 +363,10 @@ def bytes_per_token(cfg, weights, ctx: float, kv_value_bytes: int = 4, seqs: int
     total = embed_row + int(weights.final_norm.nbytes)
     total += sum(t.nbytes for t in weights.tensors() if t is not weights.embed or t is weights.output)
     for layer in weights.layers:
-        experts = layer.gate_exps + layer.up_exps + layer.down_exps
+        experts = [t for role in EXPERT_ROLES for t in getattr(layer, role)]
         if experts:  # only k of n experts are read
             total -= sum(t.nbytes for t in experts) * (1 - cfg.experts_per_tok / cfg.num_experts)
-        total += sum(int(v.nbytes) for v in (layer.attn_norm, layer.ffn_norm, layer.q_bias, layer.k_bias,
-                                             layer.v_bias, layer.o_bias, layer.q_norm, layer.k_norm) if v is not None)
+        total += sum(int(v.nbytes) for v in layer_vectors(layer))
     return int(total / seqs + 2 * cfg.num_layers * ctx * cfg.kv_dim * kv_value_bytes)
 
 

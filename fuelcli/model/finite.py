@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import NonFinite
+from ..families.schema import DECODER, EXPERTS
 
 
 def first_bad_row(logits: np.ndarray) -> int | None:
@@ -43,13 +44,11 @@ def _named_arrays(weights, layer: int | None):
             yield weights.embed.name, weights.embed
         else:
             lw = weights.layers[layer]
-            for field in ("attn_norm", "q", "k", "v", "o", "q_bias", "k_bias", "v_bias", "o_bias", "q_norm",
-                          "k_norm", "ffn_norm", "gate", "up", "down", "router"):
-                value = getattr(lw, field)
-                if value is not None:
-                    yield (value.name if isinstance(value, Tensor) else vector_name(value, f"{field} of layer {layer}")), value
-            for t in lw.gate_exps + lw.up_exps + lw.down_exps:
-                yield t.name, t
+            for spec in DECODER.layer:  # every role a layer may have, in schema order
+                value = getattr(lw, spec.role)
+                for v in value if spec.kind == EXPERTS else [value]:
+                    if v is not None:
+                        yield (v.name if isinstance(v, Tensor) else vector_name(v, f"{spec.role} of layer {layer}")), v
 
     for name, value in items():
         yield name, dequantize(value) if isinstance(value, Tensor) else value

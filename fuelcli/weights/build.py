@@ -4,42 +4,24 @@ Matrices stay `Tensor`s in their stored format; norms and biases (tiny) are wide
 Experts are one 2-D Tensor per expert (views of a stacked tensor where the file stacks them).
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 
 import numpy as np
 
 from ..errors import InputError
-from ..families.names import Names
+from ..families.schema import DECODER, EXPERT_ROLES, EXPERTS, MATRICES, MATRIX, NORM, VECTORS, Fused, Schema, Weight
 from ..formats import dequantize
 from ..model.config import ModelConfig
 from .tensor import Tensor
 
 
-@dataclass
-class LayerWeights:
-    attn_norm: np.ndarray
-    q: Tensor
-    k: Tensor
-    v: Tensor
-    o: Tensor
-    ffn_norm: np.ndarray
-    post_attn_norm: np.ndarray | None = None  # sandwich norms (Block.sandwich)
-    post_ffn_norm: np.ndarray | None = None
-    q_bias: np.ndarray | None = None
-    k_bias: np.ndarray | None = None
-    v_bias: np.ndarray | None = None
-    o_bias: np.ndarray | None = None
-    q_norm: np.ndarray | None = None
-    k_norm: np.ndarray | None = None
-    # dense FFN
-    gate: Tensor | None = None
-    up: Tensor | None = None
-    down: Tensor | None = None
-    # MoE FFN
-    router: Tensor | None = None
-    gate_exps: list = field(default_factory=list)
-    up_exps: list = field(default_factory=list)
-    down_exps: list = field(default_factory=list)
+LayerWeights = make_dataclass(
+    "LayerWeights",
+    [(w.role, object, field(default_factory=list) if w.kind == EXPERTS else field(default=None))
+     for w in DECODER.layer],
+)
+LayerWeights.__doc__ = """A layer's weights by role (families/schema.py): matrices as stored Tensors, norms and
+biases as f32 vectors, experts as lists of per-expert Tensors; None (experts: []) where it has none."""
 
 
 @dataclass
@@ -56,12 +38,20 @@ class ModelWeights:
         for t in [self.embed, self.output]:
             seen[id(t)] = t
         for layer in self.layers:
-            for t in [layer.q, layer.k, layer.v, layer.o, layer.gate, layer.up, layer.down, layer.router]:
-                if t is not None:
-                    seen[id(t)] = t
-            for t in layer.gate_exps + layer.up_exps + layer.down_exps:
+            for t in layer_matrices(layer):
                 seen[id(t)] = t
         return list(seen.values())
+
+
+def layer_matrices(layer) -> list:
+    """A layer's stored matrices, experts' included, in schema order."""
+    out = [getattr(layer, role) for role in MATRICES]
+    return [t for t in out if t is not None] + [t for role in EXPERT_ROLES for t in getattr(layer, role)]
+
+
+def layer_vectors(layer) -> list:
+    """A layer's f32 norms and biases, in schema order."""
+    return [v for v in (getattr(layer, role) for role in VECTORS) if v is not None]
 
 
 def expert_views(t: Tensor) -> list:
@@ -146,28 +136,8 @@ def _check_stored_head(w: Lookup, name: str, embed: Tensor):
                          "tie_word_embeddings to what the checkpoint means")
 
 
-def _experts(w: Lookup, n: Names, cfg: ModelConfig, i: int):
-    """(router, gate_exps, up_exps, down_exps) of MoE layer i: stored per expert, stacked, or as
-    transformers 5's fused gate_up (names.ExpertNames)."""
-    E, H, I = cfg.num_experts, cfg.hidden_size, cfg.moe_intermediate_size
-    x = n.experts
-    router = w.matrix(f"{x.router.format(i=i)}.weight", (E, H))
-    if x.fused_gate_up and w.has(x.fused_gate_up.format(i=i)):
-        fused = w.matrix(x.fused_gate_up.format(i=i), (E, 2 * I, H))
-        return (router, expert_views(row_slice(fused, 0, I)), expert_views(row_slice(fused, I, 2 * I)),
-                expert_views(w.matrix(x.fused_down.format(i=i), (E, H, I))))
-    if "{e}" in x.gate:
-        def each(template, shape):
-            return [w.matrix(f"{template.format(i=i, e=e)}.weight", shape) for e in range(E)]
-
-        return router, each(x.gate, (I, H)), each(x.up, (I, H)), each(x.down, (H, I))
-    return (router, expert_views(w.matrix(f"{x.gate.format(i=i)}.weight", (E, I, H))),
-            expert_views(w.matrix(f"{x.up.format(i=i)}.weight", (E, I, H))),
-            expert_views(w.matrix(f"{x.down.format(i=i)}.weight", (E, H, I))))
-
-
-def _split_rows(t: Tensor, sizes: tuple) -> list:
-    """A fused matrix's row blocks (q|k|v, gate|up) as views."""
+def _split_rows(t: Tensor, sizes: list) -> list:
+    """A fused tensor's row blocks (q|k|v, gate|up; per expert too) as views."""
     out, start = [], 0
     for size in sizes:
         out.append(row_slice(t, start, start + size))
@@ -175,71 +145,78 @@ def _split_rows(t: Tensor, sizes: tuple) -> list:
     return out
 
 
-def build_weights(w: Lookup, n: Names, cfg: ModelConfig, fix_qk=None) -> ModelWeights:
-    """The one place that knows which weights the shared decoder reads and their shapes, from the
-    family's names for this file kind (n).
+class _LayerReader:
+    """Reads one layer's tensors from a file kind ("hf" or "gguf") as the family's schema says."""
 
-    fix_qk(array, n_heads) -> array, applied to q/k rows and biases (GGUF llama's un-permute), or
-    None. Norm weights get the model's norm_offset (less what the file already added) here, once.
+    def __init__(self, w: Lookup, schema: Schema, kind: str, cfg: ModelConfig, fix_qk):
+        self.w, self.schema, self.kind, self.cfg, self.fix = w, schema, kind, cfg, fix_qk
+        self.offset = cfg.norm_offset - schema.norm_shift(kind)
+
+    def weight(self, spec: Weight, i: int, name: str | None = None):
+        """The role's value in layer i (name: where the file keeps it, when not spec's own)."""
+        name = name or spec.name(self.kind, i=i)
+        shape = spec.shape(self.cfg)
+        if spec.kind == EXPERTS:
+            if "{e}" in name:  # one matrix per expert
+                return [self.w.matrix(name.format(e=e), shape[1:]) for e in range(shape[0])]
+            return expert_views(self.w.matrix(name, shape))
+        if spec.kind == MATRIX:
+            return self.transform(spec, self.w.matrix(name, shape))
+        return self.transform(spec, self.w.vector(name, shape[0], add=self.offset if spec.kind == NORM else 0.0))
+
+    def transform(self, spec: Weight, value):
+        return value if self.fix is None or spec.heads is None else self.fix(value, spec.heads(self.cfg))
+
+    def fused(self, f: Fused, parts: list, i: int) -> dict | None:
+        """{role: value} of a fused tensor's parts, or None when this file kind keeps them apart."""
+        name = getattr(f, self.kind)
+        if name is None or (f.optional and not self.w.has(name.format(i=i))):
+            return None
+        shapes = [p.shape(self.cfg) for p in parts]
+        stacked = shapes[0][:-2] + (sum(s[-2] for s in shapes), shapes[0][-1])
+        views = _split_rows(self.w.matrix(name.format(i=i), stacked), [s[-2] for s in shapes])
+        out = {p.role: expert_views(v) if p.kind == EXPERTS else self.transform(p, v) for p, v in zip(parts, views)}
+        by_role = {p.role: p for p in self.schema.layer}
+        for role, exact in f.with_names.items():
+            out[role] = self.weight(by_role[role], i, exact.format(i=i))
+        return out
+
+    def layer(self, i: int, block) -> LayerWeights:
+        present = [spec for spec in self.schema.layer if spec.when(block)]
+        by_role = {spec.role: spec for spec in present}
+        values = {}
+        for spec in present:
+            if spec.role in values:
+                continue
+            for f in self.schema.fused:
+                if spec.role in f.parts and all(p in by_role for p in f.parts):
+                    values.update(self.fused(f, [by_role[p] for p in f.parts], i) or {})
+            if spec.role not in values:
+                values[spec.role] = self.weight(spec, i)
+        return LayerWeights(**values)
+
+
+def build_weights(w: Lookup, schema: Schema, kind: str, cfg: ModelConfig, fix_qk=None) -> ModelWeights:
+    """The one place that reads a model's weights: the family's schema for this file kind ("hf" or
+    "gguf"), shapes checked against the config.
+
+    fix_qk(array, n_heads) -> array, applied to the rows of weights with `heads` (GGUF llama's
+    un-permute), or None. Norm weights get the model's norm_offset (less what the file already
+    added) here, once.
     """
-    H, V, D = cfg.hidden_size, cfg.vocab_size, cfg.head_dim
-    fix = fix_qk or (lambda a, heads: a)
-
-    def norm(name: str, size: int) -> np.ndarray:
-        return w.vector(name, size, add=cfg.norm_offset - n.norm_shift)
-
-    embed = w.matrix(f"{n.embed}.weight", (V, H))
+    reader = _LayerReader(w, schema, kind, cfg, fix_qk)
+    embed_spec, output_spec, norm_spec = schema.model
+    embed = reader.weight(embed_spec, 0)
+    output_name = output_spec.name(kind)
     if cfg.tie_embeddings:
         output = embed  # the same object: no second copy
-        if w.has(f"{n.output}.weight"):
-            _check_stored_head(w, f"{n.output}.weight", embed)
+        if w.has(output_name):
+            _check_stored_head(w, output_name, embed)
     else:
-        output = w.matrix(f"{n.output}.weight", (V, H))
-    layers = []
-    for i, block in enumerate(cfg.blocks):
-        def name(template: str, kind: str = "weight") -> str:
-            return f"{template.format(i=i)}.{kind}"
-
-        a = block.attention
-        if n.fused_qkv:
-            q, k, v = _split_rows(w.matrix(name(n.fused_qkv), (cfg.q_dim + 2 * cfg.kv_dim, H)),
-                                  (cfg.q_dim, cfg.kv_dim, cfg.kv_dim))
-        else:
-            q, k, v = (w.matrix(name(n.q), (cfg.q_dim, H)), w.matrix(name(n.k), (cfg.kv_dim, H)),
-                       w.matrix(name(n.v), (cfg.kv_dim, H)))
-        layer = LayerWeights(
-            attn_norm=norm(name(n.attn_norm), H),
-            q=fix(q, cfg.num_heads),
-            k=fix(k, cfg.num_kv_heads),
-            v=v,
-            o=w.matrix(name(n.o), (H, cfg.q_dim)),
-            ffn_norm=norm(name(n.ffn_norm), H),
-        )
-        if block.sandwich:
-            layer.post_attn_norm = norm(name(n.post_attn_norm), H)
-            layer.post_ffn_norm = norm(name(n.post_ffn_norm), H)
-        if a.qkv_bias:
-            layer.q_bias = fix(w.vector(name(n.q, "bias"), cfg.q_dim), cfg.num_heads)
-            layer.k_bias = fix(w.vector(name(n.k, "bias"), cfg.kv_dim), cfg.num_kv_heads)
-            layer.v_bias = w.vector(name(n.v, "bias"), cfg.kv_dim)
-        if a.o_bias:
-            layer.o_bias = w.vector(name(n.o, "bias"), H)
-        if a.qk_norm:
-            layer.q_norm = norm(name(n.q_norm), D)
-            layer.k_norm = norm(name(n.k_norm), D)
-        if block.ffn.moe:
-            layer.router, layer.gate_exps, layer.up_exps, layer.down_exps = _experts(w, n, cfg, i)
-        else:
-            I = cfg.intermediate_size
-            if n.fused_gate_up:
-                layer.gate, layer.up = _split_rows(w.matrix(name(n.fused_gate_up), (2 * I, H)), (I, I))
-            else:
-                layer.gate = w.matrix(name(n.gate), (I, H))
-                layer.up = w.matrix(name(n.up), (I, H))
-            layer.down = w.matrix(name(n.down), (H, I))
-        layers.append(layer)
-    weights = ModelWeights(embed=embed, output=output, final_norm=norm(f"{n.final_norm}.weight", H),
-                           layers=layers, vector_names=w.vector_names)
-    w.check_no_extra_layers(n.layer_prefix, cfg, n.layer_count_key)
-    w.check_all_taken(cfg, n.ignorable)
+        output = reader.weight(output_spec, 0)
+    layers = [reader.layer(i, block) for i, block in enumerate(cfg.blocks)]
+    weights = ModelWeights(embed=embed, output=output, final_norm=reader.weight(norm_spec, 0), layers=layers,
+                           vector_names=w.vector_names)
+    w.check_no_extra_layers(schema.layer_prefix[kind], cfg, schema.layer_count_key[kind])
+    w.check_all_taken(cfg, schema.ignorable)
     return weights

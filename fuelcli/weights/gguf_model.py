@@ -102,8 +102,9 @@ def config_from_gguf(meta: dict, tensor_names=None, rope_tensors: dict | None = 
     elif f"{arch}.vocab_size" in meta:
         d["vocab_size"] = meta[f"{arch}.vocab_size"]
     if tensor_names is not None:
-        d["tie_word_embeddings"] = "output.weight" not in names
-        d["attention_bias"] = "blk.0.attn_q.bias" in names  # families with fixed biases ignore it
+        schema = family.weights
+        d["tie_word_embeddings"] = schema.role("output").name("gguf") not in names
+        d["attention_bias"] = schema.role("q_bias").name("gguf") in names  # families with fixed biases ignore it
     if "tokenizer.ggml.bos_token_id" in meta:
         d["bos_token_id"] = meta["tokenizer.ggml.bos_token_id"]
     eos = [meta[f"tokenizer.ggml.{k}_token_id"] for k in ("eos", "eot", "eom") if f"tokenizer.ggml.{k}_token_id" in meta]
@@ -183,4 +184,4 @@ def load_gguf_weights(gf: GGUFFile, cfg: ModelConfig) -> ModelWeights:
     w = Lookup(gf.tensors, gf.path)
     w.taken.update(n for n in ROPE_TENSORS if n in gf.tensors)  # read into the config's RoPE (config_from_gguf)
     family = FAMILIES[cfg.family]
-    return build_weights(w, family.gguf_names, cfg, _unpermute if family.gguf_permuted_qk else None)
+    return build_weights(w, family.weights, "gguf", cfg, _unpermute if family.gguf_permuted_qk else None)

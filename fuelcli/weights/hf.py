@@ -1,4 +1,4 @@
-"""HF checkpoint -> ModelWeights, under the family's HF tensor names (families/names.py)."""
+"""HF checkpoint -> ModelWeights, under the family's HF tensor names (families/schema.py)."""
 
 from pathlib import Path
 
@@ -10,4 +10,4 @@ from .safetensors import read_checkpoint
 
 def load_hf_weights(model_dir: Path, cfg: ModelConfig) -> ModelWeights:
     w = Lookup(read_checkpoint(model_dir), str(model_dir))
-    return build_weights(w, FAMILIES[cfg.family].hf_names, cfg)
+    return build_weights(w, FAMILIES[cfg.family].weights, "hf", cfg)

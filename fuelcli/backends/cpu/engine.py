@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...process import threads  # configures numba's threading before numba is imported
+from ...families.schema import EXPERT_ROLES, MATRICES, VECTORS
 from ...model.block import rope_variants
 from ...model.config import ModelConfig
 from ...model.rope import cos_sin_tables
@@ -95,21 +96,17 @@ class CpuEngine(Engine):
         L = cfg.num_layers
         self.mat_idx = np.full((L, F.N_MATS), -1, np.int64)
         self.vec_idx = np.full((L, F.N_VECS), -1, np.int64)
-        self.exp_idx = np.full((L, max(cfg.num_experts, 1), 3), -1, np.int64)
+        self.exp_idx = np.full((L, max(cfg.num_experts, 1), len(EXPERT_ROLES)), -1, np.int64)
         self.embed_i = mat(weights.embed)
         self.out_i = self.embed_i if weights.output is weights.embed else mat(weights.output)
         self.final_norm_i = vec(weights.final_norm)
         for l, w in enumerate(weights.layers):
-            for slot, t in ((F.M_Q, w.q), (F.M_K, w.k), (F.M_V, w.v), (F.M_O, w.o), (F.M_GATE, w.gate),
-                            (F.M_UP, w.up), (F.M_DOWN, w.down), (F.M_ROUTER, w.router)):
-                self.mat_idx[l, slot] = mat(t)
-            for e, (g, u, d) in enumerate(zip(w.gate_exps, w.up_exps, w.down_exps)):
-                self.exp_idx[l, e] = (mat(g), mat(u), mat(d))
-            for slot, a in ((F.V_ATTN_NORM, w.attn_norm), (F.V_FFN_NORM, w.ffn_norm), (F.V_QB, w.q_bias),
-                            (F.V_KB, w.k_bias), (F.V_VB, w.v_bias), (F.V_OB, w.o_bias),
-                            (F.V_QN, w.q_norm), (F.V_KN, w.k_norm), (F.V_POST_ATTN, w.post_attn_norm),
-                            (F.V_POST_FFN, w.post_ffn_norm)):
-                self.vec_idx[l, slot] = vec(a)
+            for slot, role in enumerate(MATRICES):
+                self.mat_idx[l, slot] = mat(getattr(w, role))
+            for e, mats_e in enumerate(zip(*(getattr(w, role) for role in EXPERT_ROLES))):
+                self.exp_idx[l, e] = [mat(t) for t in mats_e]
+            for slot, role in enumerate(VECTORS):
+                self.vec_idx[l, slot] = vec(getattr(w, role))
         self.mats = np.array(mats, np.int64).reshape(-1, 4)
         self.codes = sorted({int(c) for c in self.mats[:, 3]})
         isa = host_isa()

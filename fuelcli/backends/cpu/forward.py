@@ -11,7 +11,8 @@ table of (address, rows, row_bytes, format code) per matrix. Norms and biases ar
 array `vecs` with an (offset, length) table `vec_tab`. Slot tables (built by engine.py from the
 weights and the blocks, model/block.py) say what a layer reads and does:
   mat_idx[l, M_*] -> row of `mats` (-1 = absent); vec_idx[l, V_*] -> row of `vec_tab` (-1 =
-  absent: no bias, no QK-norm, no post-norms); exp_idx[l, e, 0..2] -> gate/up/down of expert e;
+  absent: no bias, no QK-norm, no post-norms); exp_idx[l, e, 0..2] -> gate/up/down of expert e
+  (the columns: the roles' places in the weight schema);
   lay[l, L_*]: the window, the RoPE table (-1: no RoPE), the attention scale folded into q (f32
   bits, 0: 1/sqrt(head_dim)) and the FFN activation (matmul.ACT_*).
 
@@ -23,16 +24,21 @@ import numpy as np
 from numba import njit, types
 from numba.extending import overload
 
+from ...families.schema import MATRICES, VECTORS
 from .amx import AMX_MIN_TOKENS
 from .jit import FAST, OWN_FLAGS, helper
 from .llvm import args11, ptr
 from .matmul import (C_KV_STORE, C_RMSNORM, C_ROPE, C_SPLIT, attention, batch, dequant_row, describe_product, glu,
                      matmul, quantize_for, split_rows, tasks)
 
-M_Q, M_K, M_V, M_O, M_GATE, M_UP, M_DOWN, M_ROUTER = range(8)
-N_MATS = 8
-V_ATTN_NORM, V_FFN_NORM, V_QB, V_KB, V_VB, V_OB, V_QN, V_KN, V_POST_ATTN, V_POST_FFN = range(10)
-N_VECS = 10
+# the slot tables' columns: a role's place in the schema's order (families/schema.py)
+M_Q, M_K, M_V, M_O, M_GATE, M_UP, M_DOWN, M_ROUTER = map(MATRICES.index, ("q", "k", "v", "o", "gate", "up", "down",
+                                                                        "router"))
+N_MATS = len(MATRICES)
+V_ATTN_NORM, V_FFN_NORM, V_QB, V_KB, V_VB, V_OB, V_QN, V_KN, V_POST_ATTN, V_POST_FFN = map(VECTORS.index, (
+    "attn_norm", "ffn_norm", "q_bias", "k_bias", "v_bias", "o_bias", "q_norm", "k_norm", "post_attn_norm",
+    "post_ffn_norm"))
+N_VECS = len(VECTORS)
 L_WINDOW, L_ROPE, L_QSCALE, L_ACT = range(4)
 N_LAY = 4
 SEG_SLOT, SEG_POS, SEG_ROWS = range(3)  # segs[] columns

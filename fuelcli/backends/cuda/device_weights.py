@@ -3,9 +3,10 @@ matrix stays Q4_K), norms and biases in one f32 array, and host-side tables of w
 
     w8    uint8 [bytes]          matrices, each at a multiple of ALIGN (so rows of float formats are
                                  aligned for their element type), tied embeddings stored once
-    mats  int64 [n, 4]           per matrix use: (byte offset, rows, row bytes, format code); the
-                                 q, k and v of a layer are consecutive (one decode launch runs all three)
-    vecs  float32 [n]            norm weights and biases; a layer's q|k|v biases are consecutive
+    mats  int64 [n, 4]           per matrix use: (byte offset, rows, row bytes, format code), a layer's
+                                 in the weight schema's order: q, k and v consecutive (one decode
+                                 launch runs all three)
+    vecs  float32 [n]            norm weights and biases, schema order: a layer's q|k|v biases consecutive
     etab  int64 [L, E, 3]        per layer and expert: rows of `mats` of (gate, up, down)
 
 Kernels take the tables and an index or offset (-1: absent), so a launch passes ints, not arrays.
@@ -18,6 +19,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ...errors import InputError
+from ...families.schema import EXPERT_ROLES, MATRICES, VECTORS
 from .kernels.common import UNIT
 
 ALIGN = 256
@@ -37,16 +39,12 @@ class DeviceWeights:
         self.final_norm = self._vec(weights.final_norm)
         self.layers = []
         E = max(cfg.num_experts, 1)
-        etab = np.zeros((cfg.num_layers, E, 3), np.int64)
+        etab = np.zeros((cfg.num_layers, E, len(EXPERT_ROLES)), np.int64)
         for l, w in enumerate(weights.layers):
-            lw = SimpleNamespace(
-                q=self._mat(w.q), k=self._mat(w.k), v=self._mat(w.v),  # consecutive rows of mats
-                o=self._mat(w.o), attn_norm=self._vec(w.attn_norm), ffn_norm=self._vec(w.ffn_norm),
-                qkv_bias=self._vec(None if w.q_bias is None else np.concatenate([w.q_bias, w.k_bias, w.v_bias])),
-                o_bias=self._vec(w.o_bias), q_norm=self._vec(w.q_norm), k_norm=self._vec(w.k_norm),
-                gate=self._mat(w.gate), up=self._mat(w.up), down=self._mat(w.down), router=self._mat(w.router),
-            )
-            for e, mats in enumerate(zip(w.gate_exps, w.up_exps, w.down_exps)):
+            # in schema order: q, k, v are consecutive rows of mats, their biases consecutive in vecs
+            lw = SimpleNamespace(**{role: self._mat(getattr(w, role)) for role in MATRICES},
+                                 **{role: self._vec(getattr(w, role)) for role in VECTORS})
+            for e, mats in enumerate(zip(*(getattr(w, role) for role in EXPERT_ROLES))):
                 etab[l, e] = [self._mat(t) for t in mats]
             self.layers.append(lw)
         self._upload(cuda, etab)

@@ -173,7 +173,7 @@ class CudaEngine(Engine):
                 nm = 1
                 while m + nm < lw.q + 3 and code(m + nm) == code(m):
                     nm += 1
-                bias = none if lw.qkv_bias < 0 else lw.qkv_bias + col
+                bias = none if lw.q_bias < 0 else lw.q_bias + col  # q|k|v biases lie consecutively
                 qkv.append(product(m, nm, xn, A.qkv[0][col:], bias))
                 col += sum(w.rows(m + i) for i in range(nm))
                 m += nm
@@ -235,7 +235,7 @@ class CudaEngine(Engine):
 
         for l, lw in enumerate(w.layers):
             rk.rmsnorm[T, Lc.row](A.x, w.vecs, lw.attn_norm, eps, A.h)
-            qb = lw.qkv_bias
+            qb = lw.q_bias  # q|k|v biases lie consecutively
             matmul(lw.q, A.h, A.qkv, 0, qb)
             matmul(lw.k, A.h, A.qkv, cfg.q_dim, -1 if qb < 0 else qb + cfg.q_dim)
             matmul(lw.v, A.h, A.qkv, cfg.q_dim + cfg.kv_dim, -1 if qb < 0 else qb + cfg.q_dim + cfg.kv_dim)

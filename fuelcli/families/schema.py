@@ -1,0 +1,172 @@
+"""A layer's tensors, declared once: what each is, where each file kind keeps it, its shape and when
+a layer has it. The weight readers (weights/build.py), the CPU engine's slot tables, the CUDA
+engine's weights and the reference all walk a family's `Schema`; none lists tensor names or slots
+of its own.
+
+A `Weight` is a role (the `LayerWeights` field the paths read), its kind, its name in an HF
+checkpoint and in a GGUF file (full templates: {i} the layer, {e} an expert where a file stores one
+matrix per expert), a shape rule of the config and a presence rule of the layer's block. Load-time
+transforms are declared beside it: `heads` (the rows llama-arch GGUF files permute for ggml's
+adjacent-pair RoPE, un-permuted on load), a norm's offset (cfg.norm_offset less what the file stores
+already, `Schema.gguf_norm_shift`), and `Fused` (one stored matrix whose rows are several roles').
+A family takes `DECODER` and renames, fuses or adds what its files differ in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+MATRIX, NORM, BIAS, EXPERTS = "matrix", "norm", "bias", "experts"
+
+
+def _always(block) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Weight:
+    role: str
+    kind: str  # MATRIX, NORM (an f32 vector applied as offset + w), BIAS (an f32 vector), EXPERTS
+    hf: str | None  # None: no tensor under this file kind (the layer then cannot have it)
+    gguf: str | None
+    shape: Callable  # (cfg) -> shape; EXPERTS: (experts, rows, cols)
+    when: Callable = _always  # (block) -> whether the layer has it
+    heads: Callable | None = None  # (cfg) -> heads whose rows a permuted GGUF file reorders
+
+    def name(self, kind: str, i: int = 0) -> str | None:
+        """Where a file kind keeps it in layer i ({e} left for the reader where one per expert)."""
+        template = getattr(self, kind)
+        return None if template is None else template.format(i=i, e="{e}")
+
+
+@dataclass(frozen=True)
+class Fused:
+    """One stored tensor whose rows (axis -2) are `parts`' rows in order, split into views on load.
+    `optional`: used only where the file holds it (else the parts' own names); `with_names`: roles
+    read under these exact names when the fused tensor is used (transformers 5's stacked experts)."""
+
+    parts: tuple
+    hf: str | None = None
+    gguf: str | None = None
+    optional: bool = False
+    with_names: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Schema:
+    model: tuple  # Weights outside the layers: embed, output, final_norm
+    layer: tuple  # a layer's Weights, in the order they are read (and named in errors)
+    fused: tuple = ()
+    layer_prefix: dict = field(default_factory=lambda: {"hf": "model.layers.", "gguf": "blk."})
+    layer_count_key: dict = field(default_factory=lambda: {"hf": "num_hidden_layers", "gguf": "block_count"})
+    ignorable: tuple = ()  # name endings of tensors no model reads (buffers some checkpoints carry)
+    gguf_norm_shift: float = 0.0  # what GGUF files already added to every norm weight (Gemma's 1 + w)
+
+    def renamed(self, hf: dict | None = None, gguf: dict | None = None) -> "Schema":
+        """The same tensors under other names (role -> template) in one or both file kinds."""
+        def rename(w: Weight) -> Weight:
+            return replace(w, hf=(hf or {}).get(w.role, w.hf), gguf=(gguf or {}).get(w.role, w.gguf))
+
+        return replace(self, model=tuple(map(rename, self.model)), layer=tuple(map(rename, self.layer)))
+
+    def role(self, role: str) -> Weight:
+        return next(w for w in self.model + self.layer if w.role == role)
+
+    def with_fused(self, *fused: Fused) -> "Schema":
+        return replace(self, fused=self.fused + fused)
+
+    def norm_shift(self, kind: str) -> float:
+        return self.gguf_norm_shift if kind == "gguf" else 0.0
+
+
+def _h(c):
+    return (c.hidden_size,)
+
+
+_A, _M = "model.layers.{i}.self_attn", "model.layers.{i}.mlp"
+
+
+def _qkv_bias(b):
+    return b.attention.qkv_bias
+
+
+def _qk_norm(b):
+    return b.attention.qk_norm
+
+
+def _sandwich(b):
+    return b.sandwich
+
+
+def _dense(b):
+    return not b.ffn.moe
+
+
+def _moe(b):
+    return b.ffn.moe
+
+
+def _q_heads(c):
+    return c.num_heads
+
+
+def _kv_heads(c):
+    return c.num_kv_heads
+
+
+DECODER = Schema(
+    model=(
+        Weight("embed", MATRIX, "model.embed_tokens.weight", "token_embd.weight", lambda c: (c.vocab_size, c.hidden_size)),
+        Weight("output", MATRIX, "lm_head.weight", "output.weight", lambda c: (c.vocab_size, c.hidden_size)),
+        Weight("final_norm", NORM, "model.norm.weight", "output_norm.weight", _h),
+    ),
+    layer=(
+        Weight("q", MATRIX, f"{_A}.q_proj.weight", "blk.{i}.attn_q.weight", lambda c: (c.q_dim, c.hidden_size),
+               heads=_q_heads),
+        Weight("k", MATRIX, f"{_A}.k_proj.weight", "blk.{i}.attn_k.weight", lambda c: (c.kv_dim, c.hidden_size),
+               heads=_kv_heads),
+        Weight("v", MATRIX, f"{_A}.v_proj.weight", "blk.{i}.attn_v.weight", lambda c: (c.kv_dim, c.hidden_size)),
+        Weight("attn_norm", NORM, "model.layers.{i}.input_layernorm.weight", "blk.{i}.attn_norm.weight", _h),
+        Weight("o", MATRIX, f"{_A}.o_proj.weight", "blk.{i}.attn_output.weight", lambda c: (c.hidden_size, c.q_dim)),
+        Weight("ffn_norm", NORM, "model.layers.{i}.post_attention_layernorm.weight", "blk.{i}.ffn_norm.weight", _h),
+        # Gemma's sandwich: each sub-layer's output normed before its residual add (names per family)
+        Weight("post_attn_norm", NORM, None, None, _h, when=_sandwich),
+        Weight("post_ffn_norm", NORM, None, None, _h, when=_sandwich),
+        Weight("q_bias", BIAS, f"{_A}.q_proj.bias", "blk.{i}.attn_q.bias", lambda c: (c.q_dim,), when=_qkv_bias,
+               heads=_q_heads),
+        Weight("k_bias", BIAS, f"{_A}.k_proj.bias", "blk.{i}.attn_k.bias", lambda c: (c.kv_dim,), when=_qkv_bias,
+               heads=_kv_heads),
+        Weight("v_bias", BIAS, f"{_A}.v_proj.bias", "blk.{i}.attn_v.bias", lambda c: (c.kv_dim,), when=_qkv_bias),
+        Weight("o_bias", BIAS, f"{_A}.o_proj.bias", "blk.{i}.attn_output.bias", _h,
+               when=lambda b: b.attention.o_bias),
+        Weight("q_norm", NORM, f"{_A}.q_norm.weight", "blk.{i}.attn_q_norm.weight", lambda c: (c.head_dim,),
+               when=_qk_norm),
+        Weight("k_norm", NORM, f"{_A}.k_norm.weight", "blk.{i}.attn_k_norm.weight", lambda c: (c.head_dim,),
+               when=_qk_norm),
+        Weight("router", MATRIX, f"{_M}.gate.weight", "blk.{i}.ffn_gate_inp.weight",
+               lambda c: (c.num_experts, c.hidden_size), when=_moe),
+        Weight("gate_exps", EXPERTS, f"{_M}.experts.{{e}}.gate_proj.weight", "blk.{i}.ffn_gate_exps.weight",
+               lambda c: (c.num_experts, c.moe_intermediate_size, c.hidden_size), when=_moe),
+        Weight("up_exps", EXPERTS, f"{_M}.experts.{{e}}.up_proj.weight", "blk.{i}.ffn_up_exps.weight",
+               lambda c: (c.num_experts, c.moe_intermediate_size, c.hidden_size), when=_moe),
+        Weight("down_exps", EXPERTS, f"{_M}.experts.{{e}}.down_proj.weight", "blk.{i}.ffn_down_exps.weight",
+               lambda c: (c.num_experts, c.hidden_size, c.moe_intermediate_size), when=_moe),
+        Weight("gate", MATRIX, f"{_M}.gate_proj.weight", "blk.{i}.ffn_gate.weight",
+               lambda c: (c.intermediate_size, c.hidden_size), when=_dense),
+        Weight("up", MATRIX, f"{_M}.up_proj.weight", "blk.{i}.ffn_up.weight",
+               lambda c: (c.intermediate_size, c.hidden_size), when=_dense),
+        Weight("down", MATRIX, f"{_M}.down_proj.weight", "blk.{i}.ffn_down.weight",
+               lambda c: (c.hidden_size, c.intermediate_size), when=_dense),
+    ),
+    # files written from transformers 5's in-memory layout stack every expert's gate|up in one tensor
+    fused=(Fused(("gate_exps", "up_exps"), hf=f"{_M}.experts.gate_up_proj", optional=True,
+                 with_names={"down_exps": f"{_M}.experts.down_proj"}),),
+    ignorable=("rotary_emb.inv_freq",),  # RoPE buffers in older Llama checkpoints: fuel derives its own
+)
+
+# The roles every path knows, in the order of the engines' slot tables (a family may rename a
+# weight, not add a role: a new role is new maths in every path).
+MATRICES = tuple(w.role for w in DECODER.layer if w.kind == MATRIX)
+VECTORS = tuple(w.role for w in DECODER.layer if w.kind in (NORM, BIAS))
+EXPERT_ROLES = tuple(w.role for w in DECODER.layer if w.kind == EXPERTS)
