@@ -38,8 +38,8 @@ def main(argv=None):
     import numpy as np
 
     from fuelcli.backends import make_engine
-    from fuelcli.process.doctor import cpu_name
-    from fuelcli.sources.loader import open_model
+    from fuelcli.cli.doctor_report import cpu_name
+    from fuelcli.assembly.loader import open_model
 
     clock = time.process_time if a.cpu_time else time.perf_counter
     widths = [int(w) for w in a.widths.split(",")]

@@ -7,7 +7,7 @@ import sys
 
 from fuelcli.backends import make_engine
 from fuelcli.process.memory import peak_rss_bytes
-from fuelcli.sources.loader import open_model
+from fuelcli.assembly.loader import open_model
 from fuelcli.text.generate import Sampler, SamplerParams, Stats, generate
 
 model = open_model(sys.argv[1])

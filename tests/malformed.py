@@ -198,9 +198,9 @@ def gguf_bytes(meta: list | None = None, tensors: list | None = None, alignment:
 def run_pipeline(model: str | Path, tokens=(1, 2, 3)):
     """open_model -> weights -> tokenizer -> reference forward (checked for NaN/inf): what `fuel logits
     --path reference` does, in-process. Raises FuelError on bad input, anything else is a bug."""
-    from fuelcli.model.finite import check_reference_logits
-    from fuelcli.model.reference import forward
-    from fuelcli.sources.loader import open_model
+    from fuelcli.assembly.reference import check_reference_logits
+    from fuelcli.assembly.reference import forward
+    from fuelcli.assembly.loader import open_model
 
     m = open_model(str(model))
     weights = m.weights

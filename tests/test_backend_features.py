@@ -7,7 +7,7 @@ import pytest
 from fuelcli.backends import CUDA_FEATURES, make_engine
 from fuelcli.errors import InputError
 from fuelcli.model.block import features
-from fuelcli.sources.loader import open_model
+from fuelcli.assembly.loader import open_model
 
 
 @pytest.mark.parametrize("case, feature", [

@@ -123,7 +123,7 @@ def test_parse_and_context():
 
 def test_fuel_runner_fills_depth_and_resets(tiny):
     from fuelcli.backends.cpu.engine import CpuEngine as Engine
-    from fuelcli.sources.loader import open_model
+    from fuelcli.assembly.loader import open_model
 
     m = open_model(str(tiny))
     e = Engine(m.cfg, m.weights, n_ctx=32)
@@ -150,7 +150,7 @@ def test_parallel_tests():
 def test_fuel_runner_sequences(tiny):
     """A tg run of B sequences steps every slot once a token; prepare fills each slot's depth."""
     from fuelcli.backends.cpu.engine import CpuEngine as Engine
-    from fuelcli.sources.loader import open_model
+    from fuelcli.assembly.loader import open_model
 
     m = open_model(str(tiny))
     e = Engine(m.cfg, m.weights, n_ctx=32, slots=3)

@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from fuelcli.sources.loader import open_model
+from fuelcli.assembly.loader import open_model
 from fuelcli.text.chat import ChatSession
 from fuelcli.text.generate import Sampler, SamplerParams, Stats, common_prefix
 

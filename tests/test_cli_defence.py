@@ -93,7 +93,7 @@ def test_logits_into_a_fifo_keeps_the_fifo(tmp_path):
 
 # A command whose library call raises what validation did not foresee: stand-ins for a fuel bug.
 _BUG = """
-import sys, fuelcli.sources.loader as loader
+import sys, fuelcli.assembly.loader as loader
 def boom(*a, **k):
     raise {exc}
 loader.open_model = boom
@@ -161,7 +161,7 @@ def test_ctrl_c_during_a_command_still_reaches_it(tmp_path):
     """After start-up SIGINT is a KeyboardInterrupt again (run prints its stats line on it): here
     during a long reference forward, exit 130 without a traceback."""
     code = """
-import os, signal, sys, threading, fuelcli.model.reference as ref
+import os, signal, sys, threading, fuelcli.assembly.reference as ref
 real = ref.forward
 def slow(*a, **k):
     os.kill(os.getpid(), signal.SIGINT)

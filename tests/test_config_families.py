@@ -136,7 +136,7 @@ def test_phi3_longrope():
 
 def test_gguf_form_of_gemma3_is_the_hf_form(gemma3_gguf):
     """The real 270M file read through the GGUF key map has the blocks its hub config.json says."""
-    from fuelcli.sources.loader import open_model
+    from fuelcli.assembly.loader import open_model
 
     g = open_model(str(gemma3_gguf)).cfg
     h = from_hf_config(GEMMA3_270M)

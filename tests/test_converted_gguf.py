@@ -28,9 +28,9 @@ from hf_oracle import hf_logits
 from llama_convert import convert
 from test_decoder_oracle import tokens, tol
 
-from fuelcli.model.forward_paths import PATHS, logits_by_path
+from fuelcli.assembly.forward_paths import PATHS, logits_by_path
 from fuelcli.model.rope import RopeConfig
-from fuelcli.sources.loader import open_model
+from fuelcli.assembly.loader import open_model
 
 CASES = ("llama31", "mixtral", "smollm3", "qwen2_yarn", "gemma3_6layers", "phi3_longrope")
 WRITE = {"llama31": {"legacy_rope": True}}  # the hub shape the converter reads best

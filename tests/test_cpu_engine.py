@@ -15,7 +15,7 @@ import pytest
 
 from fuelcli.backends.cpu import amx, llvm
 from fuelcli.model import reference
-from fuelcli.sources.loader import open_model
+from fuelcli.assembly.loader import open_model
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_gguf_model import _tiny_llama  # noqa: E402
@@ -144,7 +144,7 @@ def test_only_the_formats_a_model_uses_are_compiled(tiny_gguf, tmp_path, monkeyp
     model = open_model(str(tiny_gguf))
     codes = {t.format.code for t in model.weights.tensors()}
     code = f"""
-from fuelcli.sources.loader import open_model
+from fuelcli.assembly.loader import open_model
 from fuelcli.backends.cpu.engine import CpuEngine
 m = open_model({str(tiny_gguf)!r})
 CpuEngine(m.cfg, m.weights, 8).kern
@@ -185,7 +185,7 @@ import json, sys
 import numpy as np
 import numba.core.base as base
 from fuelcli.backends.cpu import engine as E, jit
-from fuelcli.sources.loader import open_model
+from fuelcli.assembly.loader import open_model
 
 refreshes = []
 refresh = base.BaseContext.refresh

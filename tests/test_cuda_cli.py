@@ -81,7 +81,7 @@ def test_memory_is_checked_on_the_device(tiny, monkeypatch):
     from fuelcli.backends.cuda.engine import CudaEngine
     from fuelcli.errors import InputError
     from fuelcli.model import sizes
-    from fuelcli.sources.loader import open_model
+    from fuelcli.assembly.loader import open_model
 
     m = open_model(str(tiny("llama31", legacy_rope=True)))
     monkeypatch.setattr(sizes, "available_bytes", lambda: 1 << 10)  # a host with no memory to spare

@@ -26,7 +26,7 @@ from hf_oracle import hf_logits
 from test_decoder_oracle import BREAKS, tol
 
 from fuelcli.backends import make_engine
-from fuelcli.sources.loader import open_model
+from fuelcli.assembly.loader import open_model
 
 cuda_sim.speed_up()
 pytestmark = cuda_sim.needs_numba_cuda

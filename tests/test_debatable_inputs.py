@@ -17,8 +17,8 @@ import pytest
 
 from fuelcli.errors import ConfigError, InputError
 from fuelcli.model.config import from_hf_config
-from fuelcli.model.reference import forward
-from fuelcli.sources.loader import open_model
+from fuelcli.assembly.reference import forward
+from fuelcli.assembly.loader import open_model
 from fuelcli.weights.gguf import read_gguf
 
 import malformed as M

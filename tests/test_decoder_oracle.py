@@ -23,9 +23,9 @@ import pytest
 from block_edits import inverted_windows, with_attention, with_blocks, with_ffn
 from hf_oracle import hf_logits
 
-from fuelcli.sources.loader import open_model
+from fuelcli.assembly.loader import open_model
 from fuelcli.model.rope import RopeConfig
-from fuelcli.model.forward_paths import PATHS, logits_by_path
+from fuelcli.assembly.forward_paths import PATHS, logits_by_path
 
 TOL = 1e-4
 LOOSER = {"llama31": 2e-4, "smollm3": 2e-4}  # the oracle's own f32 rounding reaches ~1e-4 there (above)

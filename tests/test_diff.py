@@ -26,7 +26,7 @@ import pytest
 from block_edits import inverted_windows, with_attention, with_blocks
 from typer.testing import CliRunner
 
-import fuelcli.sources.loader
+import fuelcli.assembly.loader
 from fuelcli.cli import app
 from fuelcli.errors import FuelError
 from fuelcli.model.rope import RopeConfig
@@ -95,14 +95,14 @@ CONFIG_BREAKS = {
 @pytest.fixture
 def break_config(monkeypatch):
     def apply(fn):
-        real = fuelcli.sources.loader.open_model
+        real = fuelcli.assembly.loader.open_model
 
         def broken(model, revision=None, hf_file=None):
             m = real(model, revision, hf_file)
             m.cfg = fn(m.cfg)
             return m
 
-        monkeypatch.setattr(fuelcli.sources.loader, "open_model", broken)
+        monkeypatch.setattr(fuelcli.assembly.loader, "open_model", broken)
 
     return apply
 
@@ -220,8 +220,8 @@ def test_decode_only_break_positions(tiny, monkeypatch):
 
 @pytest.fixture(scope="module")
 def ref_logits(tiny):
-    from fuelcli.sources.loader import open_model
-    from fuelcli.model.forward_paths import logits_by_path
+    from fuelcli.assembly.loader import open_model
+    from fuelcli.assembly.forward_paths import logits_by_path
 
     d = tiny("llama2")
     return d, logits_by_path(open_model(str(d)), IDS, "reference")

@@ -24,7 +24,7 @@ from block_edits import with_attention
 from serve_helpers import CHARS, SPECIALS, ServerProcess, with_tokenizer
 from test_diff import invoke
 
-import fuelcli.sources.loader
+import fuelcli.assembly.loader
 from fuelcli.oracle import http_json
 from fuelcli.oracle.topk import TopK, reduce
 
@@ -72,14 +72,14 @@ def test_prompt_and_top_k_and_the_table(checkpoint, server):
 
 def test_block_property_changed_on_fuel_side_fails(checkpoint, server, monkeypatch):
     """Negative control: fuel runs the file with sliding window 2 on every layer, the server as stored."""
-    real = fuelcli.sources.loader.open_model
+    real = fuelcli.assembly.loader.open_model
 
     def broken(model, revision=None, hf_file=None):
         m = real(model, revision, hf_file)
         m.cfg = with_attention(m.cfg, window=2)
         return m
 
-    monkeypatch.setattr(fuelcli.sources.loader, "open_model", broken)
+    monkeypatch.setattr(fuelcli.assembly.loader, "open_model", broken)
     code, r, err = diff_json(checkpoint, server.base_url)
     assert code == 3 and not r["passed"] and "max KL" in err
     kl = [p["kl"] for p in r["positions"]]

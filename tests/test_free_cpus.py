@@ -11,7 +11,7 @@ from fuelcli.backends.cpu import free_cpus as fc
 from fuelcli.backends.cpu.activations import attention_splits
 from fuelcli.backends.cpu.attention import KEY_BLOCK, MIN_SPLIT_BLOCKS
 from fuelcli.process import threads
-from fuelcli.sources.loader import open_model
+from fuelcli.assembly.loader import open_model
 
 
 class Machine:

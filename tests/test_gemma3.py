@@ -22,8 +22,8 @@ import pytest
 from block_edits import with_attention
 from test_gguf_model import TEXT, _compare, _hf_logits, _hf_tokenizer, _ids128
 
-from fuelcli.model.forward_paths import logits_by_path
-from fuelcli.sources.loader import open_model
+from fuelcli.assembly.forward_paths import logits_by_path
+from fuelcli.assembly.loader import open_model
 
 pytestmark = pytest.mark.slow
 PROMPT = "The capital of France is"

@@ -17,7 +17,7 @@ import pytest
 
 from fuelcli.errors import ConfigError, InputError
 from fuelcli.text.gguf_tokenizer import tokenizer_from_gguf
-from fuelcli.sources.loader import open_model
+from fuelcli.assembly.loader import open_model
 from fuelcli.weights import gguf_model
 from fuelcli.formats import dequantize
 from fuelcli.weights.gguf import read_gguf
@@ -265,7 +265,7 @@ def _compare(ref: np.ndarray, got: np.ndarray) -> tuple[float, float]:
 
 
 def _fuel_decode_logits(path: Path, ids: list[int]) -> np.ndarray:
-    from fuelcli.model.forward_paths import logits_by_path
+    from fuelcli.assembly.forward_paths import logits_by_path
 
     return logits_by_path(open_model(str(path)), ids, "decode")
 

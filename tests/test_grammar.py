@@ -43,7 +43,7 @@ BUDGET = 400  # tokens: the bounded answers above take 60-200 characters (one to
 @pytest.fixture(scope="module")
 def model(tiny, tmp_path_factory):
     from fuelcli.backends import make_engine
-    from fuelcli.sources.loader import open_model
+    from fuelcli.assembly.loader import open_model
 
     m = open_model(str(with_tokenizer(tiny("llama2"), tmp_path_factory.mktemp("grammar") / "tiny-chat")))
     return m, make_engine(m.cfg, m.weights, n_ctx=m.cfg.max_position)
@@ -249,7 +249,7 @@ def test_mask_cost_per_token_on_qwen_vocabulary(qwen_coder_gguf):
     151,936-token vocabulary; time the mask (llguidance's bitmask + apply_mask on the chain's float64
     copy) and the advance. Measured here (2 shared vCPUs, Zen 3): mask 40-120 us, apply 12-30 us,
     advance ~8 us a token, ~1% of a decode step; the bound is 20x that, to hold on a busy machine."""
-    from fuelcli.sources.loader import open_model
+    from fuelcli.assembly.loader import open_model
 
     m = open_model(str(qwen_coder_gguf))
     tok, n = m.tokenizer, m.cfg.vocab_size

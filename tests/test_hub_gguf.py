@@ -15,7 +15,7 @@ from test_gguf_model import _tiny_llama
 
 from fuelcli.errors import InputError, ModelNotFound
 from fuelcli.sources.hub_gguf import pick, quant_tag
-from fuelcli.sources.loader import open_model
+from fuelcli.assembly.loader import open_model
 from fuelcli.sources.source import resolve
 
 REPO = "fuel-test/tiny-GGUF"
@@ -109,7 +109,7 @@ def test_quant_fetches_only_its_file_and_runs_offline_later(hub, hf_home, monkey
 
 
 def test_split_quant_gives_the_single_files_model(hub, hf_home):
-    from fuelcli.model.forward_paths import logits_by_path
+    from fuelcli.assembly.forward_paths import logits_by_path
 
     split = open_model(f"{REPO}:Q4_K_M")
     assert sorted(p.name for p in snapshot(hf_home).iterdir() if "Q4_K_M" in p.name) == [

@@ -156,7 +156,7 @@ def test_weights_bf16(tiny):
 
 def test_rope_llama3_bands(tiny, no_weights):
     from fuelcli.model.rope import inv_freq
-    from fuelcli.sources.loader import open_model
+    from fuelcli.assembly.loader import open_model
 
     d = tiny("llama31")
     v = inspect_json("rope", d)

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fuelcli.errors import FuelError, InputError
-from fuelcli.sources.jsondoc import parse_object, read_object
+from fuelcli.fileio.jsondoc import parse_object, read_object
 from fuelcli.weights.safetensors import read_checkpoint, read_safetensors
 
 import malformed as M

@@ -124,7 +124,7 @@ def test_inspect_weights_natural_order(smollm2_gguf):
 
 
 def test_natural_key():
-    from fuelcli.model.inspect_views import natural_key
+    from fuelcli.assembly.inspect_views import natural_key
 
     names = ["blk.10.attn_q.weight", "blk.2.attn_q.weight", "blk.1.ffn_up.weight", "output.weight",
              "blk.1.attn_k.weight", "model.layers.11.mlp", "model.layers.9.mlp"]

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from fuelcli.errors import NonFinite
-from fuelcli.model.forward_paths import logits_by_path
-from fuelcli.sources.loader import open_model
+from fuelcli.assembly.forward_paths import logits_by_path
+from fuelcli.assembly.loader import open_model
 
 import malformed as M
 

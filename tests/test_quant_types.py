@@ -25,8 +25,8 @@ import pytest
 
 from fuelcli.backends.cpu.unpack import record
 from fuelcli.formats import FORMATS
-from fuelcli.model.forward_paths import logits_by_path
-from fuelcli.sources.loader import open_model
+from fuelcli.assembly.forward_paths import logits_by_path
+from fuelcli.assembly.loader import open_model
 from test_cpu_engine import _kl
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("llama_cpp") is None, reason="needs llama-cpp-python")

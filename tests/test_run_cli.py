@@ -244,7 +244,7 @@ def test_warm_up_leaves_the_cache_as_it_was(tiny):
     import numpy as np
 
     from fuelcli.backends import make_engine
-    from fuelcli.sources.loader import open_model
+    from fuelcli.assembly.loader import open_model
 
     m = open_model(str(tiny("llama2")))
     plain = make_engine(m.cfg, m.weights, n_ctx=16)  # the same calls without warm-ups
@@ -263,7 +263,7 @@ def test_cpu_warm_up_loads_the_forward_every_prefill_calls(tiny):
     running it: they must be those of every later prefill (any other would load or compile again
     inside the first timed prefill)."""
     from fuelcli.backends import make_engine
-    from fuelcli.sources.loader import open_model
+    from fuelcli.assembly.loader import open_model
 
     class Spy:  # numba's dispatcher, recording what is compiled and what is called
         def __init__(self, f):

@@ -12,7 +12,7 @@ from test_decoder_oracle import TOL, tol
 
 from fuelcli.backends import make_engine
 from fuelcli.errors import InputError
-from fuelcli.sources.loader import open_model
+from fuelcli.assembly.loader import open_model
 
 LENGTHS = (9, 14, 6)  # three prompts of their own lengths: positions differ row by row
 

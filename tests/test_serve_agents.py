@@ -249,7 +249,7 @@ def test_strict_tool_under_auto_is_lazy(client):
 def test_history_with_calls_and_results(client, checkpoint):
     """An assistant turn with tool_calls (content null) and role tool results are rendered by the
     template, as transformers renders them (arguments as objects)."""
-    from fuelcli.sources.loader import open_model
+    from fuelcli.assembly.loader import open_model
 
     call = {"id": "call_1", "type": "function", "function": {"name": "get_weather",
                                                             "arguments": '{"city": "Oslo", "unit": "C"}'}}

@@ -154,7 +154,7 @@ def test_left_alone_the_model_writes_no_call(client):
 def test_agent_loop_call_result_then_text(client, checkpoint):
     """The call goes back as the assistant's turn (content null) with the tool's result; the template
     renders them as Llama 3.1 does (the call's JSON, an ipython turn), and the answer is text."""
-    from fuelcli.sources.loader import open_model
+    from fuelcli.assembly.loader import open_model
 
     msg = ask(client, QUESTION, tool_choice="required").choices[0].message
     call = msg.tool_calls[0]

@@ -57,7 +57,7 @@ def test_five_turn_conversation_reuses_the_cache(smollm2_gguf, client):
     (and the last answer's final token). The last answer, built on four turns of cached KV, equals a
     fresh engine's, and so does the same prompt sent again after the cache was evicted."""
     from fuelcli.backends import make_engine
-    from fuelcli.sources.loader import open_model
+    from fuelcli.assembly.loader import open_model
     from fuelcli.text.generate import Sampler, SamplerParams, Stats, generate
 
     m = open_model(str(smollm2_gguf))

@@ -43,7 +43,7 @@ def client(server):
 def reference(checkpoint, server):  # after the server: it has compiled the kernels into the shared cache
     """fuel in this process: greedy answers on a fresh engine (no prompt cache) and full-prefix logits."""
     from fuelcli.backends import make_engine
-    from fuelcli.sources.loader import open_model
+    from fuelcli.assembly.loader import open_model
     from fuelcli.text.generate import Sampler, SamplerParams, Stats, generate
 
     m = open_model(str(checkpoint))

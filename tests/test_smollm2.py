@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from hf_oracle import hf_greedy, hf_logits
 
-from fuelcli.sources.loader import open_model
-from fuelcli.model.forward_paths import logits_by_path
+from fuelcli.assembly.loader import open_model
+from fuelcli.assembly.forward_paths import logits_by_path
 
 pytestmark = pytest.mark.slow
 
@@ -80,7 +80,7 @@ def test_logits_command_writes_npy(smollm2_dir, tmp_path):
 
 MEMORY_PROBE = r"""
 import sys, numpy as np
-from fuelcli.sources.loader import open_model
+from fuelcli.assembly.loader import open_model
 from fuelcli.backends.cpu.engine import CpuEngine as Engine
 from fuelcli.process.memory import rss_bytes, peak_rss_bytes, reset_peak_rss
 warm = open_model(sys.argv[2]); Engine(warm.cfg, warm.weights, n_ctx=4).prefill([1, 2])  # load numba code first

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 from fuelcli.backends import make_engine
 from fuelcli.cli import app
 from fuelcli.errors import InputError
-from fuelcli.sources.loader import open_model
+from fuelcli.assembly.loader import open_model
 from fuelcli.text import speculative as S
 from fuelcli.text.generate import Sampler, SamplerParams, Stats, sample_steps
 

@@ -144,7 +144,7 @@ def test_inspect_tokens_on_vocab_only_gguf(vocab_dir, tmp_path):
 
 
 def test_inspect_tokens_on_tokenizer_dir(tmp_path):
-    from fuelcli.sources.loader import open_tokenizer
+    from fuelcli.assembly.loader import open_tokenizer
 
     from tiny_models import write_byte_tokenizer
 
@@ -176,7 +176,7 @@ def test_llama2_style_gguf_runs(vocab_dir, tmp_path):
     gguf = pytest.importorskip("gguf")
     import numpy as np
 
-    from fuelcli.sources.loader import open_model
+    from fuelcli.assembly.loader import open_model
 
     meta = read_gguf(vocab_dir / "ggml-vocab-llama-spm.gguf", tensors=False).meta
     tokens = meta["tokenizer.ggml.tokens"]

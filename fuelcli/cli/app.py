@@ -28,7 +28,7 @@ app = typer.Typer(add_completion=True, no_args_is_help=True, pretty_exceptions_e
 
 def _version(value: bool):
     if value:
-        from ..process.doctor import version_text
+        from .doctor_report import version_text
 
         print(version_text())
         raise typer.Exit()

@@ -84,7 +84,7 @@ def bench(
 
     from ..backends import make_engine
     from ..process.memory import peak_rss_bytes
-    from ..sources.loader import open_model
+    from ..assembly.loader import open_model
     from ..process.threads import set_threads
 
     n_threads = set_threads(threads)
@@ -218,7 +218,7 @@ def _speculation(model, speculating, prompt, file, n_gen, compare, repetitions, 
     from ..measure import bench as B
     from ..measure import speculation as S
     from ..process.threads import set_threads
-    from ..sources.loader import open_model
+    from ..assembly.loader import open_model
     from ..text.generate import SamplerParams
     from .textgen import prompt_text, ready_engine
 

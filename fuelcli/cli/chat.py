@@ -67,7 +67,7 @@ def chat(
     Sampling as in fuel run (llama.cpp's chain: repetition penalty -> top-k -> top-p -> min-p ->
     temperature); speculative decoding too (--draft-model, --lookup-decoding).
     """
-    from ..sources.loader import open_model
+    from ..assembly.loader import open_model
     from ..text.chat import ChatSession
     from ..text.generate import Sampler, SamplerParams
     from ..process.threads import set_threads
@@ -194,7 +194,7 @@ def _line_editing():
         import readline
     except ImportError:  # no readline (e.g. Windows): input() still works, without editing
         return
-    from ..sources.demo import fuel_home
+    from ..fileio.derived_cache import fuel_home
 
     path = fuel_home() / "chat_history"
     try:

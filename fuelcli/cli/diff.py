@@ -64,7 +64,7 @@ def diff_cmd(
     """Compare fuel's logits (per position) with an oracle; exit 3 on mismatch."""
     from ..model.plan import layer_plans
     from ..oracle.http_json import is_url
-    from ..sources.loader import open_model
+    from ..assembly.loader import open_model
     from ..process.threads import set_threads
     from . import diff_view
 

@@ -16,7 +16,7 @@ app.add_typer(inspect_app, name="inspect")
 
 
 def _open(model: str, revision, hf_file=None):
-    from ..sources.loader import open_model
+    from ..assembly.loader import open_model
 
     return open_model(model, revision, hf_file)
 
@@ -62,7 +62,7 @@ def mask_plan_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optiona
                   hf_file: Optional[str] = HfFile):
     """Per layer: attention (full | window w), the mask variant it reads, its RoPE (or none), its norms
     (pre | pre + post), FFN (dense | MoE k of n, and its activation). Reads the config only."""
-    from ..model.inspect_views import mask_plan_view
+    from ..assembly.inspect_views import mask_plan_view
 
     v = mask_plan_view(_open(model, revision, hf_file))
     if as_json:
@@ -85,7 +85,7 @@ def mask_plan_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optiona
 def config_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[str] = Revision,
                hf_file: Optional[str] = HfFile):
     """Every resolved config value and where it came from (file, default, derived, family, gguf)."""
-    from ..model.inspect_views import config_view
+    from ..assembly.inspect_views import config_view
 
     v = config_view(_open(model, revision, hf_file))
     if as_json:
@@ -102,7 +102,7 @@ def config_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[s
 def weights_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[str] = Revision,
                 hf_file: Optional[str] = HfFile):
     """Name, shape, format and bytes of every stored tensor; totals per format; parameter count."""
-    from ..model.inspect_views import weights_view
+    from ..assembly.inspect_views import weights_view
 
     v = weights_view(_open(model, revision, hf_file))
     if as_json:
@@ -129,7 +129,7 @@ def rope_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[str
              hf_file: Optional[str] = HfFile):
     """Per frequency index: base inverse frequency, the scaled one, wavelength, llama3 band; one table
     per RoPE when the layers differ (Gemma 3's local and global bases)."""
-    from ..model.inspect_views import rope_view
+    from ..assembly.inspect_views import rope_view
 
     v = rope_view(_open(model, revision, hf_file))
     if as_json:
@@ -148,7 +148,7 @@ def rope_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[str
         if var["band_counts"]:
             con.print("bands: " + ", ".join(f"{k} {n}" for k, n in var["band_counts"].items()), highlight=False)
     if v["nope_layers"]:
-        from ..model.inspect_views import ranges
+        from ..assembly.inspect_views import ranges
 
         con.print(f"no RoPE: layers {ranges(v['nope_layers'])}", highlight=False)
     con.print(f"rule: {v['rule']}", highlight=False)
@@ -165,7 +165,7 @@ def tokens_cmd(model: str = ModelArg,
     """The token ids (and pieces) MODEL's tokenizer gives a text: fuel's llama-tokenize. Needs only
     the tokenizer: a vocabulary-only .gguf or a directory with just tokenizer.json will do."""
     from ..oracle.windows import read_text
-    from ..sources.loader import open_tokenizer
+    from ..assembly.loader import open_tokenizer
 
     if (text is None) == (file is None):
         raise InputError("give exactly one of --text and --file")

@@ -28,8 +28,8 @@ def logits(
     """Write the logits of every position of a sequence, by one of the three paths."""
     import numpy as np
 
-    from ..model.forward_paths import PATHS, logits_by_path
-    from ..sources.loader import open_model
+    from ..assembly.forward_paths import PATHS, logits_by_path
+    from ..assembly.loader import open_model
     from ..process.threads import set_threads
 
     if (prompt is None) == (tokens is None):

@@ -30,7 +30,7 @@ def perplexity_cmd(
     """Perplexity of a text, scored the way llama-perplexity scores it."""
     from ..measure.perplexity import perplexity
     from ..oracle.tolerances import SLICE
-    from ..sources.loader import open_model
+    from ..assembly.loader import open_model
     from ..process.threads import set_threads
 
     set_threads(threads)

@@ -71,7 +71,7 @@ def run(
     The stats line (and --json) gives how many proposals were accepted.
     """
     from ..process.memory import peak_rss_bytes
-    from ..sources.loader import open_model
+    from ..assembly.loader import open_model
     from ..text.generate import Sampler, SamplerParams, Stats, generate
     from ..process.threads import set_threads
     from .textgen import (context_size, output_grammar, prompt_text, ready_engine, show_prompt, SpeculationOptions,

@@ -81,7 +81,7 @@ def serve(
     from ..serve.jobs import ServedModel
     from ..serve.server import bind, run, url
     from ..serve.worker import EngineWorker
-    from ..sources.loader import open_model
+    from ..assembly.loader import open_model
     from ..text.generate import SamplerParams
     from ..process.threads import set_threads
     from .textgen import ready_engine, template_options

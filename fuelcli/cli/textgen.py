@@ -166,7 +166,7 @@ class SpeculationOptions:
 
     def open(self, m):
         if self.draft_model is not None:
-            from ..sources.loader import open_model
+            from ..assembly.loader import open_model
             from ..text.speculative import check_vocabularies
 
             self.draft = open_model(self.draft_model)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..errors import ConfigError, located
 from ..families import BY_ARCHITECTURE, FAMILIES, Family
-from ..sources.jsondoc import read_object
+from ..fileio.jsondoc import read_object
 from .block import ACTIVATIONS, Attention, Block, Ffn
 from .rope import SUPPORTED_ROPE_TYPES, RopeConfig
 from .sizes import check_weights_fit

@@ -31,7 +31,6 @@ def first_bad_layer(states: np.ndarray) -> int | None:
 def _named_arrays(weights, layer: int | None):
     """(name, float32 array) of the weights that feed the given stage, one at a time."""
     from ..formats import dequantize
-    from ..weights.tensor import Tensor
 
     def vector_name(v, what):
         return weights.vector_names.get(id(v), what)
@@ -48,10 +47,10 @@ def _named_arrays(weights, layer: int | None):
                 value = getattr(lw, spec.role)
                 for v in value if spec.kind == EXPERTS else [value]:
                     if v is not None:
-                        yield (v.name if isinstance(v, Tensor) else vector_name(v, f"{spec.role} of layer {layer}")), v
+                        yield (vector_name(v, f"{spec.role} of layer {layer}") if isinstance(v, np.ndarray) else v.name), v
 
     for name, value in items():
-        yield name, dequantize(value) if isinstance(value, Tensor) else value
+        yield name, value if isinstance(value, np.ndarray) else dequantize(value)  # f32 vectors, stored matrices
 
 
 def bad_weight(weights, layer: int | None) -> str | None:
@@ -96,13 +95,3 @@ def check_engine_logits(engine, logits: np.ndarray, tokens, path: str, first_pos
         return
     require_finite(logits, path, lambda: engine_states(engine, tokens), getattr(engine, "weights", None),
                    engine.cfg.num_layers, first_pos)
-
-
-def check_reference_logits(cfg, weights, logits: np.ndarray, tokens, first_pos: int = 0) -> None:
-    """require_finite for logits the reference computed for the last len(logits) of `tokens`."""
-    from . import reference
-
-    if first_bad_row(logits) is None:
-        return
-    require_finite(logits, "reference", lambda: reference.forward(cfg, weights, tokens, hidden=True)[1], weights,
-                   cfg.num_layers, first_pos)

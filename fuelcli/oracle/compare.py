@@ -28,7 +28,7 @@ def diff(model, ids: list, oracle: str = "self", path: str = "decode", tol: floa
          decode_steps: int = DEFAULT_DECODE_STEPS, atol: float | None = None,
          device: str | None = None, cache_type: str = "f32", server: dict | None = None) -> DiffResult:
     """server: a URL oracle's options (top_k, server_model, api_key)."""
-    from ..model.forward_paths import validate_ids
+    from ..assembly.forward_paths import validate_ids
 
     validate_ids(model, ids)
     fuel = FuelSide(model, len(ids), path, decode_steps, hidden=layers, device=device, cache_type=cache_type)

@@ -13,7 +13,7 @@ import urllib.parse
 import urllib.request
 
 from ..errors import InputError, ServerFailed
-from ..sources.jsondoc import parse_object
+from ..fileio.jsondoc import parse_object
 
 TIMEOUT_S = 300.0  # per request: one new token behind a cached prefix, or a whole prompt's prefill
 MAX_REPLY = 64 * 2**20  # bytes; a top-k answer is a few kB

@@ -1,7 +1,7 @@
 """The oracles fuel is compared with. Each streams one window of tokens as blocks of logits (and, for
 --layers, residual-stream states), so a long text never holds more than a slice of [rows, vocab]:
 
-  self          fuel's own numpy reference (model/reference.py): one full-prefix forward over the window
+  self          fuel's own numpy reference (assembly/reference.py): one full-prefix forward over the window
                 (by causality position t sees exactly ids[:t+1]), the output head applied a slice
                 at a time.
   transformers  HF transformers, eager attention, float32, on the same weights (directory, or the
@@ -25,34 +25,12 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
-from ..model.finite import check_reference_logits, first_bad_row
-from ..sources.files import is_present, open_regular
+from ..model.finite import first_bad_row
+from ..fileio.files import is_present, open_regular
 from . import tolerances
+from .base import Oracle
 
 LLAMA_CPP_NAMES = ("llama.cpp", "llama-cpp", "llamacpp")
-
-
-class Oracle:
-    name = "?"  # what the report says was compared
-    layer_name = None  # what --layers compares with, for oracles that give residual-stream states
-    top_k = None  # k for an oracle of top-k log-probabilities only (a server); None: whole logits
-
-    def __init__(self):
-        self.seconds, self.tokens = 0.0, 0
-
-    def window(self, ids, hidden: bool = False):
-        """Yields (start, logits [n, vocab] float32, states [L+1, n, H] or None) covering ids in order."""
-        raise NotImplementedError
-
-    def provenance(self) -> dict:
-        raise NotImplementedError
-
-    def _timed(self, fn, n: int):
-        t0 = time.perf_counter()
-        out = fn()
-        self.seconds += time.perf_counter() - t0
-        self.tokens += n
-        return out
 
 
 # ---------------------------------------------------------------- self
@@ -68,7 +46,7 @@ class SelfOracle(Oracle):
 
     def window(self, ids, hidden=False):
         from ..formats import dequantize
-        from ..model import reference
+        from ..assembly import reference
 
         cfg, w = self.model.cfg, self.model.weights
         out = self._timed(lambda: reference.trunk(cfg, w, ids, hidden=hidden), len(ids))
@@ -78,11 +56,11 @@ class SelfOracle(Oracle):
         step = tolerances.SLICE
         for s in range(0, len(ids), step):
             logits = reference.head(cfg, w, x[s:s + step], self._out)
-            check_reference_logits(cfg, w, logits, ids[:s + len(logits)], s)
+            reference.check_reference_logits(cfg, w, logits, ids[:s + len(logits)], s)
             yield s, logits, None if states is None else states[:, s:s + step]
 
     def provenance(self):
-        return {"oracle": "self", "implementation": "fuelcli/model/reference.py (numpy)", "dtype": "float32",
+        return {"oracle": "self", "implementation": "fuelcli/assembly/reference.py (numpy)", "dtype": "float32",
                 "device": "cpu"}
 
 
@@ -176,7 +154,7 @@ class SavedOracle(Oracle):
             yield s, block, None
 
     def provenance(self):
-        from ..sources.filehash import sha256
+        from ..fileio.filehash import sha256
 
         return {"oracle": "file", "path": str(self.path.resolve()), "sha256": sha256(self.path),
                 "format": self.path.suffix.lower()}

@@ -10,7 +10,7 @@ import numpy as np
 
 
 def model_record(source) -> dict:
-    from ..sources.filehash import model_files, sha256
+    from ..fileio.filehash import model_files, sha256
 
     files = [{"name": p.name, "bytes": os.path.getsize(p), "sha256": sha256(p)} for p in model_files(source)]
     return {"name": source.name, "kind": source.kind, "path": str(source.path), "files": files}

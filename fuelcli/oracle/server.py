@@ -22,7 +22,7 @@ from functools import cached_property
 
 from ..errors import InputError, ServerFailed
 from .http_json import Client, base_url
-from .oracles import Oracle
+from .base import Oracle
 from .topk import UNKNOWN, TopK
 
 TOKEN_ID = re.compile(r"^token_id:(\d+)$")  # vLLM's --return-tokens-as-token-ids

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
-from ..sources.files import describe_os_error, is_present, open_regular
+from ..fileio.files import describe_os_error, is_present, open_regular
 
 MIN_CTX = 4  # the smallest window with a scored half (positions n_ctx/2 .. n_ctx-2)
 

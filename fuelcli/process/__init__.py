@@ -5,5 +5,4 @@
     memory.py       resident and available memory
     panic_guard.py  native calls that may panic (tokenizers), descriptor 2 kept quiet
     extras.py       the distribution's name on PyPI and what each extra adds
-    doctor.py       `fuel --version` and `fuel doctor`: versions, extras, caches
 """

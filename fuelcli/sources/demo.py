@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import FetchError, InputError, ModelNotFound
+from ..fileio.derived_cache import fuel_home
 
 
 @dataclass(frozen=True)
@@ -64,10 +65,6 @@ DEMOS = {
 }
 
 
-
-
-def fuel_home() -> Path:
-    return Path(os.environ.get("FUEL_HOME") or "~/.cache/fuel").expanduser()
 
 
 def path_of(alias: str) -> Path:

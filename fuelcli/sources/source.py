@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError, ModelNotFound
-from .files import is_present
+from ..fileio.files import is_present
 
 # Only what fuel reads: a repo's other weights formats (pytorch .bin, onnx, gguf) are not fetched.
 HUB_PATTERNS = [

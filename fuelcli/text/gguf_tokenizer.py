@@ -189,7 +189,7 @@ def _spm_merges(tokens: list, scores: list, types: list) -> list:
 
     import numpy as np
 
-    from ..sources.derived_cache import cache_root, write_atomic
+    from ..fileio.derived_cache import cache_root, write_atomic
 
     h = hashlib.sha256("\x00".join(tokens).encode("utf-8", "surrogatepass"))
     h.update(np.asarray(scores, np.float64).tobytes() + np.asarray(types, np.int64).tobytes())

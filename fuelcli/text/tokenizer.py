@@ -17,8 +17,8 @@ from tokenizers import processors
 
 from ..errors import InputError
 from ..process.panic_guard import call_quietly
-from ..sources.files import is_present, open_regular, read_regular
-from ..sources.jsondoc import MAX_BYTES, kind, read_object
+from ..fileio.files import is_present, open_regular, read_regular
+from ..fileio.jsondoc import MAX_BYTES, kind, read_object
 
 _REPLACEMENT = "\ufffd"  # what the decoders emit for an incomplete UTF-8 sequence
 

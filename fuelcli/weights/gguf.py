@@ -28,7 +28,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..formats import BY_GGML_TYPE, FORMATS, GGML_TYPE_NAMES
-from ..sources.files import is_present, open_regular
+from ..fileio.files import is_present, open_regular
 from . import gguf_cache
 from .gguf_meta import DEFAULT_ALIGNMENT, check_metadata
 from .tensor import Tensor

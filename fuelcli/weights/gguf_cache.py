@@ -21,7 +21,7 @@ import os
 import pickle
 from pathlib import Path
 
-from ..sources.derived_cache import cache_root, write_atomic
+from ..fileio.derived_cache import cache_root, write_atomic
 
 MIN_STRINGS = 4096  # a string array at least this long makes a header worth keeping
 _SEP = "\x00"

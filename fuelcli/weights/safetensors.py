@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
-from ..sources.files import open_regular
-from ..sources.jsondoc import parse_object, read_object
+from ..fileio.files import open_regular
+from ..fileio.jsondoc import parse_object, read_object
 from .tensor import Tensor
 
 DTYPES = {"F32": ("f32", 4), "F16": ("f16", 2), "BF16": ("bf16", 2)}

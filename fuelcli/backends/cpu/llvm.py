@@ -36,7 +36,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ...errors import InputError
-from ...sources.derived_cache import cache_root, write_atomic
+from ...fileio.derived_cache import cache_root, write_atomic
 from .jit import SOURCE_DIGEST
 
 

@@ -1,5 +1,6 @@
-"""Where fuel keeps what it derives from files to start faster: compiled kernels
-(backends/cpu/llvm.py) and parsed GGUF headers (weights/gguf_cache.py).
+"""Where fuel keeps its files: FUEL_HOME (fetched models, remembered hashes), and what it derives
+from files to start faster: compiled kernels (backends/cpu/llvm.py) and parsed GGUF headers
+(weights/gguf_cache.py).
 
 NUMBA_CACHE_DIR when set (so that one variable moves every compiled or derived cache, numba's own
 included: `fuel bench --first-token` empties it to time a fresh install), else FUEL_HOME.
@@ -11,6 +12,11 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
+
+
+def fuel_home() -> Path:
+    """Where fuel keeps what it fetches and remembers (demo models, hashes, chat history)."""
+    return Path(os.environ.get("FUEL_HOME") or "~/.cache/fuel").expanduser()
 
 
 def cache_root() -> Path:

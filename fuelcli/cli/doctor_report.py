@@ -15,7 +15,7 @@ from importlib import metadata
 from pathlib import Path
 
 from .. import __version__
-from .extras import DIST, EXTRAS, pip_install
+from ..process.extras import DIST, EXTRAS, pip_install
 
 CORE = ("numba", "llvmlite", "numpy", "tokenizers", "safetensors", "huggingface_hub", "typer", "rich", "jinja2")
 
@@ -82,10 +82,10 @@ def dir_size(path: Path, pattern: str = "*") -> int:
 
 def caches() -> list[dict]:
     """Every directory fuel writes or reads models from: where, how big, what it holds."""
+    from ..fileio.derived_cache import cache_root, fuel_home
     from ..sources import demo
-    from ..sources.derived_cache import cache_root
 
-    home = demo.fuel_home()
+    home = fuel_home()
     derived = cache_root()
     out = [{"name": "FUEL_HOME", "path": str(home), "bytes": dir_size(home),
             "holds": "pulled demo models (" + (", ".join(a for a in demo.DEMOS if demo.is_pulled(a)) or "none pulled")

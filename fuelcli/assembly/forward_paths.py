@@ -22,14 +22,14 @@ def logits_by_path(model, ids: list[int], path: str, hidden: bool = False, devic
                    cache_type: str = "f32"):
     """float32 [seq, vocab]; with hidden=True also the residual stream [L+1, seq, H].
     Non-finite logits raise NonFinite naming the layer where they start (finite.py)."""
-    from .finite import check_engine_logits, check_reference_logits
+    from ..model.finite import check_engine_logits
 
     validate_ids(model, ids)
     if path == "reference":
         from . import reference
 
         out = reference.forward(model.cfg, model.weights, ids, hidden=hidden)
-        check_reference_logits(model.cfg, model.weights, out[0] if hidden else out, ids)
+        reference.check_reference_logits(model.cfg, model.weights, out[0] if hidden else out, ids)
         return out
     from ..backends import make_engine
 

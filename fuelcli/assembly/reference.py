@@ -8,9 +8,10 @@ import math
 
 import numpy as np
 
-from .block import Block
-from .config import ModelConfig
-from .rope import cos_sin
+from ..model.block import Block
+from ..model.config import ModelConfig
+from ..model.finite import first_bad_row, require_finite
+from ..model.rope import cos_sin
 from ..formats import dequantize
 from ..weights.build import ModelWeights
 from ..weights.tensor import Tensor
@@ -149,3 +150,11 @@ def forward(cfg: ModelConfig, weights: ModelWeights, tokens, hidden: bool = Fals
     x, states = out if hidden else (out, None)
     logits = head(cfg, weights, x)
     return (logits, states) if hidden else logits
+
+
+def check_reference_logits(cfg, weights, logits: np.ndarray, tokens, first_pos: int = 0) -> None:
+    """require_finite for logits the reference computed for the last len(logits) of `tokens`."""
+    if first_bad_row(logits) is None:
+        return
+    require_finite(logits, "reference", lambda: forward(cfg, weights, tokens, hidden=True)[1], weights,
+                   cfg.num_layers, first_pos)

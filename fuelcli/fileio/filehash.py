@@ -12,7 +12,7 @@ CACHE_NAME = "sha256.json"
 
 
 def _cache_path() -> Path:
-    from .demo import fuel_home
+    from .derived_cache import fuel_home
 
     return fuel_home() / CACHE_NAME
 

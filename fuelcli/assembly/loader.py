@@ -5,7 +5,7 @@ from functools import cached_property
 
 from ..errors import located
 from ..model.config import ModelConfig, load_hf_config
-from .source import ModelSource, resolve
+from ..sources.source import ModelSource, resolve
 
 
 @dataclass

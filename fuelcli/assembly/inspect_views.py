@@ -19,9 +19,9 @@ import re
 
 import numpy as np
 
-from .block import rope_variants
-from .plan import ACTIVATION_NAMES, mask_plan, rope_text
-from .rope import base_inv_freq, inv_freq, llama3_bands
+from ..model.block import rope_variants
+from ..model.plan import ACTIVATION_NAMES, mask_plan, rope_text
+from ..model.rope import base_inv_freq, inv_freq, llama3_bands
 
 
 def ranges(indices) -> str:
