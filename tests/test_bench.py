@@ -186,6 +186,23 @@ def test_md_table(tiny):
     assert lines[6].startswith("formats: f32 16; r=2, seed 0, n_ctx 17;") and "peak RSS" in lines[6]
 
 
+def test_progress_lines_where_stderr_is_not_a_terminal(tiny, monkeypatch):
+    """In a pipe or a log the progress bar shows nothing: there a plain line per run goes to stderr
+    (as llama-bench's --progress), the table to stdout as before; --no-progress prints none."""
+    monkeypatch.delenv("FORCE_COLOR", raising=False)  # rich would take either for a terminal
+    monkeypatch.delenv("TTY_COMPATIBLE", raising=False)
+    args = ["bench", str(tiny), "-p", "8", "-n", "4", "-r", "2", "--no-roofline"]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0, r.output
+    runs = ["fuel warm-up pp8", "fuel warm-up tg4", "fuel pp8 1/2", "fuel pp8 2/2", "fuel tg4 1/2", "fuel tg4 2/2"]
+    assert len(runs) == B.steps_total(2, 2, False)
+    assert [ln for ln in r.stderr.splitlines() if ln.startswith("fuel bench:")] == [
+        f"fuel bench: {i}/{len(runs)} {run}" for i, run in enumerate(runs, 1)]
+    assert r.stdout.startswith("| model | size |")
+    quiet = CliRunner().invoke(app, args + ["--no-progress"])
+    assert quiet.exit_code == 0 and "fuel bench:" not in quiet.stderr
+
+
 def test_roofline(tiny):
     """tg rows carry read GB/s and the fraction of the measured read bandwidth; the bytes per token
     are the weights a decode step reads plus the mean KV cache it reads."""

@@ -42,7 +42,8 @@ def bench(
     lookup_decoding: bool = LookupDecoding,
     draft_max: Optional[int] = DraftMax,
     draft_p_min: Optional[float] = DraftPMin,
-    progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bar on stderr"),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="progress on stderr: a bar on a "
+                                  "terminal, a line per run in a pipe or a log"),
     device: Optional[str] = Device,
     cache_type: str = CacheType,
     revision: Optional[str] = Revision,
@@ -50,7 +51,8 @@ def bench(
 ):
     """Measure prefill (pp<N>) and decode (tg<N>) speed in tokens/s: mean ± std over -r runs.
 
-    The table (or JSON / CSV) goes to stdout, the progress bar to stderr. A peer (--compare)
+    The table (or JSON / CSV) goes to stdout, the progress to stderr (a line per run where stderr is
+    not a terminal). A peer (--compare)
     runs in a process of its own with the same number of threads as fuel (-t).
 
     With --lookup-decoding or --draft-model D: speculative decoding's speed-up instead, greedy
@@ -113,18 +115,23 @@ def bench(
     if roofline and tg_specs:  # the largest working set a tg test reads per step
         ws = max(_bytes_per_token(m, engine, t) * t.seqs for t in tg_specs)
         bw_before = _bandwidth(engine, ws, n_threads)
+    console = None
     if progress:
         from rich.console import Console
+
+        console = Console(stderr=True)
+    if console is not None and console.is_terminal:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         bar = Progress(TextColumn("{task.description:<28}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                       console=Console(stderr=True), transient=True)
+                       console=console, transient=True)
         with bar:
             task = bar.add_task("fuel warm-up", total=total)
             results, peer = B.run_bench(B.FuelRunner(engine), tests, repetitions, m.cfg.vocab_size, seed,
                                         peer_factory, lambda d: bar.update(task, advance=1, description=d))
-    else:
-        results, peer = B.run_bench(B.FuelRunner(engine), tests, repetitions, m.cfg.vocab_size, seed, peer_factory)
+    else:  # a pipe or a log shows no bar: a plain line per run there, as llama-bench's --progress
+        results, peer = B.run_bench(B.FuelRunner(engine), tests, repetitions, m.cfg.vocab_size, seed, peer_factory,
+                                    _progress_lines(total) if progress else None)
 
     report = B.Report(info, n_threads, repetitions, seed, n_ctx, results, peak_rss_bytes(), engine.kv_bytes,
                       backend=engine.backend)
@@ -143,6 +150,19 @@ def bench(
         peer.close()
     sys.stdout.write(B.RENDERERS[output](report))
     sys.stdout.flush()
+
+
+def _progress_lines(total: int):
+    """run_bench's tick where stderr is not a terminal: `fuel bench: 3/12 fuel pp512 1/5`, flushed at
+    once, so a log or a pipe shows how far the runs have come."""
+    done = 0
+
+    def tick(desc: str):
+        nonlocal done
+        done += 1
+        print(f"fuel bench: {done}/{total} {desc}", file=sys.stderr, flush=True)
+
+    return tick
 
 
 def _bytes_per_token(m, engine, spec) -> int:

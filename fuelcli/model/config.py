@@ -312,13 +312,59 @@ def from_hf_config(raw: dict, generation: dict | None = None, source: str = "con
     """raw: config.json as a dict; generation: generation_config.json or None. `source` is the origin
     label of values read from `raw`; `file_bytes` (the weight files' size, None when unknown) bounds
     the sizes the config may imply; `key_names` spells keys as the source does (GGUF). The callers
-    that read files (load_hf_config, gguf_config) prefix errors with the file's path."""
+    that read files (load_hf_config, gguf_config) prefix errors with the file's path.
+
+    The steps run in this order, each refusing what it reads before the next reads more: the first
+    error names the first thing wrong, and the origins stay in reading order (`fuel inspect config`)."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{source} is not a JSON object")
     if generation is not None and not isinstance(generation, dict):
         raise ConfigError("generation_config.json is not a JSON object")
     family = family_of(raw)
     r = _Reader(raw, family, source)
+    _check_supported(r)
+    sizes = _attention_sizes(r)
+    # before anything per layer is built: embeddings and attention alone must fit the files
+    check_weights_fit(sizes, file_bytes, key_names)
+    n_layers, head_dim, vocab = sizes["num_hidden_layers"], sizes["head_dim"], sizes["vocab_size"]
+    windows, rule = _layer_windows(r, n_layers)
+    ffn = _ffn(r, sizes, file_bytes, key_names)
+    max_position = r.integer("max_position_embeddings", "max_position")
+    if max_position == 0:
+        raise ConfigError(f"max_position_embeddings must be > 0 in {source}")
+    bos, eos = _special_tokens(r, generation or {}, vocab, key_names)
+    blocks, rope_rule = _blocks(r, windows, ffn, head_dim)
+    return ModelConfig(
+        family=family.model_type,
+        vocab_size=vocab,
+        hidden_size=sizes["hidden_size"],
+        intermediate_size=sizes["intermediate_size"],
+        num_layers=n_layers,
+        num_heads=sizes["num_attention_heads"],
+        num_kv_heads=sizes["num_key_value_heads"],
+        head_dim=head_dim,
+        rms_norm_eps=_rms_norm_eps(r),
+        max_position=max_position,
+        tie_embeddings=sizes["tie_word_embeddings"],
+        blocks=blocks,
+        window_rule=rule,
+        rope_rule=rope_rule or "every layer: the config's RoPE",
+        num_experts=ffn.num_experts,
+        experts_per_tok=ffn.experts_per_tok,
+        moe_intermediate_size=ffn.moe_intermediate_size,
+        norm_topk_prob=ffn.norm_topk_prob,
+        norm_offset=family.norm_offset,
+        embed_scale=float(family.embed_scale(r, sizes["hidden_size"])),
+        final_softcap=_softcap(r, family.softcap_key),
+        bos_token_id=bos,
+        eos_token_ids=eos,
+        origin=r.origin,
+    )
+
+
+def _check_supported(r: _Reader):
+    """The required keys present; no flag or key the family has that fuel does not run."""
+    raw, family, source = r.raw, r.family, r.source
     for key in REQUIRED:
         if raw.get(key) is None:
             raise ConfigError(f"{source} is missing required key {key!r} (model_type {family.model_type})")
@@ -330,6 +376,11 @@ def from_hf_config(raw: dict, generation: dict | None = None, source: str = "con
             raise ConfigError(f"{key}={raw[key]!r} in {source} is not supported by fuel (model_type "
                               f"{family.model_type})")
 
+
+def _attention_sizes(r: _Reader) -> dict:
+    """The sizes of the embeddings and of attention, by their config.json names (check_weights_fit's):
+    the heads, kv heads and head_dim consistent, absent ones derived."""
+    raw, family, source = r.raw, r.family, r.source
     hidden = r.integer("hidden_size")
     n_layers = r.integer("num_hidden_layers", "num_layers")
     n_heads = r.integer("num_attention_heads", "num_heads")
@@ -357,33 +408,42 @@ def from_hf_config(raw: dict, generation: dict | None = None, source: str = "con
     if head_dim == 0 or head_dim % 2:
         raise ConfigError(f"head_dim={head_dim} must be even and > 0 for rotary embeddings")
     vocab = r.integer("vocab_size")
-    sizes = {"vocab_size": vocab, "hidden_size": hidden, "num_hidden_layers": n_layers,
-             "num_attention_heads": n_heads, "num_key_value_heads": n_kv, "head_dim": head_dim,
-             "tie_word_embeddings": r.flag("tie_word_embeddings", "tie_embeddings")}
-    # before anything per layer is built: embeddings and attention alone must fit the files
-    check_weights_fit(sizes, file_bytes, key_names)
+    return {"vocab_size": vocab, "hidden_size": hidden, "num_hidden_layers": n_layers,
+            "num_attention_heads": n_heads, "num_key_value_heads": n_kv, "head_dim": head_dim,
+            "tie_word_embeddings": r.flag("tie_word_embeddings", "tie_embeddings")}
 
-    windows, rule = family.windows(r, n_layers)
+
+def _layer_windows(r: _Reader, n_layers: int) -> tuple:
+    """(per layer its attention window, 0 = full; the rule in words), as the family reads them."""
+    windows, rule = r.family.windows(r, n_layers)
     if len(windows) != n_layers:
         raise ConfigError(f"layer_types has {len(windows)} entries but num_hidden_layers={n_layers}")
     r.origin["windows"] = "derived"
-    if raw.get("attention_bias") is not None:
+    if r.raw.get("attention_bias") is not None:
         r.flag("attention_bias")  # the family's qkv_bias / o_bias read it raw
+    return windows, rule
 
-    ffn = family.ffn(r, n_layers)
+
+def _ffn(r: _Reader, sizes: dict, file_bytes: int | None, key_names: dict | None):
+    """The family's FFN per layer (dense or MoE); `sizes` gains the FFN's, and the whole model must
+    now fit the files."""
+    n_layers = sizes["num_hidden_layers"]
+    ffn = r.family.ffn(r, n_layers)
     n_moe = sum(ffn.moe_layers)
     sizes.update(intermediate_size=r.integer("intermediate_size"), num_experts=ffn.num_experts,
                  moe_intermediate_size=ffn.moe_intermediate_size)
     check_weights_fit(sizes, file_bytes, key_names, n_layers - n_moe, n_moe)
-    max_position = r.integer("max_position_embeddings", "max_position")
-    if max_position == 0:
-        raise ConfigError(f"max_position_embeddings must be > 0 in {source}")
+    return ffn
 
-    gen = generation or {}
+
+def _special_tokens(r: _Reader, gen: dict, vocab: int, key_names: dict | None) -> tuple:
+    """(bos id or None, eos ids): EOS from config.json and generation_config.json together, else the
+    family's default; every id inside the vocabulary."""
+    raw, source = r.raw, r.source
     eos = _eos_ids((raw.get("eos_token_id"), source), (gen.get("eos_token_id"), "generation_config.json"))
     if eos:
         r.origin["eos_token_ids"] = source if raw.get("eos_token_id") is not None else "generation_config.json"
-    elif "eos_token_id" in family.defaults:
+    elif "eos_token_id" in r.family.defaults:
         eos = _eos_ids((r.get("eos_token_id", "eos_token_ids"), "the family defaults"))
     bos = r.integer("bos_token_id", optional=True)
     # a special token beyond the embedding table: the config and the weights disagree
@@ -392,44 +452,24 @@ def from_hf_config(raw: dict, generation: dict | None = None, source: str = "con
         if bad:
             raise ConfigError(f"{(key_names or {}).get(key, key)}={bad[0]} is outside the vocabulary "
                               f"(vocab_size={vocab})")
+    return bos, eos
 
+
+def _blocks(r: _Reader, windows, ffn, head_dim: int) -> tuple:
+    """(one Block per layer: its attention, RoPE and FFN; the rule that chose the RoPEs, in words)."""
+    family, raw = r.family, r.raw
     ropes, rope_rule = family.ropes(r, windows, rope_reader(r))
     attention = dict(qk_norm=family.qk_norm, qkv_bias=family.qkv_bias(raw), o_bias=family.o_bias(raw),
                      scale=family.attention_scale(r, head_dim))
     act = _activation(r, family.activation_key)
     blocks = tuple(Block(Attention(window=int(windows[i]), rope=ropes[i], **attention), Ffn(ffn.moe_layers[i], act),
-                         sandwich=family.sandwich) for i in range(n_layers))
+                         sandwich=family.sandwich) for i in range(len(windows)))
     for rope in {b.attention.rope for b in blocks} - {None}:
         for name, values in (("factors", rope.factors), ("long factors", rope.long_factors)):
             if values and len(values) != head_dim // 2:
                 raise ConfigError(f"the RoPE's {len(values)} {name} do not fit head_dim {head_dim}: it needs one "
                                   f"per frequency, {head_dim // 2}")
-    return ModelConfig(
-        family=family.model_type,
-        vocab_size=vocab,
-        hidden_size=hidden,
-        intermediate_size=sizes["intermediate_size"],
-        num_layers=n_layers,
-        num_heads=n_heads,
-        num_kv_heads=n_kv,
-        head_dim=head_dim,
-        rms_norm_eps=_rms_norm_eps(r),
-        max_position=max_position,
-        tie_embeddings=sizes["tie_word_embeddings"],
-        blocks=blocks,
-        window_rule=rule,
-        rope_rule=rope_rule or "every layer: the config's RoPE",
-        num_experts=ffn.num_experts,
-        experts_per_tok=ffn.experts_per_tok,
-        moe_intermediate_size=ffn.moe_intermediate_size,
-        norm_topk_prob=ffn.norm_topk_prob,
-        norm_offset=family.norm_offset,
-        embed_scale=float(family.embed_scale(r, hidden)),
-        final_softcap=_softcap(r, family.softcap_key),
-        bos_token_id=bos,
-        eos_token_ids=eos,
-        origin=r.origin,
-    )
+    return blocks, rope_rule
 
 
 def _activation(r: _Reader, key: str) -> str:

@@ -227,6 +227,18 @@ def common_prefix(a, b) -> int:
     return int(diff[0]) if diff.size else n
 
 
+def stopped(stats: Stats, max_tokens: int, held: int, n_ctx: int, eos: bool = False) -> bool:
+    """The stop rule of every generation loop (plain, speculative, the server's): a generation ends
+    on an EOS id drawn (`eos`; it is not emitted), on max_tokens generated, or on a full context (the
+    KV cache holds `held` of its n_ctx positions: none is left for the last token drawn). Sets
+    stats.stop_reason when it ends; a stop string is the caller's, found in the text."""
+    reason = ("eos" if eos else "max tokens" if stats.generated >= max_tokens
+              else "context full" if held >= n_ctx else "")
+    if reason:
+        stats.stop_reason = reason
+    return bool(reason)
+
+
 @dataclass
 class Step:
     token: int  # the sampled token (never an EOS id)
@@ -252,19 +264,14 @@ def sample_steps(engine, prompt_ids: list[int], max_tokens: int, sampler: Sample
     try:
         while True:
             token = sampler(logits, history)
-            if token in eos_ids:
-                stats.stop_reason = "eos"
-                break
-            sampler.accept(token)
-            history.append(token)
-            stats.tokens.append(token)
-            stats.generated += 1
-            yield Step(token, logits)
-            if stats.generated >= max_tokens:
-                stats.stop_reason = "max tokens"
-                break
-            if engine.pos >= engine.n_ctx:
-                stats.stop_reason = "context full"
+            eos = token in eos_ids
+            if not eos:
+                sampler.accept(token)
+                history.append(token)
+                stats.tokens.append(token)
+                stats.generated += 1
+                yield Step(token, logits)
+            if stopped(stats, max_tokens, engine.pos, engine.n_ctx, eos):
                 break
             logits = engine.decode(token)
             stats.decode_steps += 1
@@ -317,7 +324,7 @@ class TokenLoop:
         check_engine_logits(self.engine, logits, self.history, where, len(self.history) - 1)
         token = self.sampler(logits, self.history)
         if token in self.eos_ids:
-            self.stats.stop_reason = "eos"
+            stopped(self.stats, self.max_tokens, held, self.engine.n_ctx, eos=True)
             return None
         self.sampler.accept(token)
         self.history.append(token)
@@ -328,10 +335,7 @@ class TokenLoop:
         speculative round's: speculative.Speculation.settle), counted as take counts its own."""
         self.stats.tokens.append(step.token)
         self.stats.generated += 1
-        if self.stats.generated >= self.max_tokens:
-            self.stats.stop_reason = "max tokens"
-        elif held >= self.engine.n_ctx:
-            self.stats.stop_reason = "context full"
+        stopped(self.stats, self.max_tokens, held, self.engine.n_ctx)
         return step
 
     @property

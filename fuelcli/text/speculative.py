@@ -37,7 +37,7 @@ import numpy as np
 from ..errors import InputError
 from ..model.finite import check_engine_logits
 from ..backends.base import VERIFY_ROWS
-from .generate import Sampler, SamplerParams, Step, common_prefix
+from .generate import Sampler, SamplerParams, Step, common_prefix, stopped
 
 DRAFT_MAX = VERIFY_ROWS - 1  # default cap on the proposals one step verifies (llama.cpp's --draft-max default, 16)
 DRAFT_P_MIN = 0.75  # default --draft-p-min; measured in docs/performance.md
@@ -117,6 +117,14 @@ class PromptLookup:
         self.ngram_max, self.ngram_min = ngram_max, ngram_min
         self.draft_s = 0.0  # proposals cost nothing next to a forward
         self.start(None)
+
+    def round(self, history: list[int], room: int, length: DraftLength, sampler: Sampler):
+        """A round's proposals (Speculation.propose), at most room: found first, as they cost nothing,
+        then cut to the number `length` chooses; when it chooses none, the first is the one not
+        verified."""
+        drafts, q = self.propose(history, min(room, length.cap), sampler)
+        k = length.choose(len(drafts), 0.0)
+        return drafts[:k], q, (drafts[0] if drafts and not k else None)
 
     def propose(self, history: list[int], k: int, sampler: Sampler) -> tuple[list[int], None]:
         self._learn(history)
@@ -200,10 +208,18 @@ class DraftModel:
         self.held: list[int] = []  # the ids in the draft's KV cache
         self.draft_s = 0.0  # mean seconds per drafted token (DraftLength's cost model)
 
-    def start(self, params: SamplerParams):
+    def round(self, history: list[int], room: int, length: DraftLength, sampler: Sampler):
+        """A round's proposals (Speculation.propose), at most room: `length` chooses how many first,
+        from what a drafted token costs, as each is a forward of the draft; none proposed, none
+        left unverified."""
+        k = length.choose(room, self.draft_s)
+        return (*self.propose(history, k, sampler), None) if k else ([], None, None)
+
+    def start(self, params: SamplerParams, prediction: list[int] = ()):
         """The sampler chain of a generation's settings (the server's differ per request), drawing
         from its own stream; kept while the settings stay (a fresh stream per generation with one
-        seed would repeat the same proposals, which the rejection rule does not allow)."""
+        seed would repeat the same proposals, which the rejection rule does not allow). A predicted
+        output is not used: the draft proposes from its own logits."""
         if params != self.params:
             seed = None if params.seed is None else params.seed + 1  # its own stream, not the target's
             self.params, self.sampler = params, Sampler(SamplerParams(**{**params.__dict__, "seed": seed}))
@@ -357,7 +373,8 @@ class DraftLength:
 
 
 class Speculation:
-    """A drafter and its DraftLength. `steps` is generate.sample_steps with proposals verified; a
+    """A drafter (PromptLookup, DraftModel: a `name`, `start` per generation, `round` per round) and
+    its DraftLength. `steps` is generate.sample_steps with proposals verified; a
     caller that runs the engine itself (the server's worker) goes round by round: `propose`, the
     target's `forward`, then `settle`."""
 
@@ -377,10 +394,7 @@ class Speculation:
     def start(self, params: SamplerParams, prediction: list[int] = ()):
         """A generation's settings, and its predicted output's ids (the server's `prediction`): an
         n-gram source for a lookup; a draft model proposes from its own logits and does not use it."""
-        if isinstance(self.drafter, PromptLookup):
-            self.drafter.start(params, prediction)
-        else:
-            self.drafter.start(params)
+        self.drafter.start(params, prediction)
 
     def steps(self, engine, prompt_ids: list[int], max_tokens: int, sampler: Sampler, eos_ids: set, stats,
               cached: int = 0):
@@ -404,14 +418,7 @@ class Speculation:
                     stats.tokens.append(step.token)
                     stats.generated += 1
                     yield step
-                if eos:
-                    stats.stop_reason = "eos"
-                    break
-                if stats.generated >= max_tokens:
-                    stats.stop_reason = "max tokens"
-                    break
-                if engine.pos >= engine.n_ctx:
-                    stats.stop_reason = "context full"
+                if stopped(stats, max_tokens, engine.pos, engine.n_ctx, eos):
                     break
                 drafts, q, shadow = self.propose(engine, history, sampler, max_tokens - stats.generated)
                 rows = self.forward(engine, history, drafts)
@@ -427,15 +434,9 @@ class Speculation:
         `left` tokens still to generate. Returns (proposals, their q, the proposal not verified or
         None: DraftLength learns from it whether verifying would have paid)."""
         room = min(engine.n_ctx - engine.positions[slot] - 1, left - 1, VERIFY_ROWS - 1)
-        drafter, length = self.drafter, self.length
         if room <= 0:
             return [], None, None
-        if isinstance(drafter, PromptLookup):
-            drafts, q = drafter.propose(history, min(room, length.cap), sampler)
-            k = length.choose(len(drafts), 0.0)
-            return drafts[:k], q, (drafts[0] if drafts and not k else None)
-        k = length.choose(room, drafter.draft_s)
-        return (*drafter.propose(history, k, sampler), None) if k else ([], None, None)
+        return self.drafter.round(history, room, self.length, sampler)
 
     def forward(self, engine, history: list[int], drafts: list[int], slot: int = 0) -> np.ndarray:
         """The target's forward over the pending token (history[-1]) and the proposals: logit rows
