@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from fuelcli.backends.cpu import amx, llvm
-from fuelcli.model import reference
+from fuelcli.assembly import reference
 from fuelcli.assembly.loader import open_model
 
 sys.path.insert(0, str(Path(__file__).parent))

@@ -151,7 +151,7 @@ def test_mixed_formats_in_one_layer(case_data):
     reference on the same weights (f32 activations, as the CUDA kernels; the CPU engine's int16
     activations differ by ~2e-3 here). Negative control: v's bytes read as another format miss."""
     from fuelcli.formats import dequantize, quantize
-    from fuelcli.model import reference
+    from fuelcli.assembly import reference
     from fuelcli.weights.tensor import Tensor
 
     model, ids, _, _ = case_data("llama31")

@@ -49,7 +49,7 @@ def text_json(model_dir, text_file, *extra):
 
 def reference_ppl(model_dir, text_file, chunks: int):
     """llama-perplexity's numbers from fuel's numpy reference, computed here without fuel's windows."""
-    from fuelcli.model import reference
+    from fuelcli.assembly import reference
     from fuelcli.assembly.loader import open_model
 
     m = open_model(str(model_dir))
@@ -168,7 +168,7 @@ def test_terminal_picture_and_plot(model_dir, text_file, rope_break_from, tmp_pa
 
 def test_saved_bin_oracle(model_dir, text_file, tmp_path):
     """A llama.cpp-style raw float32 dump [n_tokens, n_vocab] of every window's positions."""
-    from fuelcli.model import reference
+    from fuelcli.assembly import reference
     from fuelcli.assembly.loader import open_model
 
     m = open_model(str(model_dir))

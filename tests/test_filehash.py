@@ -5,7 +5,7 @@ import hashlib
 import json
 import os
 
-from fuelcli.sources import filehash
+from fuelcli.fileio import filehash
 
 
 def test_sha256_cached_by_path_size_mtime(tmp_path, monkeypatch):

@@ -341,7 +341,7 @@ def test_run_greedy_matches_transformers(real):
 
 _MEMORY_SCRIPT = r"""
 import json, sys
-from fuelcli.sources import loader
+from fuelcli.assembly import loader
 from fuelcli.process import memory
 from fuelcli.backends import make_engine
 from fuelcli.text.generate import Sampler, SamplerParams, Stats, generate
