@@ -14,7 +14,7 @@ LLVM IR for one instruction set; kernels.py puts them in modules and compiles th
       arithmetic in the one-token kernel's order: its results are the one-token kernel's, bit
       for bit, whatever tokens ride along. Decode here is bound by compute (the unpacking and the
       int16 dots), not by reading the weights, so what a wider kernel saves is the unpacking (4
-      tokens on one kernel take 0.5-0.8x the time of 4 one-token kernels). 8 tokens on one kernel
+      tokens on one kernel take 0.46-0.78x the time of 4 one-token kernels). 8 tokens on one kernel
       ran no faster than 4 + 4 (its sums spill), and a third width would cost another 50% of
       compile. Float formats: 2 tokens a kernel (wide_widths).
   dequant(row, K, out)
@@ -183,10 +183,10 @@ def _decode_words(isa, mod, code, name, B=1):
 # loads, and one row at a time reads more (a 1.5B-shape Q8_0 file's tg64 at 2 threads: 1.19x),
 # but the formats bound by their arithmetic lose the shared loads (IQ2_XXS 0.79x) and keep two.
 PLANES_ROWS = 2
-# Rows ahead whose bytes a planes kernel asks for into L2 (prefetcht1; prefetcht0 filled L1's few
-# miss buffers): a Q4_K kernel read 17.6 GB/s from DRAM without it, 33 with it (2 threads). The
-# bytes are asked for in the order they lie, one stream whatever the rows at a time: two streams a
-# row apart read less.
+# Rows ahead whose bytes a planes kernel asks for, into L2 (prefetcht1): a Q4_K kernel read 33 GB/s
+# from DRAM with 2 threads where prefetcht0 two row groups ahead, which filled L1's few miss
+# buffers, read 17.6. The bytes are asked for in the order they lie, one stream whatever the rows at
+# a time: two streams a row apart read less.
 PLANES_AHEAD = 8
 
 
