@@ -48,14 +48,11 @@ KCA = 512  # elements of k per panel chunk: 16 x 16 x 2 tiles of 1 KiB = 512 KiB
 QUAD = 4  # C tiles (groups of 16 rows) a token tile accumulates at once: tiles 0-3
 ROWS = 4 * QUAD * TILE  # rows of one task. A task reads all of the activations, token tile by token
 # tile: from L3 or memory for its first quad, mostly from L2 for the later ones, so a matrix of
-# 4-quad tasks reads them half as often as one of 2-quad tasks: pp512 of the 1.5B-shape Q4_K_M file
-# 190 against 166 t/s (2 threads, means of 6 interleaved runs), SmolLM2 +9%, the Qwen demo +3%
-# (2 quads had measured +14% against 1)
+# 4-quad tasks reads them half as often as one of 2-quad tasks (pp512 of the 1.5B-shape Q4_K_M
+# file 190 against 166 t/s, 2 threads)
 # a matrix input of fewer tokens takes the vector kernels: the panel unpack (exact decode, split,
-# transpose) costs per weight what the tiles save per token. Prefill of the Qwen2.5-Coder demo, ms,
-# AMX / vector: T=16 141 / 97, T=32 149 / 138, T=64 189 / 194, T=128 253 / 329, T=512 861 / 1330;
-# again with the vector unpack's shuffle transpose (means of 3, a busier machine): T=16 153 / 128,
-# T=32 194 / 201, T=48 230 / 236, T=64 323 / 292, T=128 428 / 566 (even from 32 to 64)
+# transpose) costs per weight what the tiles save per token, and the two paths ran even from 32 to
+# 64 tokens (the Qwen demo's prefill; docs/performance.md)
 AMX_MIN_TOKENS = 64
 _NEEDS = ("amx-tile", "amx-bf16", "avx512bf16")
 

@@ -498,6 +498,6 @@ RECORDS = [_table32(IQ4_NL, KVALUES, ZERO, lambda bd, row, off: lanes(bd, f16(bd
            _int8_sub16(IQ2_S, _iq2_s_values, _iq2_scales16(IQ2_S)),
            int8_groups(IQ1_S, _iq1_s_values, _iq1_s_scales, chunks=False),
            _int8_sub16(IQ1_M, _iq1_m_values, _iq1_m_scales16)]
-# IQ2_XS, IQ2_S, IQ1_S and IQ1_M keep their units a unit at a time (planes_chunks): on the K-quant
-# layout their one-token kernels took 1.13x / 1.18x / 1.07x / 1.13x the time (a hot 1536^2 matrix,
-# one thread), and IQ1_S's and IQ1_M's four-token kernels gained nothing
+# IQ2_XS, IQ2_S, IQ1_S and IQ1_M keep their units a unit at a time (planes_chunks): transposed onto
+# the K-quant layout their one-token kernels took up to 1.18x the time (IQ2_S), and IQ1_S's and
+# IQ1_M's four-token kernels gained nothing

@@ -185,10 +185,9 @@ def _record(fmt, block, chunks=True):
                      planes_chunks=chunks, planes_klayout=not (int8 or fifth))
 
 
-# Q4_0 and Q4_1 unpack straight onto the K-quant layout (nibble_kunits; planes_klayout): against
-# their plain units a unit at a time, a hot 1536^2 matrix, one thread: one token 0.99x / 0.96x the
-# time, four tokens 0.70x / 0.86x (transposed plain units had taken 1.14x / 1.17x for one token).
-# Q8_0's and Q5_0's plain units are transposed (planes_chunks); Q5_1's one-token kernel took 1.17x
-# that way, so it keeps a unit at a time.
+# Q4_0 and Q4_1 unpack straight onto the K-quant layout (nibble_kunits; planes_klayout): transposed
+# plain units had made their one-token kernels slower (1.14x Q4_0), straight ones do not. Q8_0's
+# and Q5_0's plain units are transposed (planes_chunks); Q5_1's one-token kernel took 1.17x that
+# way, so it keeps a unit at a time.
 RECORDS = [_record(Q8_0, _q8_0), _record(Q4_0, _q4_0), _record(Q4_1, _q4_1),
            _record(Q5_0, _fifth(Q5_0)), _record(Q5_1, _fifth(Q5_1), False)]

@@ -13,27 +13,24 @@ LLVM IR for one instruction set; kernels.py puts them in modules and compiles th
       dotted with every token's activations into that token's accumulators, each token's
       arithmetic in the one-token kernel's order: its results are the one-token kernel's, bit
       for bit, whatever tokens ride along. Decode here is bound by compute (the unpacking and the
-      int16 dots), not by reading the weights, so what a wider kernel saves is the unpacking: a
-      matrix's time for 4 tokens, one thread of an AVX2 core, against 4 one-token kernels: Q5_0
-      0.52x, Q4_1 0.59x, Q4_K 0.68x, Q6_K 0.73x, Q8_0 0.78x (Q4_K's and Q8_0's unpacking is a few
-      operations a group; the 16 vpmaddwd and the lane sums per 256 elements stay per token); the
-      planes kernels of an AVX-512 Zen 5 (a hot 1536^2 matrix): Q5_0 0.46x, Q8_0 0.48x, Q6_K
-      0.49x, Q4_K 0.63x (each token's work a 256-element chunk: 8 vpdpbusd and 5 more). 8
-      tokens as one kernel ran no faster than 4 + 4 (its sums spill); 3 tokens on one kernel
-      saved 27% over 2 + 1 on Q5_0, but a third width costs another 50% of compile. Float
-      formats: 2 tokens a kernel (wide_widths).
+      int16 dots), not by reading the weights, so what a wider kernel saves is the unpacking (4
+      tokens on one kernel take 0.46-0.78x the time of 4 one-token kernels). 8 tokens on one kernel
+      ran no faster than 4 + 4 (its sums spill), and a third width would cost another 50% of
+      compile. Float formats: 2 tokens a kernel (wide_widths).
   dequant(row, K, out)
       one row decoded to f32 exactly as the numpy decode in fuelcli/formats (embedding lookups).
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from llvmlite import ir
 
 from . import emit as E
 from . import unpack as U
 from .core import TASK_ARGS
-from .llvm import planes_isa
+from .llvm import Isa, planes_isa
 from .irgen import (F32T, G, I8, I16, I32, Loop, Var, func, ptr_to, c64, const, dpb, dpw, fmuladd, hadd, hsum,
                     in_steps, load, prefetch, splat, splat_c, vec)
 
@@ -44,20 +41,17 @@ DECODE_WIDTHS = (2, 4)  # tokens of the B-wide decode kernels (wide_widths: a fo
 # ------------------------------------------------------------------ block formats
 
 
-# A decode kernel reads each weight once, and short rows (896 elements: 616 bytes of Q5_0) end before
-# the hardware prefetcher ramps up: each step first asks for the same bytes PREFETCH_GROUPS groups of
-# rows further on (a task's rows are contiguous), so they arrive while this group computes. Measured
-# with 1 thread, CPU time per token: 1.74x decode on the Qwen demo (Q5_0), 1.54x on an f16 file; 1, 2
-# or 4 groups ahead differ by less than the noise. Into L2 (prefetcht1): prefetcht0 held L1's few
-# miss buffers; 2 threads, matrices from DRAM: avx512vnni Q4_K 17.6 -> 19.5 GB/s, bf16/f16/f32
-# +5-10%, avx2 Q4_K / Q5_0 +6% / +5% (medians of interleaved runs; docs/performance.md).
+# The float decode kernels read each weight once, and short rows (896 elements) end before the
+# hardware prefetcher ramps up: each step first asks for the same bytes PREFETCH_GROUPS rows further
+# on (a task's rows are contiguous), so they arrive while this row computes (1.54x decode on an f16
+# file, one thread; 1, 2 or 4 rows ahead differ by less than the noise). Into L2 (prefetcht1):
+# prefetcht0 held L1's few miss buffers.
 PREFETCH_GROUPS = 2
 
 
 # The words kernels go a row at a time and ask for the bytes WORD_AHEAD bytes on (a task's rows are
-# contiguous). Matrices from DRAM, 2 threads, AVX2, best of 6 interleaved in one process: Q4_K
-# 8960 x 1536 at 1 / 2 / 3 / 4 KiB ahead 14.4 / 15.2 / 15.2 / 16.9 GB/s, none 13.2; Q5_0 11.3 /
-# 12.0 / 11.9 / 12.8, none 11.2; 4 to 12 KiB within 8% of each other
+# contiguous): of 1 to 4 KiB ahead, 4 read fastest (AVX2, 2 threads, Q4_K from DRAM: 16.9 GB/s, 13.2
+# without); 4 to 12 KiB are within 8% of each other.
 WORD_AHEAD = 4096
 
 
@@ -184,17 +178,16 @@ def _decode_words(isa, mod, code, name, B=1):
     return fn
 
 
-# Rows a B-wide planes decode kernel dots at once (sharing the activation loads). The one-token
-# kernel takes its record's planes_rows: one for most formats, since two rows at once are two
-# streams of loads and from DRAM one row at a time read more (tg64 of 1.5B-shape files, 2 threads,
-# 3 interleaved pairs in each memory mode: Q8_0 1.19x at 48 GB/s and 1.27x at 85, Q6_K 1.11x /
-# 1.15x, Q4_K_M 1.10x / 1.08x, Q4_K 1.05x / 1.09x, Q5_0 0.97x / 1.02x; the Qwen demo 1.16x /
-# 1.13x; Q5_1 1.06x, IQ4_NL 1.03x, Q3_K 1.02x, IQ4_XS 0.99x) though its hot rate fell (one thread,
-# 2048^2, two runs: 0.99-1.15x the time); two for the formats bound by their arithmetic, which a
-# row at a time slowed: IQ2_XXS 0.79x, IQ2_XS 0.84x, IQ2_S 0.89x, IQ1_M 0.89x, MXFP4 0.91x, Q2_K
-# 0.91x, IQ3_XXS 0.91x, IQ3_S 0.93x, TQ1_0 0.96x (TQ2_0 0.99x, IQ1_S 1.02x: their families' choice).
+# Rows a B-wide planes decode kernel dots at once: two rows share the activation loads. The
+# one-token kernel takes its record's planes_rows instead: from DRAM two rows are two streams of
+# loads, and one row at a time reads more (a 1.5B-shape Q8_0 file's tg64 at 2 threads: 1.19x),
+# but the formats bound by their arithmetic lose the shared loads (IQ2_XXS 0.79x) and keep two.
 PLANES_ROWS = 2
-PLANES_AHEAD = 8  # rows ahead whose bytes a planes kernel asks for into L2 (see _decode_planes)
+# Rows ahead whose bytes a planes kernel asks for, into L2 (prefetcht1): a Q4_K kernel read 33 GB/s
+# from DRAM with 2 threads where prefetcht0 two row groups ahead, which filled L1's few miss
+# buffers, read 17.6. The bytes are asked for in the order they lie, one stream whatever the rows at
+# a time: two streams a row apart read less.
+PLANES_AHEAD = 8
 
 
 def _klayout_units(bd, units):
@@ -218,147 +211,222 @@ def _klayout_scales(bd, scales):
     return bd.shuffle_vector(a, b, const(I32, range(E.LANES)))
 
 
+class _PlanesKernel(NamedTuple):
+    """What every step of one planes decode kernel builds with: its ISA, builder and format."""
+
+    isa: Isa
+    bd: ir.IRBuilder
+    code: int
+    rec: E.CpuFormat
+    per: int  # 32-element groups per format block
+    chunk: int  # format blocks per main-loop chunk (PLANES_CHUNK elements)
+    tails: tuple  # block counts of a 32-element format's last steps: in pairs, then one
+
+    @property
+    def native(self):  # the emitter's units are already on the K-quant layout
+        return self.rec.planes_klayout
+
+    @property
+    def chunked(self):  # full chunks run on the K-quant layout
+        return self.native or self.rec.planes_chunks
+
+    @property
+    def zero(self):
+        return self.rec.planes_zero
+
+    @property
+    def per_group(self) -> dict:
+        """Lanes per 32-element group of the side sums: a min per group (or per 16 elements:
+        min_sub16), and the zero point per 16 elements where a unit goes at a time."""
+        return {"min": self.rec.mins_per_group, "zero": 2 * (self.zero is not None)}
+
+
+class _PlanesToken(NamedTuple):
+    """One token's pointers in a planes kernel."""
+
+    xs: ir.Value  # f32 block scales
+    xf: ir.Value  # f32 block sums
+    out: ir.Value  # f32 outputs
+    xh: ir.Value  # the high and low int8 planes
+    xl: ir.Value
+    xz: ir.Value  # f32 16-element sums
+    xkh: ir.Value  # the high and low planes on the K-quant layout
+    xkl: ir.Value
+
+
+def _planes_tokens(bd, B, K, ldo, xs_, xf_, out_, xp_, xz_):
+    """Each token's _PlanesToken: its decode layout xp holds the two plain planes, then the two on
+    the K-quant layout (core.py's quantize)."""
+    toks = []
+    for xs, xf, out, xp, xz in _tokens(bd, B, K, ldo, xs_, xf_, out_, xp_, xz_):
+        xh = ptr_to(bd, xp, I8)
+        xk = bd.gep(xh, [bd.mul(K, c64(2))])
+        toks.append(_PlanesToken(ptr_to(bd, xs, F32T), ptr_to(bd, xf, F32T), ptr_to(bd, out, F32T), xh,
+                                 bd.gep(xh, [K]), ptr_to(bd, xz, F32T), xk, bd.gep(xk, [K])))
+    return toks
+
+
+def _side_accumulators(k, R):
+    """One token's float sums of the mins and zero points, by (kind, blocks a step): their lane
+    counts differ with a step's blocks; the zero point comes off in the integer dot on the K-quant
+    layout, so only the unit-at-a-time steps keep its sum."""
+    sizes = {"min": (k.chunk, *k.tails), "zero": k.tails if k.chunked else (k.chunk, *k.tails)}
+    return {(key, n): Var(k.bd, splat_c(F32T, 0.0, n * k.per * m * R))
+            for key, m in k.per_group.items() if m for n in sorted(sizes[key])}
+
+
+def _chunk_dot(k, planes, units, lo0):
+    """A full chunk's int16 dot on the K-quant layout (<16 x i32>, lane i: the run 16i .. 16i + 15):
+    its four units summed in two chains, the high plane's and the low one's from lo0 (one chain of
+    eight vpdpbusd is ~40 cycles long)."""
+    bd, L = k.bd, E.LANES
+    hi, lo = splat_c(I32, 0, L), lo0
+    for (ph, pl), wu in zip(planes, units):
+        hi, lo = dpb(k.isa, bd, hi, wu, ph), dpb(k.isa, bd, lo, wu, pl)
+    return bd.add(bd.shl(hi, splat_c(I32, 8, L)), lo)
+
+
+def _unit_dots(k, planes, units, lane_scales, acc):
+    """acc plus each unit's int16 dot times its lane scales: one conversion and FMA a unit."""
+    bd, L = k.bd, E.LANES
+    for (ph, pl), wu, ls in zip(planes, units, lane_scales):
+        hi = dpb(k.isa, bd, splat_c(I32, 0, L), wu, ph)
+        isum = dpb(k.isa, bd, bd.shl(hi, splat_c(I32, 8, L)), wu, pl)
+        acc = fmuladd(bd, bd.sitofp(isum, vec(F32T, L)), ls, acc)
+    return acc
+
+
+def _zero_start(k, xz, e0):
+    """Where a chunk's low chain starts: -z times the activations' sums over each lane's 16
+    elements, so the zero point comes off exactly in the integer dot (0 without one)."""
+    bd, L = k.bd, E.LANES
+    lo0 = splat_c(I32, 0, L)
+    if k.zero is not None:
+        sz = bd.fptosi(load(bd, xz, bd.udiv(e0, c64(16)), vec(F32T, L)), vec(I32, L))
+        lo0 = bd.mul(sz, splat_c(I32, -k.zero, L))
+    return lo0
+
+
+def _add_side_sums(k, blk, tok, sm, b0, nblk, R):
+    """The step's mins and (unit at a time) zero-point scales times the activations' sums, into the
+    token's side sums (all R rows' lanes in one vector)."""
+    bd = k.bd
+    g = nblk * k.per
+    for key, v, x in (("min", blk.min, tok.xz if k.rec.min_sub16 else tok.xf), ("zero", blk.zero_scale, tok.xz)):
+        if v is not None and (key, nblk) in sm:
+            n = g * k.per_group[key]
+            xv = load(bd, x, bd.mul(b0, c64(n // nblk)), vec(F32T, n))
+            xv = xv if R == 1 else bd.shuffle_vector(xv, xv, const(I32, list(range(n)) * R))
+            sm[key, nblk].set(fmuladd(bd, v, xv, sm[key, nblk].get()))
+
+
+def _planes_step(k, row, ahead, toks, accs, sums, b0, nblk):
+    """Format blocks b0 .. b0 + nblk - 1 of the rows at `row` into every token's accumulators
+    (accs[t][i]: token t, row i) and side sums: on the K-quant layout for a full chunk of a chunked
+    format, else a unit at a time. The rows' units and weight scales are unpacked once for every
+    token; the emitter is asked again per token for what holds the token's activation scales (its
+    unit work there is dead code), so each token's steps are the one-token kernel's."""
+    bd, L, BL = k.bd, E.LANES, k.rec.layout
+    R = len(row)
+    g = nblk * k.per  # 32-element groups of the step
+    e0 = bd.mul(b0, c64(BL.block_elems))
+    gi = bd.mul(b0, c64(k.per))
+    kl = nblk == k.chunk and k.chunked
+    seq = bd.add(bd.mul(b0, c64(R * BL.block_bytes)), ahead)
+    for line in range(0, R * nblk * BL.block_bytes, 64):
+        prefetch(bd, bd.gep(row[0], [bd.add(seq, c64(line))]), 2)
+    if kl and not k.native:  # plain units transposed onto the layout, scales taken at activation scale 1
+        base = U.planes_blocks(k.code, bd, row, b0, nblk, splat_c(F32T, 1.0, g))
+        kunits = [_klayout_units(bd, base.units[i]) for i in range(R)]
+        wscales = [_klayout_scales(bd, base.lane_scales[i]) for i in range(R)]
+    units = None
+    for tok, acc, sm in zip(toks, accs, sums):
+        xsv = load(bd, tok.xs, gi, vec(F32T, g))
+        blk = U.planes_blocks(k.code, bd, row, b0, nblk, xsv)
+        units = units or (blk.units if k.native or not kl else kunits)
+        ph_, pl_ = (tok.xkh, tok.xkl) if kl else (tok.xh, tok.xl)
+        planes = [(load(bd, ph_, bd.add(e0, c64(u * E.PLANES_UNIT)), vec(I8, E.PLANES_UNIT)),
+                   load(bd, pl_, bd.add(e0, c64(u * E.PLANES_UNIT)), vec(I8, E.PLANES_UNIT)))
+                  for u in range(len(units[0]))]
+        if kl:
+            lo0 = _zero_start(k, tok.xz, e0)
+            if not k.native:
+                xsk = bd.shuffle_vector(xsv, xsv, const(I32, [i // 2 for i in range(L)]))
+        for i in range(R):
+            a = acc[i].get()
+            if kl:  # the chunk's units in one sum, converted and scaled once
+                isum = _chunk_dot(k, planes, units[i], lo0)
+                ls = blk.lane_scales[i][0] if k.native else bd.fmul(wscales[i], xsk)
+                a = fmuladd(bd, bd.sitofp(isum, vec(F32T, L)), ls, a)
+            else:
+                a = _unit_dots(k, planes, units[i], blk.lane_scales[i], a)
+            acc[i].set(a)
+        _add_side_sums(k, blk, tok, sm, b0, nblk, R)
+
+
+def _store_rows(k, toks, accs, sums, r0, R):
+    """Each token's R outputs: its accumulators' lane sums, plus the mins' sums, less z times the
+    zero point's."""
+    bd = k.bd
+    for tok, acc, sm in zip(toks, accs, sums):
+        for i in range(R):
+            total = hsum(bd, acc[i].get())
+            for (key, _nblk), var in sm.items():
+                v, n = var.get(), var.get().type.count // R
+                part = hsum(bd, bd.shuffle_vector(v, v, const(I32, range(n * i, n * (i + 1)))))
+                z = ir.Constant(F32T, float(k.zero or 0))
+                total = bd.fadd(total, part) if key == "min" else bd.fsub(total, bd.fmul(z, part))
+            bd.store(total, bd.gep(tok.out, [bd.add(r0, c64(i))]))
+
+
+def _planes_rows(k, wp, row_bytes, toks, bounds, r0, R):
+    """Rows r0 .. r0 + R - 1 for every token: full chunks, then a 32-element format's last blocks in
+    pairs and then one at a time (bounds: the blocks where each of those loops ends)."""
+    bd = k.bd
+    row = [bd.gep(wp, [bd.mul(bd.add(r0, c64(i)), row_bytes)]) for i in range(R)]
+    accs = [[Var(bd, splat_c(F32T, 0.0, E.LANES)) for _ in range(R)] for _ in toks]
+    ahead = bd.mul(row_bytes, c64(PLANES_AHEAD))
+    sums = [_side_accumulators(k, R) for _ in toks]
+    n_main, n_pairs, nb = bounds
+    with Loop(bd, 0, n_main, k.chunk) as b0:
+        _planes_step(k, row, ahead, toks, accs, sums, b0, k.chunk)
+    if k.tails:
+        with Loop(bd, n_main, n_pairs, 2) as b0:
+            _planes_step(k, row, ahead, toks, accs, sums, b0, 2)
+        with Loop(bd, n_pairs, nb) as b0:
+            _planes_step(k, row, ahead, toks, accs, sums, b0, 1)
+    _store_rows(k, toks, accs, sums, r0, R)
+
+
 def _decode_planes(isa, mod, code, name, B=1):
     """decode on the activations' int8 planes (avx512vnni: each format's planes emitter).
 
     Each unit of 64 weights is dotted with both planes, 64 multiply-adds per vpdpbusd: the high
-    plane's sums shifted left by 8 plus the low plane's are the int16 dot. A chunk of 256 elements
-    (one K-quant block, eight 32-element blocks) runs on the activations' K-quant layout (core.py's
-    quantize writes it for every full chunk): lane i of each of its four units holds elements of
-    the run 16i .. 16i + 15, which one scale covers, so the four units' dots sum in two int32
-    chains (high and low plane) and are converted and scaled once a chunk with one lane-scale
-    vector. A format whose emitter gives plain units (64 consecutive elements; all but
-    planes_klayout's Q4_K, Q2_K, Q3_K, Q4_0, Q4_1, IQ4_NL, MXFP4, IQ4_XS) has them transposed onto that layout
-    (_klayout_units: ~12 permutes a row and chunk, shared by every token of a B-wide kernel), its
-    lane scales taken with the activation scales at 1 (weights only) and multiplied by each
-    token's. A zero point z of q comes off in the integer dot there: the low chain starts from -z
-    times the activations' 16-element sums (exact). One thread, a hot 1536^2 matrix, against a
-    unit at a time: four tokens 0.61-0.97x the time (IQ4_XS 0.61x; Q4_0, IQ4_NL, Q6_K, MXFP4,
-    TQ2_0 0.70-0.77x; the IQ3 grids 0.93-0.97x), one token 0.67-1.09x (IQ4_XS 0.67x, IQ4_NL and
-    MXFP4 0.81-0.83x; docs/performance.md); the formats whose one token took >= 1.1x (Q5_1,
-    IQ2_XS, IQ2_S, IQ1_M) or whose four gained nothing (IQ1_S) keep a unit at a time
-    (planes_chunks off). Decode of the Qwen demo (2 threads): tg128 the same, four sequences
-    1.17x. The other chunks (a 32-element format's last blocks, in pairs then one) go a unit at a
-    time: one conversion and FMA per unit, the zero point off at the end with the activations'
-    16-element sums times each 16 elements' scale. Mins (mins_per_group) come on at the end the
-    same way. A B-wide kernel takes PLANES_ROWS rows at a time (they share the activation loads),
-    the one-token kernel its record's planes_rows. The bytes PLANES_AHEAD rows on are fetched into L2 (prefetcht1): a
-    Q4_K kernel read 17.6 -> 33 GB/s from DRAM with 2 threads (docs/performance.md) where
-    prefetcht0 two groups ahead filled L1's miss buffers (a C prototype, 16 matrices of 8960 x 1536
-    cycled). They are asked for in the order they lie, one stream: two rows' chunks each at its
-    own row (two streams a row apart) had a 1.5B-shape file's tg64 at 0.85x (Q4_K; IQ4_XS 0.85x,
-    Q4_0 0.91x, Q6_K 0.93x, Q5_0 0.94x, Q8_0 1.0x; two rows at a time then). B tokens
-    (DECODE_WIDTHS): one row's units and weight scales serve every token; the emitter is asked
-    again per token for what holds the token's activation scales (its unit work there is dead
-    code); each token's steps are the one-token kernel's."""
+    plane's sums shifted left by 8 plus the low plane's are the int16 dot. A full chunk of 256
+    elements runs on the activations' K-quant layout, where lane i of each of its four units holds
+    elements of the run 16i .. 16i + 15, which one scale covers: the four units' dots sum in
+    integers and are converted and scaled once a chunk (_chunk_dot), and a zero point comes off in
+    the integer dot. A format whose emitter gives plain units (not planes_klayout) has them
+    transposed onto that layout once a row (_klayout_units); where that made the one-token kernel
+    slower (1.1x or more) or the B-wide one no faster, the format keeps a unit at a time
+    (planes_chunks off). The other steps (a 32-element format's last blocks) go a unit at a time
+    (_unit_dots), their zero point and mins taken off at the end with the activations' sums
+    (_add_side_sums). R rows at a time: PLANES_ROWS for B tokens, the record's planes_rows for one."""
     fn, bd = func(mod, name, 11)
     fn.linkage = "internal"
     w, row_bytes, n_rows, K, _xq, xs_, xf_, out_, xp_, xz_, ldo = fn.args
     rec = U.record(code)
     BL = rec.layout
-    U8 = E.PLANES_UNIT
-    L = U8 // 4  # i32 lanes of a unit's dot
     wp = ptr_to(bd, w, I8)
-    native = rec.planes_klayout  # the emitter's units are already on the K-quant layout
-    chunked = native or rec.planes_chunks  # full chunks on the K-quant layout
-    toks = []
-    for xs, xf, out, xp, xz in _tokens(bd, B, K, ldo, xs_, xf_, out_, xp_, xz_):
-        xh = ptr_to(bd, xp, I8)
-        xk = bd.gep(xh, [bd.mul(K, c64(2))])  # the K-quant layout's planes
-        toks.append((ptr_to(bd, xs, F32T), ptr_to(bd, xf, F32T), ptr_to(bd, out, F32T), xh, bd.gep(xh, [K]),
-                     ptr_to(bd, xz, F32T), xk, bd.gep(xk, [K])))
-    per = BL.block_elems // G  # 32-element groups per format block
-    chunk = E.PLANES_CHUNK // BL.block_elems  # format blocks per main-loop chunk
+    toks = _planes_tokens(bd, B, K, ldo, xs_, xf_, out_, xp_, xz_)
+    chunk = E.PLANES_CHUNK // BL.block_elems
     assert chunk * BL.block_elems == E.PLANES_KBLOCK
+    k = _PlanesKernel(isa, bd, code, rec, BL.block_elems // G, chunk, (2, 1) if chunk > 1 else ())
     nb = bd.udiv(K, c64(BL.block_elems))
     n_main = bd.mul(bd.udiv(nb, c64(chunk)), c64(chunk))
     n_pairs = bd.add(n_main, bd.mul(bd.udiv(bd.sub(nb, n_main), c64(2)), c64(2)))
-    tails = (2, 1) if chunk > 1 else ()
-    zero = rec.planes_zero
-
-    def tile(v, n):
-        return v if n == 1 else bd.shuffle_vector(v, v, const(I32, list(range(v.type.count)) * n))
-
-    def rows(r0, R):
-        row = [bd.gep(wp, [bd.mul(bd.add(r0, c64(i)), row_bytes)]) for i in range(R)]
-        accs = [[Var(bd, splat_c(F32T, 0.0, L)) for _ in range(R)] for _ in toks]
-        ahead = bd.mul(row_bytes, c64(PLANES_AHEAD))
-        # the min and zero-point sums, one accumulator per chunk size (their lane counts differ): a
-        # lane per group (min) or per 16 elements (min_sub16, zero: where a unit goes at a time)
-        per_group = {"min": rec.mins_per_group, "zero": 2 * (zero is not None)}
-        sizes = {"min": (chunk, *tails), "zero": tails if chunked else (chunk, *tails)}
-        sums = [{(k, n): Var(bd, splat_c(F32T, 0.0, n * per * m * R))
-                 for k, m in per_group.items() if m for n in sorted(sizes[k])} for _ in toks]
-
-        def step(b0, nblk):
-            g = nblk * per  # 32-element groups of the chunk
-            e0 = bd.mul(b0, c64(BL.block_elems))
-            gi = bd.mul(b0, c64(per))
-            nbytes = nblk * BL.block_bytes
-            kl = nblk == chunk and chunked  # a full chunk on the K-quant layout
-            # the R rows' bytes PLANES_AHEAD rows on, in the order they lie (one stream, not R)
-            seq = bd.add(bd.mul(b0, c64(R * BL.block_bytes)), ahead)
-            for line in range(0, R * nbytes, 64):
-                prefetch(bd, bd.gep(row[0], [bd.add(seq, c64(line))]), 2)
-            if kl and not native:  # the rows' units and weight scales, once for every token
-                base = U.planes_blocks(code, bd, row, b0, nblk, splat_c(F32T, 1.0, g))
-                kunits = [_klayout_units(bd, base.units[i]) for i in range(R)]
-                wscales = [_klayout_scales(bd, base.lane_scales[i]) for i in range(R)]
-            units = None
-            for (xs, xf, _out, xh, xl, xz, xkh, xkl), acc, sm in zip(toks, accs, sums):
-                xsv = load(bd, xs, gi, vec(F32T, g))
-                blk = U.planes_blocks(code, bd, row, b0, nblk, xsv)
-                units = units or (blk.units if native or not kl else kunits)
-                ph_, pl_ = (xkh, xkl) if kl else (xh, xl)
-                planes = [(load(bd, ph_, bd.add(e0, c64(u * U8)), vec(I8, U8)),
-                           load(bd, pl_, bd.add(e0, c64(u * U8)), vec(I8, U8))) for u in range(len(units[0]))]
-                if kl:
-                    lo0 = splat_c(I32, 0, L)
-                    if zero is not None:  # -z * (the activations' sums over each lane's 16 elements)
-                        sz = bd.fptosi(load(bd, xz, bd.udiv(e0, c64(16)), vec(F32T, L)), vec(I32, L))
-                        lo0 = bd.mul(sz, splat_c(I32, -zero, L))
-                    if not native:
-                        xsk = bd.shuffle_vector(xsv, xsv, const(I32, [i // 2 for i in range(L)]))
-                for i in range(R):
-                    a = acc[i].get()
-                    if kl:  # the chunk's units in one sum, converted and scaled once (two chains,
-                        # high and low plane: one chain of eight vpdpbusd is ~40 cycles long)
-                        hi, lo = splat_c(I32, 0, L), lo0
-                        for (ph, pl), wu in zip(planes, units[i]):
-                            hi, lo = dpb(isa, bd, hi, wu, ph), dpb(isa, bd, lo, wu, pl)
-                        isum = bd.add(bd.shl(hi, splat_c(I32, 8, L)), lo)
-                        ls = blk.lane_scales[i][0] if native else bd.fmul(wscales[i], xsk)
-                        a = fmuladd(bd, bd.sitofp(isum, vec(F32T, L)), ls, a)
-                    else:
-                        for (ph, pl), wu, ls in zip(planes, units[i], blk.lane_scales[i]):
-                            hi = dpb(isa, bd, splat_c(I32, 0, L), wu, ph)
-                            isum = dpb(isa, bd, bd.shl(hi, splat_c(I32, 8, L)), wu, pl)
-                            a = fmuladd(bd, bd.sitofp(isum, vec(F32T, L)), ls, a)
-                    acc[i].set(a)
-                for key, v, x in (("min", blk.min, xz if rec.min_sub16 else xf), ("zero", blk.zero_scale, xz)):
-                    if v is not None and (key, nblk) in sm:
-                        n = g * per_group[key]
-                        xv = load(bd, x, bd.mul(b0, c64(n // nblk)), vec(F32T, n))
-                        sm[key, nblk].set(fmuladd(bd, v, tile(xv, R), sm[key, nblk].get()))
-
-        with Loop(bd, 0, n_main, chunk) as b0:
-            step(b0, chunk)
-        if tails:  # a 32-element format's last blocks: in pairs, then one
-            with Loop(bd, n_main, n_pairs, 2) as b0:
-                step(b0, 2)
-            with Loop(bd, n_pairs, nb) as b0:
-                step(b0, 1)
-        for (_xs, _xf, out, *_), acc, sm in zip(toks, accs, sums):
-            for i in range(R):
-                total = hsum(bd, acc[i].get())
-                for (key, nblk), var in sm.items():
-                    v, n = var.get(), var.get().type.count // R
-                    part = hsum(bd, bd.shuffle_vector(v, v, const(I32, range(n * i, n * (i + 1)))))
-                    z = ir.Constant(F32T, float(zero or 0))
-                    total = bd.fadd(total, part) if key == "min" else bd.fsub(total, bd.fmul(z, part))
-                bd.store(total, bd.gep(out, [bd.add(r0, c64(i))]))
-
-    in_steps(bd, n_rows, PLANES_ROWS if B > 1 else rec.planes_rows, rows)
+    in_steps(bd, n_rows, PLANES_ROWS if B > 1 else rec.planes_rows,
+             lambda r0, R: _planes_rows(k, wp, row_bytes, toks, (n_main, n_pairs, nb), r0, R))
     bd.ret_void()
     return fn
 
@@ -447,9 +515,8 @@ def _dequant_float(isa, mod, code, name):
 
 def wide_widths(code: int) -> tuple:
     """The widths of a format's B-wide decode kernels: a float format's 4 tokens keep 16 vectors
-    of sums, which spill on AVX2 (one thread, a matrix's time for 4 tokens against 4
-    one-token kernels: f16 / bf16 / f32 as 2 + 2 0.79x / 0.61x / 0.74x, on one kernel 0.68x /
-    0.78x / 1.12x), so they run 2 at a time."""
+    of sums, which spill on AVX2 (f32: one kernel of 4 tokens took 1.12x the time of 4 one-token
+    kernels, 2 + 2 0.74x), so they run 2 at a time."""
     return DECODE_WIDTHS if U.record(code).quant else (2,)
 
 

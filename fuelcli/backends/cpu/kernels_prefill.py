@@ -38,8 +38,8 @@ def tile_shape(isa: Isa, quant: bool) -> tuple[int, int]:
     """(tokens, groups of L rows) per micro-kernel pass: 2 accumulators each (int32 + f32) and a
     panel vector per group must fit the registers. On AVX-512, 3 tokens x 4 groups (28 registers)
     against 12 x 1: a panel load feeds 3 products and an activation broadcast 4, 7 loads per 12
-    vpdpwssd instead of 13; single-thread prefill of 512 tokens on a CPU with 2-cycle 512-bit ops,
-    Q4_K / Q6_K / Q5_0 / Q8_0 matrices +4 / +17 / +7 / +12% (medians of 3 interleaved runs)."""
+    vpdpwssd instead of 13 (single-thread prefill of 512 tokens on a CPU with 2-cycle 512-bit ops:
+    +4-17% by format)."""
     if isa.lanes == 16:  # f32: one group of rows (more measured no faster there: 80% of the FMA peak)
         return (3, 4) if quant else (24, 1)
     if isa.name == "avx2":

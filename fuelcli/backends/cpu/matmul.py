@@ -86,10 +86,9 @@ def run_tasks(fn, n, args, one_by_one):
     into one contiguous region per thread, each with its own counter: a thread takes its region's
     tasks in order, one at a time (a stream of weight rows), then helps with the regions of the
     threads after it, taking from their counters; so a late or slow thread's rows are shared out
-    a task at a time at the end. Against runs of n / (8 x threads) tasks from one counter (each
-    thread's stream of rows broke at every run; the last run left the other thread waiting):
-    decode-shaped matrices from DRAM, 2 threads, Q5_0 1.12-1.17x the rows a second, Q8_0 1.09x,
-    Q4_K 1.02-1.13x; tasks taken alternately from one counter had run decode at 0.75x of runs."""
+    a task at a time at the end. Runs of tasks from one shared counter broke each thread's stream of
+    rows at every run and left the other thread waiting on the last (decode-shaped Q5_0 matrices
+    from DRAM, 2 threads: 1.12-1.17x the rows a second by regions)."""
     threads = thread_count()
     parts = min(n, threads)
     if one_by_one:
