@@ -81,6 +81,15 @@ CASES: dict[str, str] = {
         "Qwen2, 2 layers, rope_theta 10000, rope_scaling yarn factor 4, original_max_position_embeddings 8 "
         "(ramp over dims 0-6 of 8 frequencies), attention factor 1.139"
     ),
+    "qwen3_5": (
+        "Qwen3.5 text, 4 layers (3 gated DeltaNet, then full attention), hidden 64; linear: 2 key heads of 8, "
+        "4 value heads of 12 (each key head serves 2), conv kernel 4; full: 4 heads / 2 kv heads of 16, output "
+        "gate, QK-norm, RoPE over the first 4 dimensions (partial_rotary_factor 0.25); norms 1 + w"
+    ),
+    "qwen3_5_moe": (
+        "Qwen3.5 MoE text: qwen3_5's layers with a MoE on every layer, 8 experts top-2 (renormalised), "
+        "moe_intermediate_size 32, a shared expert of 48 scaled by sigmoid(shared_expert_gate)"
+    ),
 }
 
 # Common small sizes.
@@ -204,6 +213,16 @@ def _config(case: str):
         return Qwen2Config(**_BASE, num_hidden_layers=2, num_key_value_heads=2, tie_word_embeddings=False,
                            rope_parameters={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8,
                                             "rope_theta": 10000.0})
+    if case in ("qwen3_5", "qwen3_5_moe"):
+        from transformers import Qwen3_5MoeTextConfig, Qwen3_5TextConfig
+
+        hybrid = dict(**_BASE, num_hidden_layers=4, num_key_value_heads=2, head_dim=16, linear_conv_kernel_dim=4,
+                      linear_key_head_dim=8, linear_num_key_heads=2, linear_value_head_dim=12,
+                      linear_num_value_heads=4, tie_word_embeddings=False)
+        if case == "qwen3_5":
+            return Qwen3_5TextConfig(**hybrid)
+        return Qwen3_5MoeTextConfig(**hybrid, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                                    shared_expert_intermediate_size=48)
     raise KeyError(f"unknown tiny case {case!r}; known: {sorted(CASES)}")
 
 
@@ -218,8 +237,10 @@ def _gemma_hub_shape(conf: dict) -> dict:
     return conf
 
 
-def _randomize(model, seed: int) -> None:
-    """Deterministic, deliberately large weights (so semantics are visible in the logits)."""
+def _randomize(model, seed: int, expert_scale: float = 0.3) -> None:
+    """Deterministic, deliberately large weights (so semantics are visible in the logits); experts at
+    `expert_scale` (where every layer adds a MoE and a shared expert, 0.3 takes the residual stream
+    past 300 and f32 rounding past 1e-3 in transformers' own logits)."""
     import torch
 
     g = torch.Generator().manual_seed(seed)
@@ -234,13 +255,20 @@ def _randomize(model, seed: int) -> None:
                 p.copy_(0.3 * torch.randn(shape, generator=g))
             elif name.endswith("mlp.gate.weight"):  # MoE router: spread logits -> distinct top-k
                 p.copy_(0.5 * torch.randn(shape, generator=g))
-            else:  # q/k/v/o, gate/up/down (dense or fused experts), lm_head
+            elif name.endswith(("in_proj_a.weight", "in_proj_b.weight")):
+                # a linear layer's decay and beta in the ranges trained ones keep: at 0.3 some heads'
+                # beta reaches 1e-5, their output's RMS 1e-6, and the gated norm amplifies rounding
+                p.copy_(0.05 * torch.randn(shape, generator=g))
+            elif ".experts." in name or "shared_expert." in name:
+                p.copy_(expert_scale * torch.randn(shape, generator=g))
+            else:  # q/k/v/o, gate/up/down, lm_head
                 p.copy_(0.3 * torch.randn(shape, generator=g))
 
 
 # the cases' seed order, fixed: a new case goes at the end, so that no existing case's weights change
 _SEED_ORDER = ["llama2", "llama31", "qwen2_window", "qwen2_window_legacy", "qwen3_bias_headdim", "qwen3_moe_norm_false",
-               "qwen3_moe_norm_true", "gemma3", "mistral", "mixtral", "smollm3", "qwen2_yarn", "gemma3_6layers", "phi3", "phi3_longrope"]
+               "qwen3_moe_norm_true", "gemma3", "mistral", "mixtral", "smollm3", "qwen2_yarn", "gemma3_6layers", "phi3", "phi3_longrope",
+               "qwen3_5", "qwen3_5_moe"]
 
 
 def _seed_for(case: str) -> int:
@@ -301,7 +329,7 @@ def write_tiny(
         cfg = _config(case)
         torch.manual_seed(_seed_for(case))
         model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", dtype=torch.float32)
-        _randomize(model, _seed_for(case))
+        _randomize(model, _seed_for(case), expert_scale=0.1 if case == "qwen3_5_moe" else 0.3)
         if cfg.tie_word_embeddings:
             model.tie_weights()
         model.to(getattr(torch, dtype))

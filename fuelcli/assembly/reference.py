@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from . import delta_rule
 from ..model.block import Block
 from ..model.config import ModelConfig
 from ..model.finite import first_bad_row, require_finite
@@ -66,9 +67,11 @@ def attention(cfg: ModelConfig, block: Block, layer, x: np.ndarray) -> np.ndarra
     v = linear(x, layer.v, layer.v_bias).reshape(T, cfg.num_kv_heads, D)
     if a.qk_norm:
         q, k = rmsnorm(q, layer.q_norm, cfg.rms_norm_eps), rmsnorm(k, layer.k_norm, cfg.rms_norm_eps)
-    if a.rope is not None:
-        cos, sin = cos_sin(a.rope, D, T)
-        q, k = rotate_half(q, cos, sin), rotate_half(k, cos, sin)
+    if a.rope is not None:  # over the leading rotary_dim of each head (all of it when 0)
+        R = a.rotary_dim or D
+        cos, sin = cos_sin(a.rope, R, T)
+        q = np.concatenate([rotate_half(q[..., :R], cos, sin), q[..., R:]], axis=-1)
+        k = np.concatenate([rotate_half(k[..., :R], cos, sin), k[..., R:]], axis=-1)
     group = cfg.num_heads // cfg.num_kv_heads
     k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)  # GQA: kv head h // group
     scale = np.float32(1 / np.sqrt(np.float32(D)) if a.scale is None else a.scale)
@@ -77,7 +80,48 @@ def attention(cfg: ModelConfig, block: Block, layer, x: np.ndarray) -> np.ndarra
     p = np.exp(scores - scores.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
     out = np.einsum("hts,shd->thd", p, v).reshape(T, cfg.num_heads * D)
+    if a.output_gate:
+        out = out * sigmoid(linear(x, layer.q_gate))
     return linear(out, layer.o, layer.o_bias)
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1 / (1 + np.exp(-x))
+
+
+def softplus(x: np.ndarray) -> np.ndarray:
+    return np.logaddexp(np.float32(0), x).astype(np.float32)
+
+
+def causal_conv(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """x [T, channels] through a causal depthwise conv of weight [channels, taps], then SiLU."""
+    taps = weight.shape[1]
+    padded = np.concatenate([np.zeros((taps - 1, x.shape[1]), np.float32), x])
+    out = sum(padded[j:j + len(x)] * weight[:, j] for j in range(taps))
+    return silu(out)
+
+
+def linear_attention(cfg: ModelConfig, block: Block, layer, x: np.ndarray, chunk: int = delta_rule.CHUNK):
+    """Gated DeltaNet (block.LinearAttention) over the whole prefix: the chunked delta rule, as
+    transformers' prefill runs it."""
+    s, T = block.linear, x.shape[0]
+    qkv = causal_conv(linear(x, layer.lin_qkv), layer.lin_conv)
+    q = qkv[:, :s.key_dim].reshape(T, s.k_heads, s.k_head_dim)
+    k = qkv[:, s.key_dim:2 * s.key_dim].reshape(T, s.k_heads, s.k_head_dim)
+    v = qkv[:, 2 * s.key_dim:].reshape(T, s.v_heads, s.v_head_dim)
+    group = s.v_heads // s.k_heads  # value head h reads key head h // group
+    q, k = np.repeat(q, group, axis=1), np.repeat(k, group, axis=1)
+    beta = sigmoid(linear(x, layer.lin_b))
+    g = -np.exp(layer.lin_a_log) * softplus(linear(x, layer.lin_a) + layer.lin_dt_bias)
+    o, _ = delta_rule.chunked(q, k, v, g.astype(np.float32), beta.astype(np.float32), chunk=chunk)
+    z = linear(x, layer.lin_z).reshape(T, s.v_heads, s.v_head_dim)
+    o = gated_norm(o, z, layer.lin_norm, cfg.rms_norm_eps)
+    return linear(o.reshape(T, s.value_dim), layer.lin_out)
+
+
+def gated_norm(o: np.ndarray, z: np.ndarray, weight: np.ndarray, eps: float) -> np.ndarray:
+    """RMSNorm(o) * w, then the gate silu(z) (the gate after the norm)."""
+    return rmsnorm(o, weight, eps) * silu(z)
 
 
 def glu(x, gate: Tensor, up: Tensor, down: Tensor, activation: str) -> np.ndarray:
@@ -106,7 +150,11 @@ def moe(cfg: ModelConfig, layer, x: np.ndarray, activation: str) -> np.ndarray:
 
 def ffn(cfg: ModelConfig, block: Block, layer, x: np.ndarray) -> np.ndarray:
     if block.ffn.moe:
-        return moe(cfg, layer, x, block.ffn.activation)
+        out = moe(cfg, layer, x, block.ffn.activation)
+        if block.ffn.shared_expert:
+            shared = glu(x, layer.shared_gate, layer.shared_up, layer.shared_down, block.ffn.activation)
+            out = out + sigmoid(linear(x, layer.shared_expert_gate)) * shared
+        return out
     return glu(x, layer.gate, layer.up, layer.down, block.ffn.activation)
 
 
@@ -121,7 +169,8 @@ def trunk(cfg: ModelConfig, weights: ModelWeights, tokens, hidden: bool = False)
         x = x * np.float32(cfg.embed_scale)
     states = [x]
     for block, layer in zip(cfg.blocks, weights.layers):
-        h = attention(cfg, block, layer, rmsnorm(x, layer.attn_norm, eps))
+        mixer = attention if block.linear is None else linear_attention
+        h = mixer(cfg, block, layer, rmsnorm(x, layer.attn_norm, eps))
         x = x + (rmsnorm(h, layer.post_attn_norm, eps) if block.sandwich else h)
         h = ffn(cfg, block, layer, rmsnorm(x, layer.ffn_norm, eps))
         x = x + (rmsnorm(h, layer.post_ffn_norm, eps) if block.sandwich else h)

@@ -13,7 +13,7 @@ import os
 
 from ..process import threads  # noqa: F401  (numba's threading environment, before numba is imported)
 from ..errors import InputError
-from ..model.block import features
+from ..model.block import LINEAR_LAYERS, OUTPUT_GATE, PARTIAL_ROTARY, SHARED_EXPERT, features
 from .base import Engine
 from .kv_cache import CACHE_TYPES
 
@@ -35,19 +35,22 @@ def check_cache_type(cache_type: str, device: str) -> str:
     return cache_type
 
 
-# what each backend runs of the block features (block.features): the CPU engine runs them all
+# of the block features (block.features), what the CUDA engine runs and what the CPU engine does
+# not yet; the reference forward runs them all
 CUDA_FEATURES = frozenset()
+CPU_MISSING = frozenset({LINEAR_LAYERS, OUTPUT_GATE, PARTIAL_ROTARY, SHARED_EXPERT})
 
 
 def check_features(cfg, device: str):
     """One line naming the first block feature of the model the device's engine does not run."""
-    if device != "cuda":
-        return
-    missing = {k: v for k, v in features(cfg).items() if k not in CUDA_FEATURES}
+    found = features(cfg)
+    missing = {k: v for k, v in found.items() if (k not in CUDA_FEATURES if device == "cuda" else k in CPU_MISSING)}
     if missing:
         name, layer = next(iter(missing.items()))
-        raise InputError(f"the cuda backend does not run {name} (layer {layer} of this {cfg.family} model); "
-                         "use --device cpu")
+        instead = "only the reference forward runs it so far (fuel logits --path reference)" if name in CPU_MISSING \
+            else "use --device cpu"
+        raise InputError(f"the {device} backend does not run {name} (layer {layer} of this {cfg.family} model); "
+                         f"{instead}")
 
 
 def make_engine(cfg, weights, n_ctx: int | None = None, device: str | None = None, cache_type: str = "f32",

@@ -21,6 +21,7 @@ class FfnPlan(NamedTuple):
     experts_per_tok: int = 0
     moe_intermediate_size: int = 0
     norm_topk_prob: bool = False
+    shared_intermediate_size: int = 0  # a shared expert's width beside the experts (0: none)
 
 
 def dense_ffn(r, n_layers: int) -> FfnPlan:
@@ -29,6 +30,14 @@ def dense_ffn(r, n_layers: int) -> FfnPlan:
 
 def no_windows(r, n_layers: int):
     return [0] * n_layers, "no sliding window in this family"
+
+
+def no_linear_layers(r, n_layers: int):
+    return [None] * n_layers
+
+
+def whole_head_rotary(r, head_dim: int) -> int:
+    return 0
 
 
 def attention_bias(raw: dict) -> bool:
@@ -60,6 +69,11 @@ class Family:
     qkv_bias: Callable = attention_bias
     o_bias: Callable = attention_bias
     qk_norm: bool = False
+    output_gate: bool = False  # Attention.output_gate on every attention layer
+    # (reader, head_dim) -> the leading dimensions RoPE rotates (0: the whole head)
+    rotary_dim: Callable = whole_head_rotary
+    # (reader, n_layers) -> per layer a block.LinearAttention, or None for an attention layer
+    mixers: Callable = no_linear_layers
     # (reader, windows, rope_for) -> (per-layer RopeConfig or None for no RoPE, the rule in words or
     # None when every layer has the same); rope_for(layer_type) reads the config's RoPE for
     # "full_attention" or "sliding_attention" layers

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-MATRIX, NORM, BIAS, EXPERTS = "matrix", "norm", "bias", "experts"
+MATRIX, NORM, VECTOR, EXPERTS = "matrix", "norm", "vector", "experts"
 
 
 def _always(block) -> bool:
@@ -27,12 +27,13 @@ def _always(block) -> bool:
 @dataclass(frozen=True)
 class Weight:
     role: str
-    kind: str  # MATRIX, NORM (an f32 vector applied as offset + w), BIAS (an f32 vector), EXPERTS
+    kind: str  # MATRIX, NORM (f32, applied as offset + w), VECTOR (f32 as stored: a bias, a conv), EXPERTS
     hf: str | None  # None: no tensor under this file kind (the layer then cannot have it)
     gguf: str | None
     shape: Callable  # (cfg) -> shape; EXPERTS: (experts, rows, cols)
     when: Callable = _always  # (block) -> whether the layer has it
     heads: Callable | None = None  # (cfg) -> heads whose rows a permuted GGUF file reorders
+    hf_shape: Callable | None = None  # (cfg) -> the shape HF files store, when not `shape` (reshaped on load)
 
     def name(self, kind: str, i: int = 0) -> str | None:
         """Where a file kind keeps it in layer i ({e} left for the reader where one per expert)."""
@@ -42,15 +43,18 @@ class Weight:
 
 @dataclass(frozen=True)
 class Fused:
-    """One stored tensor whose rows (axis -2) are `parts`' rows in order, split into views on load.
-    `optional`: used only where the file holds it (else the parts' own names); `with_names`: roles
-    read under these exact names when the fused tensor is used (transformers 5's stacked experts)."""
+    """One stored tensor whose rows (axis -2) are `parts`' rows in order, split into views on load;
+    `interleaved`: (cfg) -> heads, the rows are each head's rows of every part in turn instead (Qwen3.5's
+    q|gate per head; split into copies). `optional`: used only where the file holds it (else the
+    parts' own names); `with_names`: roles read under these exact names when the fused tensor is used
+    (transformers 5's stacked experts)."""
 
     parts: tuple
     hf: str | None = None
     gguf: str | None = None
     optional: bool = False
     with_names: dict = field(default_factory=dict)
+    interleaved: Callable | None = None
 
 
 @dataclass(frozen=True)
@@ -85,14 +89,23 @@ def _h(c):
 
 
 _A, _M = "model.layers.{i}.self_attn", "model.layers.{i}.mlp"
+_L, _S = "model.layers.{i}.linear_attn", "model.layers.{i}.mlp.shared_expert"
+
+
+def _attends(b):
+    return b.linear is None
+
+
+def _linear(b):
+    return b.linear is not None
 
 
 def _qkv_bias(b):
-    return b.attention.qkv_bias
+    return _attends(b) and b.attention.qkv_bias
 
 
 def _qk_norm(b):
-    return b.attention.qk_norm
+    return _attends(b) and b.attention.qk_norm
 
 
 def _sandwich(b):
@@ -105,6 +118,10 @@ def _dense(b):
 
 def _moe(b):
     return b.ffn.moe
+
+
+def _shared(b):
+    return b.ffn.moe and b.ffn.shared_expert
 
 
 def _q_heads(c):
@@ -123,23 +140,25 @@ DECODER = Schema(
     ),
     layer=(
         Weight("q", MATRIX, f"{_A}.q_proj.weight", "blk.{i}.attn_q.weight", lambda c: (c.q_dim, c.hidden_size),
-               heads=_q_heads),
+               when=_attends, heads=_q_heads),
         Weight("k", MATRIX, f"{_A}.k_proj.weight", "blk.{i}.attn_k.weight", lambda c: (c.kv_dim, c.hidden_size),
-               heads=_kv_heads),
-        Weight("v", MATRIX, f"{_A}.v_proj.weight", "blk.{i}.attn_v.weight", lambda c: (c.kv_dim, c.hidden_size)),
+               when=_attends, heads=_kv_heads),
+        Weight("v", MATRIX, f"{_A}.v_proj.weight", "blk.{i}.attn_v.weight", lambda c: (c.kv_dim, c.hidden_size),
+               when=_attends),
         Weight("attn_norm", NORM, "model.layers.{i}.input_layernorm.weight", "blk.{i}.attn_norm.weight", _h),
-        Weight("o", MATRIX, f"{_A}.o_proj.weight", "blk.{i}.attn_output.weight", lambda c: (c.hidden_size, c.q_dim)),
+        Weight("o", MATRIX, f"{_A}.o_proj.weight", "blk.{i}.attn_output.weight", lambda c: (c.hidden_size, c.q_dim),
+               when=_attends),
         Weight("ffn_norm", NORM, "model.layers.{i}.post_attention_layernorm.weight", "blk.{i}.ffn_norm.weight", _h),
         # Gemma's sandwich: each sub-layer's output normed before its residual add (names per family)
         Weight("post_attn_norm", NORM, None, None, _h, when=_sandwich),
         Weight("post_ffn_norm", NORM, None, None, _h, when=_sandwich),
-        Weight("q_bias", BIAS, f"{_A}.q_proj.bias", "blk.{i}.attn_q.bias", lambda c: (c.q_dim,), when=_qkv_bias,
+        Weight("q_bias", VECTOR, f"{_A}.q_proj.bias", "blk.{i}.attn_q.bias", lambda c: (c.q_dim,), when=_qkv_bias,
                heads=_q_heads),
-        Weight("k_bias", BIAS, f"{_A}.k_proj.bias", "blk.{i}.attn_k.bias", lambda c: (c.kv_dim,), when=_qkv_bias,
+        Weight("k_bias", VECTOR, f"{_A}.k_proj.bias", "blk.{i}.attn_k.bias", lambda c: (c.kv_dim,), when=_qkv_bias,
                heads=_kv_heads),
-        Weight("v_bias", BIAS, f"{_A}.v_proj.bias", "blk.{i}.attn_v.bias", lambda c: (c.kv_dim,), when=_qkv_bias),
-        Weight("o_bias", BIAS, f"{_A}.o_proj.bias", "blk.{i}.attn_output.bias", _h,
-               when=lambda b: b.attention.o_bias),
+        Weight("v_bias", VECTOR, f"{_A}.v_proj.bias", "blk.{i}.attn_v.bias", lambda c: (c.kv_dim,), when=_qkv_bias),
+        Weight("o_bias", VECTOR, f"{_A}.o_proj.bias", "blk.{i}.attn_output.bias", _h,
+               when=lambda b: _attends(b) and b.attention.o_bias),
         Weight("q_norm", NORM, f"{_A}.q_norm.weight", "blk.{i}.attn_q_norm.weight", lambda c: (c.head_dim,),
                when=_qk_norm),
         Weight("k_norm", NORM, f"{_A}.k_norm.weight", "blk.{i}.attn_k_norm.weight", lambda c: (c.head_dim,),
@@ -158,6 +177,34 @@ DECODER = Schema(
                lambda c: (c.intermediate_size, c.hidden_size), when=_dense),
         Weight("down", MATRIX, f"{_M}.down_proj.weight", "blk.{i}.ffn_down.weight",
                lambda c: (c.hidden_size, c.intermediate_size), when=_dense),
+        # Qwen3.5's attention output gate: q_proj's other half (families fuse it with q)
+        Weight("q_gate", MATRIX, None, None, lambda c: (c.q_dim, c.hidden_size),
+               when=lambda b: _attends(b) and b.attention.output_gate),
+        # linear attention (block.LinearAttention)
+        Weight("lin_qkv", MATRIX, f"{_L}.in_proj_qkv.weight", None, lambda c: (c.linear.conv_dim, c.hidden_size),
+               when=_linear),
+        Weight("lin_z", MATRIX, f"{_L}.in_proj_z.weight", None, lambda c: (c.linear.value_dim, c.hidden_size),
+               when=_linear),
+        Weight("lin_b", MATRIX, f"{_L}.in_proj_b.weight", None, lambda c: (c.linear.v_heads, c.hidden_size),
+               when=_linear),
+        Weight("lin_a", MATRIX, f"{_L}.in_proj_a.weight", None, lambda c: (c.linear.v_heads, c.hidden_size),
+               when=_linear),
+        Weight("lin_conv", VECTOR, f"{_L}.conv1d.weight", None, lambda c: (c.linear.conv_dim, c.linear.conv_kernel),
+               when=_linear, hf_shape=lambda c: (c.linear.conv_dim, 1, c.linear.conv_kernel)),
+        Weight("lin_dt_bias", VECTOR, f"{_L}.dt_bias", None, lambda c: (c.linear.v_heads,), when=_linear),
+        Weight("lin_a_log", VECTOR, f"{_L}.A_log", None, lambda c: (c.linear.v_heads,), when=_linear),
+        Weight("lin_norm", VECTOR, f"{_L}.norm.weight", None, lambda c: (c.linear.v_head_dim,), when=_linear),
+        Weight("lin_out", MATRIX, f"{_L}.out_proj.weight", None, lambda c: (c.hidden_size, c.linear.value_dim),
+               when=_linear),
+        # a shared expert beside the experts, scaled by sigmoid(x · shared_expert_gate)
+        Weight("shared_gate", MATRIX, f"{_S}.gate_proj.weight", None,
+               lambda c: (c.shared_expert_intermediate_size, c.hidden_size), when=_shared),
+        Weight("shared_up", MATRIX, f"{_S}.up_proj.weight", None,
+               lambda c: (c.shared_expert_intermediate_size, c.hidden_size), when=_shared),
+        Weight("shared_down", MATRIX, f"{_S}.down_proj.weight", None,
+               lambda c: (c.hidden_size, c.shared_expert_intermediate_size), when=_shared),
+        Weight("shared_expert_gate", MATRIX, f"{_M}.shared_expert_gate.weight", None, lambda c: (1, c.hidden_size),
+               when=_shared),
     ),
     # files written from transformers 5's in-memory layout stack every expert's gate|up in one tensor
     fused=(Fused(("gate_exps", "up_exps"), hf=f"{_M}.experts.gate_up_proj", optional=True,
@@ -168,5 +215,5 @@ DECODER = Schema(
 # The roles every path knows, in the order of the engines' slot tables (a family may rename a
 # weight, not add a role: a new role is new maths in every path).
 MATRICES = tuple(w.role for w in DECODER.layer if w.kind == MATRIX)
-VECTORS = tuple(w.role for w in DECODER.layer if w.kind in (NORM, BIAS))
+VECTORS = tuple(w.role for w in DECODER.layer if w.kind in (NORM, VECTOR))
 EXPERT_ROLES = tuple(w.role for w in DECODER.layer if w.kind == EXPERTS)

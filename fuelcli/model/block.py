@@ -6,9 +6,12 @@ per-layer tables, and each backend names the features it runs, so that `make_eng
 model whose blocks ask for more in one line instead of computing something else.
 
     x = embed(token) * cfg.embed_scale
-    every layer:   x += [post-norm] attention(norm(x))       (post-norm: Block.sandwich)
+    every layer:   x += [post-norm] mixer(norm(x))           (post-norm: Block.sandwich)
                    x += [post-norm] ffn(norm(x))
     logits = softcap(head(norm(x)))                           (cfg.final_softcap; 0 = none)
+
+A layer's token mixer is softmax attention over a KV cache, or linear attention (Block.linear: a
+gated DeltaNet keeping a fixed-size recurrent state and a conv window per sequence).
 
 Every norm is an RMSNorm whose weight w is applied as (cfg.norm_offset + w) (Gemma's 1 + w); the
 weight readers fold the offset into the f32 weights, so no path computes it.
@@ -33,12 +36,45 @@ class Attention:
     qkv_bias: bool = False
     o_bias: bool = False
     scale: float | None = None  # what q·k is multiplied by; None: 1 / sqrt(head_dim)
+    output_gate: bool = False  # q_proj also emits a gate per head: output * sigmoid(gate) before o_proj
+    rotary_dim: int = 0  # the leading dimensions of each head RoPE rotates; 0: all of them
+
+
+@dataclass(frozen=True)
+class LinearAttention:
+    """A gated DeltaNet token mixer (Qwen3.5, Qwen3-Next): in_proj_qkv -> causal depthwise conv
+    (conv_kernel taps, SiLU) -> q, k, v; the delta rule over a [k_head_dim, v_head_dim] state per
+    value head (k heads repeat to the value heads); RMSNorm(o) * silu(z) -> out_proj."""
+
+    k_heads: int
+    v_heads: int
+    k_head_dim: int
+    v_head_dim: int
+    conv_kernel: int
+
+    @property
+    def key_dim(self) -> int:
+        return self.k_heads * self.k_head_dim
+
+    @property
+    def value_dim(self) -> int:
+        return self.v_heads * self.v_head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        return 2 * self.key_dim + self.value_dim
+
+    @property
+    def state_floats(self) -> int:
+        """f32 values a sequence keeps for the layer: the recurrent state and the conv window."""
+        return self.v_heads * self.k_head_dim * self.v_head_dim + self.conv_dim * (self.conv_kernel - 1)
 
 
 @dataclass(frozen=True)
 class Ffn:
     moe: bool = False  # a sparse mixture of experts (the model's experts_per_tok of num_experts)
     activation: str = "silu"  # a key of ACTIVATIONS
+    shared_expert: bool = False  # beside the experts, one always-on expert scaled by sigmoid(x · w)
 
 
 @dataclass(frozen=True)
@@ -46,6 +82,13 @@ class Block:
     attention: Attention
     ffn: Ffn
     sandwich: bool = False  # an RMSNorm on the attention's and the FFN's output before each residual add
+    linear: LinearAttention | None = None  # the token mixer is linear attention (attention unused)
+
+
+LINEAR_LAYERS = "linear-attention layers (gated DeltaNet)"
+OUTPUT_GATE = "an attention output gate"
+PARTIAL_ROTARY = "RoPE over part of each head"
+SHARED_EXPERT = "a shared expert"
 
 
 def features(cfg) -> dict:
@@ -59,6 +102,16 @@ def features(cfg) -> dict:
     ropes = {}
     for i, b in enumerate(cfg.blocks):
         a = b.attention
+        if b.linear is not None:
+            note(LINEAR_LAYERS, i)
+        if b.ffn.shared_expert:
+            note(SHARED_EXPERT, i)
+        if b.linear is not None:
+            continue
+        if a.output_gate:
+            note(OUTPUT_GATE, i)
+        if a.rotary_dim:
+            note(PARTIAL_ROTARY, i)
         if a.rope is None:
             note("layers without RoPE", i)
         else:

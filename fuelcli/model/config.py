@@ -39,6 +39,7 @@ class ModelConfig:
     experts_per_tok: int = 0
     moe_intermediate_size: int = 0
     norm_topk_prob: bool = False
+    shared_expert_intermediate_size: int = 0  # the shared expert beside a MoE's experts (Block.ffn.shared_expert)
     norm_offset: float = 0.0  # every RMSNorm weight w is applied as norm_offset + w (folded in at load)
     embed_scale: float = 1.0  # the embedding rows are multiplied by it
     final_softcap: float = 0.0  # logits -> c * tanh(logits / c); 0 = none
@@ -58,6 +59,11 @@ class ModelConfig:
     def windows(self) -> tuple:
         """Per layer: 0 = full causal attention, w = query i sees keys i-w < j <= i."""
         return tuple(b.attention.window for b in self.blocks)
+
+    @property
+    def linear(self):
+        """The linear-attention layers' block.LinearAttention (one per model), or None."""
+        return next((b.linear for b in self.blocks if b.linear is not None), None)
 
     @property
     def moe_layers(self) -> tuple:
@@ -353,6 +359,7 @@ def from_hf_config(raw: dict, generation: dict | None = None, source: str = "con
         experts_per_tok=ffn.experts_per_tok,
         moe_intermediate_size=ffn.moe_intermediate_size,
         norm_topk_prob=ffn.norm_topk_prob,
+        shared_expert_intermediate_size=ffn.shared_intermediate_size,
         norm_offset=family.norm_offset,
         embed_scale=float(family.embed_scale(r, sizes["hidden_size"])),
         final_softcap=_softcap(r, family.softcap_key),
@@ -459,16 +466,23 @@ def _blocks(r: _Reader, windows, ffn, head_dim: int) -> tuple:
     """(one Block per layer: its attention, RoPE and FFN; the rule that chose the RoPEs, in words)."""
     family, raw = r.family, r.raw
     ropes, rope_rule = family.ropes(r, windows, rope_reader(r))
+    rotary_dim = family.rotary_dim(r, head_dim)
     attention = dict(qk_norm=family.qk_norm, qkv_bias=family.qkv_bias(raw), o_bias=family.o_bias(raw),
-                     scale=family.attention_scale(r, head_dim))
+                     scale=family.attention_scale(r, head_dim), output_gate=family.output_gate, rotary_dim=rotary_dim)
     act = _activation(r, family.activation_key)
-    blocks = tuple(Block(Attention(window=int(windows[i]), rope=ropes[i], **attention), Ffn(ffn.moe_layers[i], act),
-                         sandwich=family.sandwich) for i in range(len(windows)))
+    mixers = family.mixers(r, len(windows))
+
+    def mixer(i: int) -> Attention:  # a linear-attention layer has no softmax attention, hence no RoPE
+        return Attention(rope=None) if mixers[i] else Attention(window=int(windows[i]), rope=ropes[i], **attention)
+
+    blocks = tuple(Block(mixer(i), Ffn(ffn.moe_layers[i], act, shared_expert=ffn.shared_intermediate_size > 0),
+                         sandwich=family.sandwich, linear=mixers[i]) for i in range(len(windows)))
+    rotated, what = (rotary_dim, f"its {rotary_dim} rotated dimensions") if rotary_dim else (head_dim, f"head_dim {head_dim}")
     for rope in {b.attention.rope for b in blocks} - {None}:
         for name, values in (("factors", rope.factors), ("long factors", rope.long_factors)):
-            if values and len(values) != head_dim // 2:
-                raise ConfigError(f"the RoPE's {len(values)} {name} do not fit head_dim {head_dim}: it needs one "
-                                  f"per frequency, {head_dim // 2}")
+            if values and len(values) != rotated // 2:
+                raise ConfigError(f"the RoPE's {len(values)} {name} do not fit {what}: it needs one "
+                                  f"per frequency, {rotated // 2}")
     return blocks, rope_rule
 
 

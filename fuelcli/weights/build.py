@@ -93,9 +93,10 @@ class Lookup:
         self.taken.add(name)
         return t
 
-    def vector(self, name: str, n: int, add: float = 0.0) -> np.ndarray:
-        """A norm or bias widened to f32 (plus `add`, a norm's offset: a new array then)."""
-        t = self.matrix(name, (n,))
+    def vector(self, name: str, shape: int | tuple, add: float = 0.0) -> np.ndarray:
+        """A norm, bias or other small array (of n or `shape` values) widened to f32, plus `add` (a
+        norm's offset: a new array then)."""
+        t = self.matrix(name, (shape,) if isinstance(shape, int) else shape)
         v = np.ascontiguousarray(dequantize(t), dtype=np.float32)
         if add:
             v = (v + np.float32(add)).astype(np.float32)
@@ -145,6 +146,20 @@ def _split_rows(t: Tensor, sizes: list) -> list:
     return out
 
 
+def _deinterleave(t: Tensor, groups: int, sizes: list) -> list:
+    """Each part's rows of a tensor that stores, group by group, every part's rows in turn (copies:
+    a part's rows are not contiguous there)."""
+    per = [size // groups for size in sizes]
+    data = t.data.reshape(groups, sum(per), t.data.shape[-1])
+    out, start = [], 0
+    for size, n in zip(sizes, per):
+        part = np.ascontiguousarray(data[:, start:start + n]).reshape(size, t.data.shape[-1])
+        part.flags.writeable = False  # as read-only as the mmap'd weights beside it
+        out.append(Tensor(f"{t.name}[{start}::{sum(per)}]", t.fmt, (size, t.shape[-1]), part))
+        start += n
+    return out
+
+
 class _LayerReader:
     """Reads one layer's tensors from a file kind ("hf" or "gguf") as the family's schema says."""
 
@@ -162,7 +177,9 @@ class _LayerReader:
             return expert_views(self.w.matrix(name, shape))
         if spec.kind == MATRIX:
             return self.transform(spec, self.w.matrix(name, shape))
-        return self.transform(spec, self.w.vector(name, shape[0], add=self.offset if spec.kind == NORM else 0.0))
+        stored = spec.hf_shape(self.cfg) if self.kind == "hf" and spec.hf_shape else shape
+        value = self.w.vector(name, stored, add=self.offset if spec.kind == NORM else 0.0)
+        return self.transform(spec, value.reshape(shape) if stored != shape else value)
 
     def transform(self, spec: Weight, value):
         return value if self.fix is None or spec.heads is None else self.fix(value, spec.heads(self.cfg))
@@ -174,7 +191,11 @@ class _LayerReader:
             return None
         shapes = [p.shape(self.cfg) for p in parts]
         stacked = shapes[0][:-2] + (sum(s[-2] for s in shapes), shapes[0][-1])
-        views = _split_rows(self.w.matrix(name.format(i=i), stacked), [s[-2] for s in shapes])
+        fused = self.w.matrix(name.format(i=i), stacked)
+        if f.interleaved:
+            views = _deinterleave(fused, f.interleaved(self.cfg), [s[-2] for s in shapes])
+        else:
+            views = _split_rows(fused, [s[-2] for s in shapes])
         out = {p.role: expert_views(v) if p.kind == EXPERTS else self.transform(p, v) for p, v in zip(parts, views)}
         by_role = {p.role: p for p in self.schema.layer}
         for role, exact in f.with_names.items():
