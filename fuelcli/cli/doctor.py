@@ -11,7 +11,7 @@ def doctor_cmd(as_json: bool = Json):
     """What is installed (fuel, its dependencies, each extra and peer), what each extra would add and
     how to install it, the CPU kernels' instruction set, and the cache directories with their sizes.
     Always exits 0: it reports, it does not judge."""
-    from . import doctor_report
+    from . import doctor_report as doctor
 
     r = doctor.report()
     if as_json:
