@@ -302,3 +302,18 @@ def test_diff_text_at_a_terminal_has_no_slice_lines(monkeypatch):
     assert diff_view.within_windows(32) is None
     monkeypatch.setattr(sys, "stderr", _Out(False))
     assert diff_view.within_windows(32) is not None
+
+
+def test_rm_of_a_mistyped_name_offers_what_is_there(empty_caches, monkeypatch):
+    """fuel rm guesses among what `fuel ls` lists only (a demo alias not pulled is nothing to remove)."""
+    from fuelcli.sources import local_models
+    from fuelcli.sources.local_models import LocalModel
+
+    listed = LocalModel("owner/tiny-model", "hub", "safetensors", 1, "/x")
+    monkeypatch.setattr(local_models, "list_models", lambda: [listed])
+    with pytest.raises(ModelNotFound) as e:
+        local_models.remove("owner/tiny-modle")
+    assert str(e.value).endswith("(fuel ls lists them); did you mean owner/tiny-model?")
+    with pytest.raises(ModelNotFound) as e:
+        local_models.remove("smollm2-135")  # the control: close to an alias, but no alias is pulled
+    assert str(e.value).endswith("(fuel ls lists them)")

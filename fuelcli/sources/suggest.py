@@ -13,10 +13,11 @@ def known_names() -> list[str]:
     return list(dict.fromkeys([*demo.DEMOS, *(m.name for m in list_models())]))
 
 
-def did_you_mean(name: str) -> str:
-    """'; did you mean NAME?' for the closest known name (case aside), '' when none is close."""
+def did_you_mean(name: str, names: list[str] | None = None) -> str:
+    """'; did you mean NAME?' for the closest of `names` (default: every known name), case aside;
+    '' when none is close."""
     try:
-        names = known_names()
+        names = known_names() if names is None else names
     except Exception:  # a hub cache fuel cannot read, say: no hint, and the error stays the one about MODEL
         return ""
     known = {n.lower(): n for n in names if n != name}
