@@ -59,8 +59,8 @@ def run(
 ):
     """Generate text from a prompt, streamed to stdout; a stats line goes to stderr.
 
-    The prompt is PROMPT (or -p TEXT), stdin (PROMPT -) or --file; text piped in or read with --file goes
-    before PROMPT, joined by a space (cat notes.txt | fuel run MODEL "Summarise:").
+    The prompt is PROMPT (or -p TEXT), stdin (PROMPT -) or --file; text piped in or read with
+    --file goes before PROMPT, joined by a space (cat notes.txt | fuel run MODEL "Summarise:").
 
     Sampling follows llama.cpp's chain: repetition penalty -> top-k -> top-p -> min-p ->
     temperature, so top-p and min-p see the probabilities at temperature 1; --temp 0 is greedy.
