@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import site
 import subprocess
 import sys
 import tomllib
@@ -44,9 +45,20 @@ def _project_copy(dst: Path) -> Path:
     return dst
 
 
+def _see_site_packages_of_this_python(venv: Path) -> None:
+    """Make the running interpreter's site-packages (numba and the rest) importable in `venv`, after
+    its own, so that nothing is downloaded. `--system-site-packages` would not do it when the tests run
+    in a venv themselves: it gives the base interpreter's, not this venv's. Plain paths in a .pth file
+    add those directories without running their .pth files, so an editable install of fuel there
+    does not take over from the wheel."""
+    paths = site.getsitepackages() + ([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])
+    (own,) = (venv / "lib").glob("python3*/site-packages")
+    (own / "_fuel_test_parent_site.pth").write_text("".join(f"{p}\n" for p in paths), encoding="utf-8")
+
+
 def test_wheel_installs_into_a_fresh_venv(tmp_path):
-    """pip wheel of the project's files, installed into a new venv (system site-packages for numba and
-    the rest, so nothing is downloaded): its own `fuel --version` runs the wheel's code."""
+    """pip wheel of the project's files, installed into a new venv that sees this interpreter's
+    site-packages: its own `fuel --version` runs the wheel's code."""
     pytest.importorskip("setuptools")
     pytest.importorskip("pip")
     src = _project_copy(tmp_path / "src")
@@ -56,10 +68,11 @@ def test_wheel_installs_into_a_fresh_venv(tmp_path):
     (wheel,) = (tmp_path / "dist").glob("*.whl")
     assert wheel.name == f"fuel_llm-{__version__}-py3-none-any.whl"
     venv = tmp_path / "venv"
-    r = subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)],
+    r = subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)],
                        capture_output=True, text=True, timeout=120)
     if r.returncode != 0:
         pytest.skip(f"python -m venv does not work here: {r.stderr.strip()[-200:]}")
+    _see_site_packages_of_this_python(venv)
     py = venv / "bin" / "python"
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     r = subprocess.run([str(py), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],

@@ -8,11 +8,10 @@ import typer
 
 from ..errors import InputError
 from .app import app
-from .options import (CacheType, ChatTemplate, ChatTemplateKwargs, Device, DraftMax, DraftModel, DraftPMin, HfFile,
-                      LookupDecoding, MinKeep, MinP, ModelArg, RepeatLastN, RepeatPenalty, Revision, Seed, Stop, System,
-                      SystemFile, Temp, Threads, TopK, TopP, VerbosePrompt, ctx_size_option, err, unescape)
-
-DEFAULT_CTX = 4096  # as llama-cli's former default and ollama's; -c 0 takes the model's whole context
+from .options import (OPEN_ENDED_CTX, CacheType, ChatTemplate, ChatTemplateKwargs, Device, DraftMax, DraftModel,
+                      DraftPMin, HfFile, LookupDecoding, MinKeep, MinP, ModelArg, RepeatLastN, RepeatPenalty, Revision,
+                      Seed, Stop, System, SystemFile, Temp, Threads, TopK, TopP, VerbosePrompt, ctx_size_option, err,
+                      unescape)
 
 COMMANDS = """commands:
   /system TEXT   set the system message (/system alone shows it)
@@ -40,7 +39,7 @@ def chat(
     stop: list[str] = Stop,
     chat_template: Optional[Path] = ChatTemplate,
     chat_template_kwargs: Optional[str] = ChatTemplateKwargs,
-    ctx_size: Optional[int] = ctx_size_option(f"{DEFAULT_CTX}, or the model's if smaller"),
+    ctx_size: Optional[int] = ctx_size_option(f"{OPEN_ENDED_CTX}, or the model's if smaller"),
     threads: Optional[int] = Threads,
     verbose_prompt: bool = VerbosePrompt,
     stats: bool = typer.Option(False, "--stats", help="a stats line on stderr after each reply"),
@@ -63,6 +62,7 @@ def chat(
 
     When stdin is not a terminal, each input line is one user turn and each reply is written to
     stdout followed by a newline, so a chat can be scripted: printf 'Hi\\nAnd then?\\n' | fuel chat MODEL.
+    Read at a terminal, each such turn is shown as `>>> TEXT` and its reply ends with a blank line.
 
     Sampling as in fuel run (llama.cpp's chain: repetition penalty -> top-k -> top-p -> min-p ->
     temperature); speculative decoding too (--draft-model, --lookup-decoding).
@@ -84,7 +84,7 @@ def chat(
     m.prefetch()
     tok = m.tokenizer
     kwargs = template_options(tok, chat_template, chat_template_kwargs)
-    n_ctx = context_size(ctx_size, m.cfg.max_position, DEFAULT_CTX)
+    n_ctx = context_size(ctx_size, m.cfg.max_position, OPEN_ENDED_CTX)
     interactive = sys.stdin.isatty()
     if not tok.chat_template:
         raise InputError("fuel chat needs a chat template; this model has none (give --chat-template FILE)")
@@ -104,6 +104,9 @@ def _loop(session, tok, interactive: bool, verbose_prompt: bool, show_stats: boo
     from ..text.generate import Stats
     from .textgen import show_prompt
 
+    # piped turns read at a terminal: no echo shows where a reply ends and the next turn begins, so
+    # write the turn as a prompt would show it; into a pipe, a line per reply stays as scripts read it
+    transcript = not interactive and sys.stdout.isatty()
     while True:
         text = _read_turn(interactive)
         if text is None:
@@ -121,6 +124,8 @@ def _loop(session, tok, interactive: bool, verbose_prompt: bool, show_stats: boo
         if verbose_prompt:
             err(f"reusing {turn.cached} cached tokens")
             show_prompt(tok, turn.ids[turn.cached:], "turn")
+        if transcript:
+            sys.stdout.write(">>> " + text + "\n")
         st = Stats()
         reply = session.reply(turn, st)
         interrupted = False
@@ -134,7 +139,7 @@ def _loop(session, tok, interactive: bool, verbose_prompt: bool, show_stats: boo
             interrupted = True
         finally:
             reply.close()  # the session records what was written, also when interrupted
-        sys.stdout.write("\n\n" if interactive else "\n")
+        sys.stdout.write("\n\n" if interactive or transcript else "\n")
         sys.stdout.flush()
         if st.stop_reason == "context full":
             err("(the context is full: the reply was cut; older exchanges will be dropped, or /clear)")

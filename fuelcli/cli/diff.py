@@ -83,7 +83,8 @@ def diff_cmd(
         from ..oracle import diff_text
 
         r = diff_text(m, text, oracle, ctx, chunks, path, tol, min_top1, layers, layer_tol, decode_steps, atol,
-                      device, progress=diff_view.progress, cache_type=cache_type)
+                      device, progress=diff_view.progress, cache_type=cache_type,
+                      within=diff_view.within_windows(ctx))
     else:
         from ..oracle import diff
 

@@ -1,7 +1,10 @@
 """How `fuel diff` shows a result: rich tables, the terminal picture, the --plot file, the per-window
-progress line of a long text."""
+progress lines of a long text."""
 
 from __future__ import annotations
+
+import sys
+import time
 
 import numpy as np
 
@@ -34,6 +37,25 @@ def render(name: str, r, labels: list):
         _render_tokens(name, r, labels)
     else:
         _render_text(name, r, labels)
+
+
+def within_windows(ctx: int):
+    """Where stderr is not a terminal (a log, CI), a plain line each slice of positions a window
+    compares: a window of a long --ctx takes minutes, and its own line comes at its end. None at a
+    terminal."""
+    if sys.stderr.isatty():
+        return None
+    from ..oracle import tolerances
+
+    t0, shown = time.perf_counter(), {}
+
+    def line(c: int, n: int, done: int):
+        mark = done // tolerances.SLICE
+        if done < ctx and mark > shown.get(c, 0):
+            shown[c] = mark
+            err(f"[{c + 1}/{n}] {done}/{ctx} positions compared, {time.perf_counter() - t0:.0f} s")
+
+    return line
 
 
 def progress(c: int, n: int, r):

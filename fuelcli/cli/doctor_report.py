@@ -17,6 +17,7 @@ from pathlib import Path
 from .. import __version__
 from ..process.extras import DIST, EXTRAS, pip_install
 
+PACKAGE = Path(__file__).resolve().parents[1]  # fuelcli/, not this module's cli/
 CORE = ("numba", "llvmlite", "numpy", "tokenizers", "safetensors", "huggingface_hub", "typer", "rich", "jinja2")
 
 
@@ -94,7 +95,7 @@ def caches() -> list[dict]:
                        ("gguf-headers", "parsed GGUF headers, for a faster start")):
         out.append({"name": sub, "path": str(derived / sub), "bytes": dir_size(derived / sub), "holds": holds})
     nb = os.environ.get("NUMBA_CACHE_DIR")
-    nb_path = Path(nb).expanduser() if nb else Path(__file__).resolve().parent
+    nb_path = Path(nb).expanduser() if nb else PACKAGE
     out.append({"name": "numba cache", "path": str(nb_path) if nb else f"{nb_path}/**/__pycache__",
                 "bytes": dir_size(nb_path, "*.nb[ic]"), "holds": "numba's compiled forward (NUMBA_CACHE_DIR moves it)"})
     try:
@@ -122,7 +123,7 @@ def report() -> dict:
     peers = [{"peer": k.name, "installed": missing_module(k) is None, "extra": k.extra, "install": k.install}
              for k in PEERS.values()]
     return {"fuel": __version__, "distribution": DIST, "python": sys.version.split()[0],
-            "executable": sys.executable, "fuel_package": str(Path(__file__).resolve().parent),
+            "executable": sys.executable, "fuel_package": str(PACKAGE),
             "core": {p: dist_version(p) for p in CORE}, "cpu": cpu_name(), "kernels": kernel_isa(),
             "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
             "fuel_threads": os.environ.get("FUEL_THREADS") or None, "extras": extras, "peers": peers, "caches": caches()}

@@ -81,6 +81,23 @@ def mask_plan_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optiona
     con.print(f"RoPE: {v['rope_rule']}", highlight=False)
 
 
+# config_view's rows with one value per layer (model/inspect_views._block_rows); --json keeps the lists
+PER_LAYER_ROWS = ("windows", "qkv_bias", "o_bias", "qk_norm", "attention_scale", "activation", "sandwich_norms",
+                  "moe_layers", "rope_layers")
+LONGEST_LIST = 60  # columns; a longer per-layer list is shown as runs of layers (30 `false` made 759 columns)
+
+
+def layer_runs(values: list) -> str:
+    """[4, 4, 4, 0, 4] -> 'layers 0-2: 4, 3: 0, 4: 4': each run of equal values as its layers' range."""
+    runs, start = [], 0
+    for i in range(1, len(values) + 1):
+        if i == len(values) or values[i] != values[start]:
+            layers = f"{start}-{i - 1}" if i - 1 > start else f"{start}"
+            runs.append(f"{layers}: {json.dumps(values[start], ensure_ascii=False)}")
+            start = i
+    return "layers " + ", ".join(runs)
+
+
 @inspect_app.command("config")
 def config_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[str] = Revision,
                hf_file: Optional[str] = HfFile):
@@ -94,6 +111,8 @@ def config_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optional[s
     for r in v["values"]:
         val = r["value"]
         text = json.dumps(val, ensure_ascii=False) if isinstance(val, (list, bool)) or val is None else str(val)
+        if r["name"] in PER_LAYER_ROWS and len(text) > LONGEST_LIST:
+            text = layer_runs(val)
         _row(t, r["name"], text, r["origin"])
     _console().print(t)
 

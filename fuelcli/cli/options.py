@@ -72,6 +72,11 @@ DraftPMin = typer.Option(None, "--draft-p-min", metavar="P", help="--draft-model
 VerbosePrompt = typer.Option(False, "--verbose-prompt", help="print the rendered prompt and its token ids to stderr")
 
 
+# chat's context, and run's with -n -1: as llama-cli's former default and ollama's; -c 0 takes the
+# model's whole context
+OPEN_ENDED_CTX = 4096
+
+
 def ctx_size_option(default: str):
     return typer.Option(None, "-c", "--ctx-size", metavar="N", help=f"context size in tokens; 0 = the model's "
                         f"(default: {default})")

@@ -1,10 +1,12 @@
 """`fuel perplexity MODEL FILE`: perplexity of FILE by llama-perplexity's method and printout.
 
 Running values per window and `Final estimate: PPL = x +/- y` on stdout (llama.cpp's format), the
-progress lines on stderr; --json prints one object with top-level `ppl` and `ppl_stderr` instead.
+progress lines on stderr (where it is not a terminal, a line per window); --json prints one object
+with top-level `ppl` and `ppl_stderr` instead.
 """
 
 import json
+import sys
 from typing import Optional
 
 import typer
@@ -41,9 +43,16 @@ def perplexity_cmd(
         err(f"perplexity: calculating perplexity over {w.n_chunks} chunks, n_ctx={w.ctx}, "
             f"batch_size={min(SLICE, w.ctx)}, n_seq=1")
 
+    # a log (stderr not a terminal) gets a line per window: the running values go to stdout without a
+    # newline until the last, or nowhere with --json
+    logged = not sys.stderr.isatty()
+
     def on_chunk(c, n, r, dt):
         if c == 0:
             err(f"perplexity: {dt:.2f} seconds per pass - ETA {dt * n / 60:.2f} minutes")
+        if logged:
+            err(f"perplexity: chunk {c + 1}/{n}, PPL so far {r.running[-1]:.4f}, {r.seconds:.1f} s, "
+                f"ETA {r.seconds / (c + 1) * (n - c - 1) / 60:.2f} minutes")
         if not as_json:
             print(f"[{c + 1}]{r.running[-1]:.4f},", end="\n" if c + 1 == n else "", flush=True)
 

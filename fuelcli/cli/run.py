@@ -9,10 +9,10 @@ import typer
 
 from ..errors import InputError
 from .app import app
-from .options import (CacheType, ChatTemplate, ChatTemplateKwargs, Device, DraftMax, DraftModel, DraftPMin, HfFile,
-                      LookupDecoding, MinKeep, MinP, ModelArg, RepeatLastN, GrammarFile, JsonSchemaFile, RepeatPenalty,
-                      Revision, Seed, Stop, System, SystemFile, Temp, Threads, TopK, TopP, VerbosePrompt,
-                      ctx_size_option, err, unescape)
+from .options import (OPEN_ENDED_CTX, CacheType, ChatTemplate, ChatTemplateKwargs, Device, DraftMax, DraftModel,
+                      DraftPMin, HfFile, LookupDecoding, MinKeep, MinP, ModelArg, RepeatLastN, GrammarFile,
+                      JsonSchemaFile, RepeatPenalty, Revision, Seed, Stop, System, SystemFile, Temp, Threads, TopK,
+                      TopP, VerbosePrompt, ctx_size_option, err, unescape)
 
 
 @app.command(short_help="Generate text from a prompt, streamed.")
@@ -20,8 +20,11 @@ def run(
     model: str = ModelArg,
     prompt: Optional[str] = typer.Argument(None, metavar="PROMPT", help="the prompt (the user message when a chat "
                                            "template is applied); - reads it from stdin"),
+    prompt_option: Optional[str] = typer.Option(None, "-p", "--prompt", metavar="TEXT",
+                                                help="the prompt, as llama-cli takes it (instead of PROMPT)"),
     file: Optional[Path] = typer.Option(None, "-f", "--file", metavar="FILE", help="read the prompt from FILE"),
-    max_tokens: int = typer.Option(256, "-n", "--max-tokens", help="most tokens to generate"),
+    max_tokens: int = typer.Option(256, "-n", "--max-tokens", help="most tokens to generate; -1 = until EOS or a "
+                                   "full context"),
     temp: float = Temp,
     top_k: int = TopK,
     top_p: float = TopP,
@@ -38,7 +41,8 @@ def run(
     no_chat_template: bool = typer.Option(False, "--no-chat-template", help="send the prompt as raw text"),
     chat_template: Optional[Path] = ChatTemplate,
     chat_template_kwargs: Optional[str] = ChatTemplateKwargs,
-    ctx_size: Optional[int] = ctx_size_option("the prompt + -n"),
+    ctx_size: Optional[int] = ctx_size_option(f"the prompt + -n; with -n -1, {OPEN_ENDED_CTX} or the model's "
+                                              "if smaller"),
     threads: Optional[int] = Threads,
     verbose_prompt: bool = VerbosePrompt,
     draft_model: Optional[str] = DraftModel,
@@ -55,8 +59,8 @@ def run(
 ):
     """Generate text from a prompt, streamed to stdout; a stats line goes to stderr.
 
-    The prompt is PROMPT, stdin (PROMPT -) or --file; text piped in or read with --file goes
-    before PROMPT, joined by a space (cat notes.txt | fuel run MODEL "Summarise:").
+    The prompt is PROMPT (or -p TEXT), stdin (PROMPT -) or --file; text piped in or read with
+    --file goes before PROMPT, joined by a space (cat notes.txt | fuel run MODEL "Summarise:").
 
     Sampling follows llama.cpp's chain: repetition penalty -> top-k -> top-p -> min-p ->
     temperature, so top-p and min-p see the probabilities at temperature 1; --temp 0 is greedy.
@@ -77,8 +81,12 @@ def run(
     from .textgen import (context_size, output_grammar, prompt_text, ready_engine, show_prompt, SpeculationOptions,
                           system_text, template_options)
 
-    if max_tokens < 1:
-        raise InputError(f"--max-tokens must be at least 1, got {max_tokens}")
+    if max_tokens == 0 or max_tokens < -1:
+        raise InputError(f"--max-tokens must be at least 1, or -1 (no limit), got {max_tokens}")
+    if prompt_option is not None:
+        if prompt is not None:
+            raise InputError("give the prompt as PROMPT or with -p/--prompt, not both")
+        prompt = prompt_option
     params = SamplerParams(temp, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed, min_keep)
     wanted = output_grammar(json_schema, grammar)
     speculating = SpeculationOptions(draft_model, lookup_decoding, draft_max, draft_p_min)
@@ -96,7 +104,10 @@ def run(
                          (" (drop --no-chat-template)" if no_chat_template else "; this model has none"))
     speculating.open(m)
     ids = tok.encode_prompt(text, system=system, chat=not no_chat_template, template_kwargs=kwargs)
-    n_ctx = context_size(ctx_size, m.cfg.max_position, len(ids) + max_tokens)
+    unlimited = max_tokens == -1
+    n_ctx = context_size(ctx_size, m.cfg.max_position, OPEN_ENDED_CTX if unlimited else len(ids) + max_tokens)
+    if unlimited:
+        max_tokens = n_ctx  # more than the context leaves: EOS, a stop string or the full context ends it
     if len(ids) >= n_ctx:
         raise InputError(f"the prompt has {len(ids)} tokens; the context is {n_ctx}"
                          + ("" if n_ctx < m.cfg.max_position else " (the model's)"))

@@ -16,10 +16,13 @@ from .tolerances import (DEFAULT_CTX, DEFAULT_DECODE_STEPS, DEFAULT_LAYER_RTOL, 
 from .windows import text_windows
 
 
-def _window(fuel: FuelSide, oracle, ids, n_states: int) -> WindowStats:
+def _window(fuel: FuelSide, oracle, ids, n_states: int, compared=None) -> WindowStats:
+    """compared(positions so far) after each piece both sides have given."""
     st = WindowStats(ids, n_states)
     for start, f, o, fs, os_ in aligned(fuel.window(ids), oracle.window(ids, hidden=n_states > 0)):
         st.add(start, f, o, fs, os_)
+        if compared is not None:
+            compared(start + len(f))
     return st
 
 
@@ -47,8 +50,9 @@ def diff_text(model, file, oracle: str = "self", ctx: int = DEFAULT_CTX, chunks:
               path: str = "decode", tol: float = DEFAULT_TOL, min_top1: float = DEFAULT_MIN_TOP1,
               layers: bool = False, layer_tol: float = DEFAULT_LAYER_RTOL,
               decode_steps: int = DEFAULT_DECODE_STEPS, atol: float | None = None, device: str | None = None,
-              progress=None, cache_type: str = "f32") -> TextDiffResult:
-    """progress(chunk_index, n_chunks, result_so_far) after every window."""
+              progress=None, cache_type: str = "f32", within=None) -> TextDiffResult:
+    """progress(chunk_index, n_chunks, result_so_far) after every window; within(chunk_index,
+    n_chunks, positions compared) as a window goes."""
     if is_url(oracle):
         raise InputError("--text needs an oracle of whole logits (its perplexity, every window's KL); a server "
                          "gives top-k log-probabilities one request per position: use --tokens or --prompt")
@@ -59,7 +63,8 @@ def diff_text(model, file, oracle: str = "self", ctx: int = DEFAULT_CTX, chunks:
     result = TextDiffResult(orc.name, path, w, [], tol, min_top1, atol,
                             layer_tol if layers else None, orc.layer_name if layers else None)
     for c in range(w.n_chunks):
-        result.stats.append(_window(fuel, orc, w.window(c), model.cfg.num_layers + 1 if layers else 0))
+        compared = None if within is None else lambda done, c=c: within(c, w.n_chunks, done)
+        result.stats.append(_window(fuel, orc, w.window(c), model.cfg.num_layers + 1 if layers else 0, compared))
         if progress is not None:
             progress(c, w.n_chunks, result)
     result.speed = speed(("fuel", fuel), ("oracle", orc))

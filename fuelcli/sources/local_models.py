@@ -117,7 +117,10 @@ def remove(name: str, hf_file: str | None = None) -> tuple[str, int]:
     info = _scan()
     repo = next((r for r in (info.repos if info else ()) if r.repo_id == repo_id and r.repo_type == "model"), None)
     if repo is None:
-        raise ModelNotFound(f"{name}: not a pulled demo alias nor a repo in the hub cache (fuel ls lists them)")
+        from .suggest import did_you_mean
+
+        raise ModelNotFound(f"{name}: not a pulled demo alias nor a repo in the hub cache (fuel ls lists them)"
+                            + did_you_mean(name, [m.name for m in list_models()]))
     if not quant and hf_file is None:
         strategy = info.delete_revisions(*(r.commit_hash for r in repo.revisions))
         strategy.execute()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..errors import InputError, ModelNotFound
 from ..fileio.files import is_present
+from .suggest import did_you_mean
 
 # Only what fuel reads: a repo's other weights formats (pytorch .bin, onnx, gguf) are not fetched.
 HUB_PATTERNS = [
@@ -66,7 +67,8 @@ def resolve(model: str, revision: str | None = None, hf_file: str | None = None,
         if quant or hf_file:
             return _hub_gguf(repo, quant or None, hf_file, revision)
         return _hub(repo, revision, tokenizer_only)
-    raise ModelNotFound(f"{model}: no such file or directory, demo alias or hub repo id (owner/name)")
+    raise ModelNotFound(f"{model}: no such file or directory, demo alias or hub repo id (owner/name)"
+                        + did_you_mean(model))
 
 
 def _no_hf_file(hf_file: str | None, model: str):
@@ -98,9 +100,10 @@ def _demo(alias: str) -> ModelSource | None:
 
 
 @contextmanager
-def _hub_errors(what: str):
-    """huggingface_hub's errors as one line naming the repo; its progress bars only on a terminal (in
-    a log they are lines of their own, before any error)."""
+def _hub_errors(what: str, name: str):
+    """huggingface_hub's errors as one line naming the repo (`name` as MODEL spells it, to find a
+    close one when it is not there); its progress bars only on a terminal (in a log they are lines
+    of their own, before any error)."""
     from huggingface_hub import constants, errors
     from huggingface_hub.utils import disable_progress_bars
 
@@ -114,13 +117,14 @@ def _hub_errors(what: str):
     except errors.GatedRepoError:
         raise ModelNotFound(f"{what}: gated repo; accept its terms on the hub and set HF_TOKEN") from None
     except errors.RepositoryNotFoundError:
-        raise ModelNotFound(f"{what}: no such hub repo (or it is private and HF_TOKEN is not set)") from None
+        raise ModelNotFound(f"{what}: no such hub repo (or it is private and HF_TOKEN is not set)"
+                            + did_you_mean(name)) from None
     except errors.IncompleteSnapshotError as e:
         raise ModelNotFound(f"{what}: the cached snapshot is incomplete and the hub cannot be reached") from e
     except errors.LocalEntryNotFoundError as e:
         offline = constants.HF_HUB_OFFLINE
         why = "HF_HUB_OFFLINE is set" if offline else "the hub cannot be reached"
-        raise ModelNotFound(f"{what}: not in the local hub cache and {why}") from e
+        raise ModelNotFound(f"{what}: not in the local hub cache and {why}" + did_you_mean(name)) from e
     except InputError:
         raise
     except Exception as e:  # any other hub/network/validation error: one line naming the repo
@@ -134,7 +138,7 @@ def _hub(repo_id: str, revision: str | None, tokenizer_only: bool = False) -> Mo
 
     what = repo_id + (f" (revision {revision})" if revision else "")
     patterns = TOKENIZER_PATTERNS if tokenizer_only else HUB_PATTERNS
-    with _hub_errors(what):
+    with _hub_errors(what, repo_id):
         # huggingface_hub itself honours HF_HOME / HF_HUB_CACHE / HF_HUB_OFFLINE / HF_ENDPOINT / HF_TOKEN.
         folder = Path(huggingface_hub.snapshot_download(repo_id, revision=revision, allow_patterns=patterns))
     if tokenizer_only and (folder / "tokenizer.json").is_file():
@@ -151,7 +155,7 @@ def _hub_gguf(repo_id: str, quant: str | None, hf_file: str | None, revision: st
     from .hub_gguf import fetch, quant_tag
 
     what = repo_id + (f":{quant}" if quant else "") + (f" (revision {revision})" if revision else "")
-    with _hub_errors(what):
+    with _hub_errors(what, repo_id + (f":{quant}" if quant else "")):
         path = fetch(repo_id, quant, hf_file, revision, what)
     name = f"{repo_id}:{quant or quant_tag(path.name) or path.name}" if hf_file is None else f"{repo_id}/{hf_file}"
     return ModelSource("gguf", path, name)

@@ -1,0 +1,319 @@
+"""A newcomer's first hour (issue 48), each held to its fix: what the README's examples leave in the
+checkout is ignored, per-layer lists print as runs of layers, `fuel doctor` names the package,
+piped chat turns read at a terminal, `run -p` and `-n -1` as llama-cli, "did you mean"."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from typer.testing import CliRunner
+
+from fuelcli.cli import app
+from fuelcli.errors import InputError, ModelNotFound
+
+ROOT = Path(__file__).resolve().parents[1]
+runner = CliRunner()
+
+
+def _readme_outputs() -> set[str]:
+    """The files and directories the README's commands write, by name: `> FILE`, --out, --plot,
+    `pip download -d DIR`, the converter's target directory."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    code = "\n".join(re.findall(r"```sh\n(.*?)```", text, re.S) + re.findall(r"`([^`\n]+)`", text))
+    found = set(re.findall(r"(?<![<>])> ?([\w.-]+\.\w+)", code))
+    found |= set(re.findall(r"--(?:out|plot) ([\w.-]+\.\w+)", code))
+    found |= set(re.findall(r"pip download .*? -d ([\w.-]+)", code))
+    found |= set(re.findall(r"gguf_to_safetensors\.py \S+ \./([\w.-]+)", code))
+    return {name for name in found if not name.split(".")[0].isupper()}  # not placeholders: FILE.png
+
+
+def test_the_readme_examples_outputs_are_ignored():
+    outputs = _readme_outputs()
+    assert {"prompt.txt", "kl.png", "vocab", "SmolLM2-135M-Instruct", "decode.npy"} <= outputs  # the finder finds
+    ignored = {line.strip().strip("/") for line in (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()}
+    assert outputs <= ignored, outputs - ignored
+    assert "fuel-smoke.json" in ignored  # docs/ci.md's example writes it
+
+
+# ---------------------------------------------------------------- inspect config
+
+
+def test_layer_runs():
+    from fuelcli.cli.inspect import layer_runs
+
+    assert layer_runs([False] * 30) == "layers 0-29: false"
+    assert layer_runs([4, 4, 4, 0, 4]) == "layers 0-2: 4, 3: 0, 4: 4"
+    assert layer_runs(["θ=10000", None]) == 'layers 0: "θ=10000", 1: null'
+
+
+def test_config_of_many_layers_prints_runs(monkeypatch):
+    """30 layers' `false` as one run, in a pipe as at a terminal; --json keeps the lists. Control: a
+    short per-layer list stays a list, and a list that is not per layer is never turned into runs."""
+    import fuelcli.cli.inspect as I
+    import fuelcli.model.inspect_views as V
+
+    view = {"model": "m", "source_kind": "dir", "values": [
+        {"name": "moe_layers", "value": [False] * 30, "origin": "derived"},
+        {"name": "windows", "value": [4096] * 20 + [0] * 10, "origin": "derived"},
+        {"name": "rope_layers", "value": ["θ=10000", None], "origin": "derived"},
+        {"name": "eos_token_ids", "value": list(range(100, 130)), "origin": "gguf"}]}
+    monkeypatch.setattr(I, "_open", lambda *a: None)
+    monkeypatch.setattr(V, "config_view", lambda model: view)
+    r = runner.invoke(app, ["inspect", "config", "m"])
+    assert r.exit_code == 0, r.output
+    assert "layers 0-29: false" in r.stdout and "layers 0-19: 4096, 20-29: 0" in r.stdout
+    assert '["θ=10000", null]' in r.stdout and "[100, 101, 102" in r.stdout
+    assert max(len(line) for line in r.stdout.splitlines() if "moe_layers" in line) < 240
+    r = runner.invoke(app, ["inspect", "config", "m", "--json"])
+    assert json.loads(r.stdout)["values"][0]["value"] == [False] * 30
+
+
+def test_per_layer_rows_are_the_views(tiny):
+    """The table's list of per-layer rows is config_view's (a row added there is shown as runs too)."""
+    from fuelcli.cli.inspect import PER_LAYER_ROWS
+    from fuelcli.model.inspect_views import _block_rows
+    from fuelcli.sources.loader import open_model
+
+    assert set(_block_rows(open_model(str(tiny("smollm3"))).cfg)) == set(PER_LAYER_ROWS)
+
+
+# ---------------------------------------------------------------- doctor
+
+
+def test_doctor_names_the_package_root(tmp_path, monkeypatch):
+    import fuelcli
+
+    monkeypatch.setenv("FUEL_HOME", str(tmp_path))
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    r = runner.invoke(app, ["doctor", "--json"])
+    d = json.loads(r.stdout)
+    root = Path(fuelcli.__file__).resolve().parent
+    assert d["fuel_package"] == str(root) and root.name == "fuelcli"
+    numba = {c["name"]: c for c in d["caches"]}["numba cache"]
+    assert numba["path"] == f"{root}/**/__pycache__"  # numba's default: beside every module of the package
+
+
+# ---------------------------------------------------------------- piped chat
+
+
+class _Out(io.StringIO):
+    def __init__(self, tty: bool):
+        super().__init__()
+        self.tty = tty
+
+    def isatty(self):
+        return self.tty
+
+
+class _Session:
+    """Replies "one\\ntwo" to every turn, as a model writing two lines."""
+
+    engine = SimpleNamespace(n_ctx=64)
+
+    def prepare(self, text):
+        return SimpleNamespace(dropped=0, cached=0, ids=[])
+
+    def reply(self, turn, stats):
+        yield "one\ntwo"
+
+
+@pytest.mark.parametrize("tty", [True, False])
+def test_piped_chat_turns(monkeypatch, tty):
+    """Piped turns read at a terminal: each turn as `>>> TEXT`, a blank line after each reply, so
+    that two-line replies do not run together; into a pipe, a line per reply line as before."""
+    from fuelcli.cli.chat import _loop
+
+    out = _Out(tty)
+    monkeypatch.setattr(sys, "stdin", io.StringIO("Hi\nAnd then?\n"))
+    monkeypatch.setattr(sys, "stdout", out)
+    _loop(_Session(), None, interactive=False, verbose_prompt=False, show_stats=False)
+    if tty:
+        assert out.getvalue() == ">>> Hi\none\ntwo\n\n>>> And then?\none\ntwo\n\n"
+    else:
+        assert out.getvalue() == "one\ntwo\none\ntwo\n"
+
+
+# ---------------------------------------------------------------- run -p, -n -1
+
+
+@pytest.fixture(scope="module")
+def byte_model(tiny, tmp_path_factory):
+    """llama2 tiny with a byte tokenizer (ids = bytes), so that run takes text."""
+    from tiny_models import write_byte_tokenizer
+
+    d = tmp_path_factory.mktemp("first-hour") / "llama2"
+    shutil.copytree(tiny("llama2"), d)
+    return write_byte_tokenizer(d)
+
+
+def _run_json(*args):
+    r = runner.invoke(app, ["run", *args, "--no-chat-template", "--temp", "0", "--json"])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def test_run_takes_the_prompt_as_llama_cli(byte_model):
+    by_option = _run_json(str(byte_model), "-p", "hello", "-n", "4")
+    assert by_option["tokens"] == _run_json(str(byte_model), "hello", "-n", "4")["tokens"]
+    assert by_option["tokens"] != _run_json(str(byte_model), "other", "-n", "4")["tokens"]  # the prompt counts
+    r = runner.invoke(app, ["run", str(byte_model), "hello", "-p", "hello"])
+    assert isinstance(r.exception, InputError)  # main() prints it as one line, exit 2
+    assert str(r.exception) == "give the prompt as PROMPT or with -p/--prompt, not both"
+
+
+def test_run_without_a_token_limit(byte_model):
+    """-n -1: on until the context is full (the tiny model writes no EOS here); the control, -n 4, stops
+    at 4. -n 0 and -n -2 are refused in one line."""
+    out = _run_json(str(byte_model), "hello", "-n", "-1", "-c", "24")
+    assert out["n_ctx"] == 24 and out["stats"]["stop_reason"] == "context full"
+    # every position filled; the last token is drawn from the last position's logits, never fed back
+    assert out["stats"]["prompt_tokens"] + out["stats"]["generated_tokens"] == 24 + 1
+    assert _run_json(str(byte_model), "hello", "-n", "4", "-c", "24")["stats"]["stop_reason"] == "max tokens"
+    for n in ("0", "-2"):
+        r = runner.invoke(app, ["run", str(byte_model), "hello", "-n", n])
+        assert isinstance(r.exception, InputError)
+        assert str(r.exception) == f"--max-tokens must be at least 1, or -1 (no limit), got {n}"
+
+
+def test_run_without_a_limit_takes_the_chats_context(byte_model):
+    from fuelcli.cli.options import OPEN_ENDED_CTX
+
+    model_ctx = json.loads((byte_model / "config.json").read_text())["max_position_embeddings"]
+    out = _run_json(str(byte_model), "hello", "-n", "-1")
+    assert out["n_ctx"] == min(OPEN_ENDED_CTX, model_ctx)
+
+
+# ---------------------------------------------------------------- did you mean
+
+
+@pytest.fixture
+def empty_caches(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUEL_HOME", str(tmp_path / "fuel"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from huggingface_hub import constants
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.mark.parametrize("typed, meant", [("smollm2-135", "smollm2-135m"), ("SmolLM2-135M", "smollm2-135m"),
+                                          ("qwen2.5-coder", "qwen2.5-coder-0.5b"), ("gemma3", "gemma3-270m")])
+def test_a_mistyped_alias_gets_did_you_mean(empty_caches, typed, meant):
+    from fuelcli.sources.source import resolve
+
+    with pytest.raises(ModelNotFound) as e:
+        resolve(typed)
+    assert str(e.value).endswith(f"; did you mean {meant}?") and "\n" not in str(e.value)
+
+
+def test_a_name_like_none_gets_no_guess(empty_caches):
+    from fuelcli.sources.source import resolve
+
+    with pytest.raises(ModelNotFound) as e:
+        resolve("nothing-like-it")
+    assert str(e.value) == "nothing-like-it: no such file or directory, demo alias or hub repo id (owner/name)"
+
+
+def test_a_mistyped_cached_repo_gets_did_you_mean(empty_caches, monkeypatch):
+    """A hub id one letter off a model `fuel ls` lists: the listed name is offered."""
+    from fuelcli.sources import local_models
+    from fuelcli.sources.local_models import LocalModel
+    from fuelcli.sources.source import resolve
+
+    listed = LocalModel("HuggingFaceTB/SmolLM2-135M-Instruct", "hub", "safetensors", 1, "/x")
+    monkeypatch.setattr(local_models, "list_models", lambda: [listed])
+    with pytest.raises(ModelNotFound) as e:
+        resolve("HuggingFaceTB/SmolLM2-135M-Instruc")
+    assert str(e.value).endswith("not in the local hub cache and HF_HUB_OFFLINE is set; did you mean "
+                                 "HuggingFaceTB/SmolLM2-135M-Instruct?")
+
+
+# ---------------------------------------------------------------- progress where stderr is a log
+
+
+@pytest.fixture(scope="module")
+def text_file(tmp_path_factory):
+    f = tmp_path_factory.mktemp("text") / "t.txt"
+    f.write_text("The quick brown fox jumps over the lazy dog. " * 8, encoding="utf-8")
+    return f
+
+
+def test_perplexity_says_each_window_in_a_log(byte_model, text_file):
+    """stderr not a terminal (CliRunner's is not): a line per window, with its running PPL."""
+    r = runner.invoke(app, ["perplexity", str(byte_model), str(text_file), "--ctx", "32", "--chunks", "3", "--json"])
+    assert r.exit_code == 0, r.output
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("perplexity: chunk ")]
+    running = json.loads(r.stdout)["running"]
+    assert [ln.split(",")[0] for ln in lines] == [f"perplexity: chunk {i}/3" for i in (1, 2, 3)]
+    assert f"PPL so far {running[-1]:.4f}" in lines[-1]
+
+
+def test_perplexity_at_a_terminal_keeps_to_its_running_values(byte_model, text_file):
+    """The control: stderr a terminal, no per-window line (the running values on stdout show it)."""
+    import os
+    import pty
+    import subprocess
+
+    leader, follower = pty.openpty()
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    p = subprocess.run([sys.executable, "-m", "fuelcli", "perplexity", str(byte_model), str(text_file), "--ctx", "32",
+                        "--chunks", "3"], stderr=follower, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                       env=env, timeout=300)
+    os.close(follower)
+    err = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # EIO: nothing more
+            break
+        if not chunk:
+            break
+        err += chunk
+    os.close(leader)
+    assert p.returncode == 0, err
+    assert b"perplexity: calculating perplexity over 3 chunks" in err and b"perplexity: chunk " not in err
+    assert p.stdout.decode().startswith("[1]")
+
+
+def test_diff_text_says_where_a_long_window_is(monkeypatch, byte_model, text_file):
+    """A line each slice of a window into a log, none at its end (the window's own line follows);
+    slices of 8 positions here, so a window of 32 gets 3."""
+    from fuelcli.oracle import tolerances
+
+    monkeypatch.setattr(tolerances, "SLICE", 8)
+    r = runner.invoke(app, ["diff", str(byte_model), "--text", str(text_file), "--ctx", "32", "--chunks", "2"])
+    assert r.exit_code == 0, r.output
+    lines = [ln for ln in r.stderr.splitlines() if "positions compared" in ln]
+    assert [ln.split(" positions")[0] for ln in lines] == [f"[{c}/2] {p}/32" for c in (1, 2) for p in (8, 16, 24)]
+
+
+def test_diff_text_at_a_terminal_has_no_slice_lines(monkeypatch):
+    from fuelcli.cli import diff_view
+
+    monkeypatch.setattr(sys, "stderr", _Out(True))
+    assert diff_view.within_windows(32) is None
+    monkeypatch.setattr(sys, "stderr", _Out(False))
+    assert diff_view.within_windows(32) is not None
+
+
+def test_rm_of_a_mistyped_name_offers_what_is_there(empty_caches, monkeypatch):
+    """fuel rm guesses among what `fuel ls` lists only (a demo alias not pulled is nothing to remove)."""
+    from fuelcli.sources import local_models
+    from fuelcli.sources.local_models import LocalModel
+
+    listed = LocalModel("owner/tiny-model", "hub", "safetensors", 1, "/x")
+    monkeypatch.setattr(local_models, "list_models", lambda: [listed])
+    with pytest.raises(ModelNotFound) as e:
+        local_models.remove("owner/tiny-modle")
+    assert str(e.value).endswith("(fuel ls lists them); did you mean owner/tiny-model?")
+    with pytest.raises(ModelNotFound) as e:
+        local_models.remove("smollm2-135")  # the control: close to an alias, but no alias is pulled
+    assert str(e.value).endswith("(fuel ls lists them)")
