@@ -5,5 +5,6 @@
     worker.py    the engine thread: a bounded queue, one job at a time, the prompt (prefix) cache
     logprobs.py  per-token log-probabilities and token bytes
     responses.py OpenAI response bodies and stream chunks; sse.py frames them as server-sent events
-    app.py       the routes, auth and error handling; server.py binds and runs uvicorn
+    openai_api.py  the OpenAI routes' handlers; request_io.py reads bodies and waits for answers
+    app.py       the route table, auth and error handling; server.py binds and runs uvicorn
 """

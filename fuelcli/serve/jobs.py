@@ -98,8 +98,7 @@ class Job:
 class Outbox:
     """The events of a worker step's jobs, handed to the event loop together: one wake-up of the loop
     a step, not one a token (each call_soon_threadsafe writes to the loop's self-pipe and gives the
-    loop its turn at the GIL: 0.17 ms a call inside a busy server, ~0.7 ms of a 4-sequence step's
-    ~21 ms on the Qwen demo)."""
+    loop its turn at the GIL: ~0.7 ms of a 4-sequence step's ~21 ms on the Qwen demo)."""
 
     def __init__(self):
         self.items: list = []

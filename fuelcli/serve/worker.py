@@ -6,8 +6,8 @@ than one (decode reads the weights once per step). With one slot (--parallel 1) 
 time, in arrival order, each step on the single-sequence kernels.
 
 Requests wait in a queue for a slot, at most `queue_size` of them (--queue) beyond the slots that
-are free; past that submit() refuses with 503 and a Retry-After estimated from recent jobs. A cancelled job (client gone, server stopping) stops at its next step
-and frees its slot at once.
+are free; past that submit() refuses with 503 and a Retry-After estimated from recent jobs. A
+cancelled job (client gone, server stopping) stops at its next step and frees its slot at once.
 
 Prompt cache (llama-server's), per slot: each slot keeps the KV of its last job's tokens, and a new
 job takes a free slot by what it can reuse there (_slot_for: the slot of its own conversation's
@@ -186,9 +186,9 @@ class EngineWorker:
     def submit(self, job: Job) -> None:
         if self.stopping:
             raise APIError(503, "the server is shutting down", type="server_error")
-        # a job that a free slot will take is not waiting, even before the engine thread (mid-step,
-        # or slow to be scheduled) has taken it: counting it refused a second request beside one
-        # free slot. Only the event loop submits, so the check and the put are not interleaved.
+        # the queue holds the jobs a free slot is about to take too (the engine thread takes them
+        # between steps): they are not waiting, so the bound is --queue beyond the free slots. Only
+        # the event loop submits, so the check and the put are not interleaved.
         free = max(self.engine.slots - len(self.running), 0)
         if self.jobs.qsize() >= self.queue_size + free:
             wait = math.ceil(self._job_seconds * (self.jobs.qsize() + 1) / self.engine.slots)
