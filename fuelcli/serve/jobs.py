@@ -214,7 +214,9 @@ def chat_job(req: ChatRequest, model: ServedModel, loop) -> Job:
     reasoning = (req.reasoning_format or model.reasoning_format) != "none" and THINK in tok.chat_template
     thinking = text.rstrip().endswith(THINK)
     grammar = _output_grammar(req, fmt, tools, END_THINK if thinking else None)
-    reply = {"tools": fmt, "reasoning": reasoning, "in_reasoning": reasoning and thinking}
+    # with tool_choice auto a reply may also be a bare JSON call (a forced one follows the grammar)
+    reply = {"tools": fmt, "reasoning": reasoning, "in_reasoning": reasoning and thinking,
+             "functions": tools if choice == "auto" else None}
     prediction = tok.encode(req.prediction.content, add_special_tokens=False) if req.prediction else []
     return Job("chat", ids, req.max_new or model.n_ctx, _sampler_params(req), req.stop, req.n_logprobs, loop,
                grammar=grammar, reply=reply, prediction=prediction, ignore_eos=req.ignore_eos)

@@ -89,7 +89,10 @@ class Message(_Strict):
         """(field, what is wrong) across fields, or None."""
         if self.content is _NOT_SET:
             return "content", "Missing required parameter"
-        if self.content is None and not (self.role == "assistant" and (self.tool_calls or self.refusal is not None)):
+        # an assistant turn with content null and tool_calls [] is empty content, as some client
+        # libraries write a turn without calls (llama-server reads it so)
+        if self.content is None and not (self.role == "assistant"
+                                         and (self.tool_calls is not None or self.refusal is not None)):
             return "content", "must be a string or a list of text parts (null only in an assistant turn with tool_calls)"
         if self.tool_calls is not None and self.role != "assistant":
             return "tool_calls", "only an assistant message has tool_calls"
