@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from fuelcli.serve.jobs import ServedModel, chat_job
+from fuelcli.serve.jobs import Done, ServedModel, chat_job
 from fuelcli.serve.json_check import satisfies
 from fuelcli.serve.reply import ReplyParser, whole
 from fuelcli.serve.responses import ChatFormat
@@ -114,7 +114,7 @@ def test_prose_still_streams_at_once():
 
 def test_the_response_says_tool_calls():
     fmt = ChatFormat("m", None, ReplyParser(Hermes(), functions=FUNCTIONS))
-    body = fmt.response(PARIS, [], "stop", Stats())
+    body = fmt.response(PARIS, [], Done("stop", Stats()))
     choice = body["choices"][0]
     assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None
     assert _calls(choice["message"]["tool_calls"]) == [("get_weather", {"city": "Paris"})]

@@ -50,6 +50,7 @@ class Delta:
 class Done:
     finish_reason: str  # "stop" | "length" | "cancelled"
     stats: Stats
+    stop: str | None = None  # the stop string that ended the reply (Anthropic's stop_sequence)
 
 
 @dataclass
@@ -186,7 +187,9 @@ def _output_grammar(req: ChatRequest, fmt, tools: list, after: str | None) -> g.
                      "response_format.json_schema")
 
 
-def chat_job(req: ChatRequest, model: ServedModel, loop) -> Job:
+def chat_prompt(req: ChatRequest, model: ServedModel) -> tuple[str, list[int], object, list]:
+    """The chat template rendered for a request: (text, its ids, the tool-call format or None, the
+    declared tools.Function); the length is not checked (counting tokens needs no room)."""
     tok = model.tokenizer
     if tok.chat_template is None:
         raise bad_request("this model has no chat template; use /v1/completions with a raw prompt", param="messages")
@@ -206,7 +209,13 @@ def chat_job(req: ChatRequest, model: ServedModel, loop) -> Job:
                                tools=[t.model_dump(exclude_none=True) for t in req.tools] if tools else None)
     except InputError as e:  # the template refused the conversation (raise_exception) or failed
         raise bad_request(str(e), param="messages") from None
-    ids = tok.encode(text, add_special_tokens=False)
+    return text, tok.encode(text, add_special_tokens=False), fmt, tools
+
+
+def chat_job(req: ChatRequest, model: ServedModel, loop) -> Job:
+    tok = model.tokenizer
+    choice = req.tool_choice or "auto"
+    text, ids, fmt, tools = chat_prompt(req, model)
     _check_length(ids, model, "messages")
     # reasoning is read out of the reply where the template knows <think> (Qwen3, DeepSeek-R1, QwQ);
     # a prompt that ends inside <think> (the template opened it) starts the reply in the reasoning,

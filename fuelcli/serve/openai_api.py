@@ -9,14 +9,13 @@ from __future__ import annotations
 import asyncio
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from starlette.responses import JSONResponse, PlainTextResponse
 
 from .errors import APIError
 from .jobs import chat_job, completion_job, model_not_found
-from .request_io import cancel_on_disconnect, collect, read_body
+from .request_io import answer, read_body
 from .responses import ChatFormat, CompletionFormat
 from .schemas import ChatRequest, CompletionRequest, parse
-from .sse import sse_stream
 
 
 def model_card(state) -> dict:
@@ -37,20 +36,6 @@ async def get_model(state, request: Request):
     if name not in state.model.names:
         raise model_not_found(name)
     return JSONResponse(model_card(state))
-
-
-async def answer(request: Request, job, fmt, stream: bool, include_usage: bool = False):
-    """The job's answer through its formatter: a server-sent event stream, or one JSON body."""
-    if stream:
-        return StreamingResponse(sse_stream(job, fmt, include_usage), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-    watch = asyncio.create_task(cancel_on_disconnect(request, job))
-    try:
-        text, lps, done = await collect(job)
-    finally:
-        watch.cancel()
-        job.cancel()  # a no-op once finished; stops the engine if this handler itself is cancelled
-    return JSONResponse(fmt.response(text, lps, done.finish_reason, done.stats))
 
 
 async def _complete(state, request: Request, schema, build, make_format):

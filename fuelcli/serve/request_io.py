@@ -1,14 +1,16 @@
-"""What every route does with a request: read its body (bounded), answer an APIError, and wait for a
-job's whole answer, cancelling the job when the client goes away."""
+"""What every route does with a request: read its body (bounded), answer an APIError, and answer a
+job: streamed, or its whole answer, cancelling the job when the client goes away."""
 
 from __future__ import annotations
 
+import asyncio
+
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, StreamingResponse
 
 from .errors import APIError
 from .jobs import Delta, Failed
-from .sse import shutting_down
+from .sse import OpenAIFrames, shutting_down, sse_stream
 
 MAX_BODY = 16 * 2**20  # bytes; far above any prompt that fits a context
 
@@ -55,3 +57,17 @@ async def collect(job):
             raise shutting_down()  # (or the client is gone and reads nothing)
         else:
             return "".join(text), lps, event
+
+
+async def answer(request: Request, job, fmt, stream: bool, include_usage: bool = False, frames=OpenAIFrames):
+    """The job's answer through its formatter: server-sent events (framed by `frames`), or one JSON body."""
+    if stream:
+        return StreamingResponse(sse_stream(job, fmt, include_usage, frames), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    watch = asyncio.create_task(cancel_on_disconnect(request, job))
+    try:
+        text, lps, done = await collect(job)
+    finally:
+        watch.cancel()
+        job.cancel()  # a no-op once finished; stops the engine if this handler itself is cancelled
+    return JSONResponse(fmt.response(text, lps, done))

@@ -65,6 +65,7 @@ class Running:
         self.next: int | None = None  # the token to feed next, once generating
         self.stream = worker.tokenizer.stream(skip_special_tokens=True)
         self.matcher = StopMatcher(job.stops)
+        self.stop_string: str | None = None  # the stop string that ended the reply
         self.pending, self.sent, self.entries_len = [], 0, 0  # logprobs not yet sent; characters sent; their tokens' length
         self.started = time.perf_counter()
         self.decode_from: float | None = None
@@ -126,8 +127,11 @@ class Running:
         job = self.job
         if job.n_logprobs is not None:
             self.pending.append(logprobs_of(step.logits, step.token, job.n_logprobs, self.worker.token_bytes))
-        text, stopped = self.matcher.feed(self.stream.push(step.token))
+        piece = self.stream.push(step.token)
+        seen = self.matcher.pending + piece
+        text, stopped = self.matcher.feed(piece)
         if stopped:
+            self.stop_string = min((s for s in self.matcher.stops if s in seen), key=seen.find)
             # report the tokens that start before the cut (not those wholly inside the stop string)
             keep = []
             for lp in self.pending:
@@ -319,7 +323,7 @@ class EngineWorker:
         # counted before the reply ends: a client that has its answer finds it in /metrics
         self.metrics.finished(r.job.kind, finish, s, time.perf_counter() - r.job.arrived)
         self._job_seconds = 0.8 * self._job_seconds + 0.2 * (time.perf_counter() - r.started)
-        r.job.emit(Done(finish, s))
+        r.job.emit(Done(finish, s, r.stop_string))
         fresh = s.prompt_tokens - s.cached_tokens
         pp = fresh / s.prefill_s if s.prefill_s else 0.0
         tg = s.decode_steps / s.decode_s if s.decode_s else 0.0
