@@ -45,8 +45,8 @@ def serve(
     revision: Optional[str] = Revision,
     hf_file: Optional[str] = HfFile,
 ):
-    """Serve MODEL over HTTP with OpenAI's API: /v1/chat/completions, /v1/completions, /v1/models;
-    Anthropic's: /v1/messages, /v1/messages/count_tokens (and /metrics with --metrics).
+    """Serve MODEL over HTTP with OpenAI's API: /v1/chat/completions, /v1/completions, /v1/responses,
+    /v1/models; Anthropic's: /v1/messages, /v1/messages/count_tokens (and /metrics with --metrics).
 
     --draft-model or --lookup-decoding: speculative decoding as in fuel run (with --parallel 1);
     a reply's usage then carries completion_tokens_details.accepted_prediction_tokens and

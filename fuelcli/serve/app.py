@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import hmac
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.routing import Route
 
-from . import anthropic_api, openai_api
+from . import anthropic_api, openai_api, responses_api
 from .anthropic_format import error_body as anthropic_error
 from .errors import APIError
 from .jobs import ServedModel
@@ -30,12 +30,14 @@ log = logging.getLogger("fuel.serve")
 
 @dataclass
 class AppState:
-    """What the handlers share: the model, its engine worker, the API key, whether /metrics is on."""
+    """What the handlers share: the model, its engine worker, the API key, whether /metrics is on,
+    the responses kept for previous_response_id."""
 
     model: ServedModel
     worker: EngineWorker
     api_key: str | None = None
     metrics: bool = False
+    responses: responses_api.ResponseStore = field(default_factory=responses_api.ResponseStore)
 
 
 def authorize(state: AppState, request: Request) -> None:
@@ -94,6 +96,7 @@ def routes(state: AppState) -> list[Route]:
             route(f"{prefix}/models/{{model_id:path}}", openai_api.get_model, "GET"),
             route(f"{prefix}/chat/completions", openai_api.chat, "POST"),
             route(f"{prefix}/completions", openai_api.completions, "POST"),
+            route(f"{prefix}/responses", responses_api.responses, "POST"),
             route(f"{prefix}/messages", anthropic_api.messages, "POST", error_body=anthropic_error),
             route(f"{prefix}/messages/count_tokens", anthropic_api.count_tokens, "POST", error_body=anthropic_error),
         ]
