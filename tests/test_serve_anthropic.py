@@ -330,5 +330,7 @@ def test_bodies_that_are_not_a_request(server):
         node = node["properties"]["x"]
     status, _, _ = raw(server.port, "POST", "/v1/messages", json.dumps(deep), {"x-api-key": KEY})
     assert status in (200, 400)
+    status, _, out = raw(server.port, "GET", "/v1/messages", headers={"x-api-key": KEY})
+    assert status == 405 and json.loads(out)["type"] == "error"
     huge = json.dumps({"model": MODEL, "max_tokens": 1, "messages": [{"role": "user", "content": "x" * (17 * 2**20)}]})
     assert bad_request(server, huge, want=413)["type"] == "request_too_large"

@@ -23,12 +23,12 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError
 
 from .errors import bad_request
-from .schemas import ChatRequest, _api_error, _Strict
+from .schemas import ChatRequest, Strict, api_error
 
 TOOL_NAME = r"^[a-zA-Z0-9_-]{1,64}$"
 
 
-class AnthropicTool(_Strict):
+class AnthropicTool(Strict):
     name: str = Field(pattern=TOOL_NAME)
     description: str | None = None
     input_schema: dict
@@ -37,28 +37,28 @@ class AnthropicTool(_Strict):
     strict: bool | None = None
 
 
-class ToolChoice(_Strict):
+class ToolChoice(Strict):
     type: Literal["auto", "any", "tool", "none"]
     name: str | None = None
     disable_parallel_tool_use: bool | None = None
 
 
-class Thinking(_Strict):
+class Thinking(Strict):
     type: Literal["enabled", "disabled", "adaptive"]
     budget_tokens: int | None = Field(None, ge=0)  # the template decides how long the model thinks
     display: str | None = None
 
 
-class AnthropicMessage(_Strict):
+class AnthropicMessage(Strict):
     role: Literal["user", "assistant"]
     content: Any  # a string or blocks: checked in to_chat, which names the block's field
 
 
-class Metadata(_Strict):
+class Metadata(Strict):
     user_id: str | None = None
 
 
-class _Body(_Strict):
+class _Body(Strict):
     """The fields both routes take."""
 
     model: str
@@ -211,4 +211,4 @@ def to_chat(req: _Body) -> ChatRequest:
     try:
         return ChatRequest.model_validate(body).check()
     except ValidationError as e:
-        raise _api_error(e) from None
+        raise api_error(e) from None

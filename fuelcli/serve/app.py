@@ -83,7 +83,8 @@ async def http_error(request: Request, exc: HTTPException):
     what = {404: f"no route {request.url.path}", 405: f"{request.method} is not allowed on {request.url.path}"}
     e = APIError(exc.status_code, what.get(exc.status_code, str(exc.detail)),
                  code="not_found" if exc.status_code == 404 else None, headers=exc.headers)
-    return error_response(e)
+    anthropic = request.url.path.removeprefix("/v1").startswith("/messages")
+    return error_response(e, anthropic_error(e) if anthropic else None)
 
 
 def routes(state: AppState) -> list[Route]:

@@ -21,12 +21,12 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, field_validator
 
 from .errors import bad_request
-from .schemas import ChatRequest, _api_error, _Strict
+from .schemas import ChatRequest, Strict, api_error
 
 TOOL_NAME = r"^[a-zA-Z0-9_-]{1,64}$"
 
 
-class FunctionTool(_Strict):
+class FunctionTool(Strict):
     type: Literal["function"]
     name: str = Field(pattern=TOOL_NAME)
     description: str | None = None
@@ -34,12 +34,12 @@ class FunctionTool(_Strict):
     strict: bool | None = None
 
 
-class NamedFunction(_Strict):
+class NamedFunction(Strict):
     type: Literal["function"]
     name: str
 
 
-class TextFormat(_Strict):
+class TextFormat(Strict):
     type: Literal["text", "json_object", "json_schema"]
     name: str | None = Field(None, pattern=TOOL_NAME)
     description: str | None = None
@@ -47,16 +47,16 @@ class TextFormat(_Strict):
     strict: bool | None = None
 
 
-class TextConfig(_Strict):
+class TextConfig(Strict):
     format: TextFormat | None = None
 
 
-class Reasoning(_Strict):
+class Reasoning(Strict):
     effort: Any = None
     summary: Any = None
 
 
-class ResponsesRequest(_Strict):
+class ResponsesRequest(Strict):
     model: str
     input: Any  # a string or items: checked in to_chat, which names the item's field
     instructions: str | None = None
@@ -235,4 +235,4 @@ def to_chat(req: ResponsesRequest, history: list[dict]) -> tuple[ChatRequest, li
     try:
         return ChatRequest.model_validate(body).check(), conversation
     except ValidationError as e:
-        raise _api_error(e) from None
+        raise api_error(e) from None
