@@ -53,7 +53,7 @@ def authorize(state: AppState, request: Request) -> None:
     if x_key is not None and hmac.compare_digest(x_key.strip().encode(), key):
         return
     raise APIError(401, "Incorrect API key provided." if given or x_key is not None else
-                   "You didn't provide an API key: send it as `Authorization: Bearer KEY`.",
+                   "You didn't provide an API key: send it as `Authorization: Bearer KEY` or `x-api-key: KEY`.",
                    code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
 
 
