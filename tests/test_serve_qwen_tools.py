@@ -1,7 +1,8 @@
 """An agent loop end to end on the Qwen2.5-Coder demo GGUF (its own chat template with tools and
 <tool_call> blocks) through the openai client: a demanded call, its result sent back as a tool
 message, a text answer; a JSON schema answer. Left alone (tool_choice auto), this 0.5B coder writes
-the call as a markdown code block, which is no call: the negative control for the constrained one."""
+the call as a bare JSON object without <tool_call> tags, which is read as the call (issue 49); a
+question no tool answers stays text, the negative control."""
 
 from __future__ import annotations
 
@@ -39,8 +40,14 @@ def ask(client, messages, **kw):
 
 
 def test_agent_loop(client):
-    free = ask(client, QUESTION, tools=[WEATHER])  # auto: the model's own choice
-    assert free.choices[0].finish_reason == "stop" and not free.choices[0].message.tool_calls
+    free = ask(client, QUESTION, tools=[WEATHER])  # auto: the model's own choice, a bare JSON call
+    assert free.choices[0].finish_reason == "tool_calls" and free.choices[0].message.content is None
+    (bare,) = free.choices[0].message.tool_calls
+    assert (bare.function.name, json.loads(bare.function.arguments)) == ("get_weather", {"city": "Paris",
+                                                                                         "unit": "celsius"})
+    prose = ask(client, [{"role": "user", "content": "Write one sentence about the sea."}], tools=[WEATHER])
+    assert prose.choices[0].finish_reason == "stop" and not prose.choices[0].message.tool_calls
+    assert prose.choices[0].message.content
 
     r = ask(client, QUESTION, tools=[WEATHER], tool_choice="required")
     msg = r.choices[0].message

@@ -1,4 +1,4 @@
-"""`fuel serve MODEL`: an OpenAI-compatible HTTP server (fuelcli/serve) for one model."""
+"""`fuel serve MODEL`: an OpenAI- and Anthropic-compatible HTTP server (fuelcli/serve) for one model."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ def serve(
     model: str = ModelArg,
     host: str = typer.Option("127.0.0.1", "--host", help="address to listen on (0.0.0.0: every interface)"),
     port: int = typer.Option(8080, "--port", help="port to listen on (0: any free port)"),
-    api_key: Optional[str] = typer.Option(None, "--api-key", help="require `Authorization: Bearer KEY` "
-                                          "(FUEL_API_KEY also sets it)"),
+    api_key: Optional[str] = typer.Option(None, "--api-key", help="require `Authorization: Bearer KEY` or "
+                                          "`x-api-key: KEY` (FUEL_API_KEY also sets it)"),
     ctx_size: Optional[int] = ctx_size_option(f"{DEFAULT_CTX} or the model's if smaller"),
     threads: Optional[int] = Threads,
     parallel: int = typer.Option(1, "--parallel", "-np", help="requests generated together, each on its own "
@@ -45,8 +45,8 @@ def serve(
     revision: Optional[str] = Revision,
     hf_file: Optional[str] = HfFile,
 ):
-    """Serve MODEL over HTTP with OpenAI's API: /v1/chat/completions, /v1/completions, /v1/models
-    (and /metrics with --metrics).
+    """Serve MODEL over HTTP with OpenAI's API: /v1/chat/completions, /v1/completions, /v1/responses,
+    /v1/models; Anthropic's: /v1/messages, /v1/messages/count_tokens (and /metrics with --metrics).
 
     --draft-model or --lookup-decoding: speculative decoding as in fuel run (with --parallel 1);
     a reply's usage then carries completion_tokens_details.accepted_prediction_tokens and

@@ -4,12 +4,16 @@ Reasoning (Qwen3, DeepSeek-R1, QwQ): a reply that opens with <think> (or whose p
 as templates that start the model inside its thinking do) has its text up to </think> returned as
 `reasoning_content`, llama-server's and DeepSeek's field; the whitespace after <think> and </think> is dropped.
 Tool calls (tools.py): hermes blocks anywhere in the content, each reported once its closing tag is
-in; a llama3_json reply is a call when the whole reply parses as one. Text that could still become a
-tag is held back until it cannot (as stop strings are), so what is streamed is what the whole reply
-says: feed() and finish() give the same parts whichever way the text is cut.
+in; a llama3_json reply is a call when the whole reply parses as one; with declared functions, a
+reply that opens with `{` or a fence is held to its end, a call if it is one bare JSON call of them
+(tools.bare_call). Text that could still become a tag is held back until it cannot (as stop strings
+are), so what is streamed is what the whole reply says: feed() and finish() give the same parts
+whichever way the text is cut.
 """
 
 from __future__ import annotations
+
+from .tools import bare_call
 
 THINK, END_THINK = "<think>", "</think>"
 
@@ -23,8 +27,9 @@ def _held(text: str, marker: str) -> int:
 
 
 class ReplyParser:
-    def __init__(self, tools=None, reasoning: bool = False, in_reasoning: bool = False):
+    def __init__(self, tools=None, reasoning: bool = False, in_reasoning: bool = False, functions=None):
         self.tools = tools  # a tools.Hermes / Llama3Json, or None: no call parsing
+        self.functions = functions or []  # the declared tools.Function: a bare JSON reply may call one
         self.phase = "reasoning" if in_reasoning else ("start" if reasoning else "content")
         self.buf = ""
         self.strip = in_reasoning  # drop the whitespace that opens the next part (after <think>, </think>, a call)
@@ -89,6 +94,14 @@ class ReplyParser:
             if s.startswith("{") or s.startswith(tools.python_tag):
                 self.phase = "llama3_call"
                 return
+        if self.functions and not self.opened and not self.calls:
+            s = self.buf.lstrip()
+            if not final and (not s or "```".startswith(s)):
+                return  # undecided: a bare call opens with `{` or a fence
+            if s.startswith(("{", "```")):
+                self.phase = "bare_call"
+                return
+        if tools is not None and tools.name == "llama3_json":
             self.opened = True
         if tools is not None and tools.name == "hermes":
             at = self.buf.find(tools.open)
@@ -117,6 +130,19 @@ class ReplyParser:
             out.append(("tool_call", call))
         self.buf = self.buf[end + len(t.close):] if end >= 0 else ""
         self.phase, self.strip = "content", call is not None
+
+    def _bare_call(self, out, final):
+        """The reply so far opens like a bare JSON call: held to its end, then a call if it is one
+        whole, else read again as content (it may hold tagged calls)."""
+        if not final:
+            return
+        call = bare_call(self.buf, self.functions)
+        if call is None:
+            self.phase, self.opened = "content", True
+            return
+        self.calls.append(call)
+        out.append(("tool_call", call))
+        self.buf, self.phase, self.opened = "", "content", True
 
     def _llama3_call(self, out, final):
         if not final:

@@ -1,6 +1,7 @@
 """OpenAI response bodies: chat.completion / text_completion objects and their stream chunks.
 
-One formatter per endpoint with the same methods, so the routes and the SSE stream treat both alike.
+One formatter per endpoint with the same methods (response, start_chunk, delta_chunks, finish_chunks,
+usage_chunk), so the routes and the SSE stream treat every API alike.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ import time
 import uuid
 
 from ..text.generate import Stats
+from .jobs import Done
 from .logprobs import TokenLogprob
 from .reply import ReplyParser, whole
 
@@ -65,7 +67,8 @@ class ChatFormat(_Format):
     def _finish(finish: str, calls) -> str:
         return "tool_calls" if calls and finish == "stop" else finish
 
-    def response(self, text: str, lps: list[TokenLogprob], finish: str, s: Stats) -> dict:
+    def response(self, text: str, lps: list[TokenLogprob], done: Done) -> dict:
+        finish, s = done.finish_reason, done.stats
         content, reasoning, calls = whole(self.parser, text)
         message = {"role": "assistant", "content": content, "refusal": None}
         if reasoning is not None:
@@ -83,7 +86,8 @@ class ChatFormat(_Format):
         self.pending += lps
         return self._parts(self.parser.feed(text))
 
-    def finish_chunks(self, finish: str) -> list[dict]:
+    def finish_chunks(self, done: Done) -> list[dict]:
+        finish = done.finish_reason
         chunks = self._parts(self.parser.finish())
         rest, self.pending = self.pending, []
         return chunks + [self._chunk({}, self._logprobs(rest) if rest else None,
@@ -124,8 +128,8 @@ class CompletionFormat(_Format):
         return {"tokens": [lp.token for lp in lps], "token_logprobs": [lp.logprob for lp in lps],
                 "top_logprobs": [{t: p for t, _, p in lp.top} for lp in lps], "text_offset": offsets}
 
-    def response(self, text: str, lps: list[TokenLogprob], finish: str, s: Stats) -> dict:
-        return self._body(self.object, [self._choice(text, lps, finish)], usage=usage(s))
+    def response(self, text: str, lps: list[TokenLogprob], done: Done) -> dict:
+        return self._body(self.object, [self._choice(text, lps, done.finish_reason)], usage=usage(done.stats))
 
     def start_chunk(self) -> dict | None:
         return None
@@ -133,8 +137,8 @@ class CompletionFormat(_Format):
     def delta_chunks(self, text: str, lps: list[TokenLogprob]) -> list[dict]:
         return [self._body(self.chunk_object, [self._choice(text, lps, None)])]
 
-    def finish_chunks(self, finish: str) -> list[dict]:
-        return [self._body(self.chunk_object, [self._choice("", [], finish)])]
+    def finish_chunks(self, done: Done) -> list[dict]:
+        return [self._body(self.chunk_object, [self._choice("", [], done.finish_reason)])]
 
     def _choice(self, text: str, lps: list[TokenLogprob], finish) -> dict:
         return {"index": 0, "text": text, "logprobs": self._logprobs(lps), "finish_reason": finish}

@@ -22,7 +22,9 @@ from .errors import APIError, bad_request
 MAX_TOP_LOGPROBS = 20  # OpenAI's limit
 
 
-class _Strict(BaseModel):
+class Strict(BaseModel):
+    """Strict types, unknown fields refused: every API's request bodies."""
+
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
@@ -43,7 +45,7 @@ def _text(v):
     return "".join(part["text"] for part in v)
 
 
-class FunctionCall(_Strict):
+class FunctionCall(Strict):
     name: str = Field(min_length=1)
     arguments: str  # JSON text, as OpenAI sends it
 
@@ -57,7 +59,7 @@ class FunctionCall(_Strict):
         return v
 
 
-class ToolCall(_Strict):
+class ToolCall(Strict):
     id: str
     type: Literal["function"]
     function: FunctionCall
@@ -71,7 +73,7 @@ class ToolCall(_Strict):
 _NOT_SET = object()
 
 
-class Message(_Strict):
+class Message(Strict):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Any = Field(default_factory=lambda: _NOT_SET)
     name: str | None = None
@@ -89,7 +91,10 @@ class Message(_Strict):
         """(field, what is wrong) across fields, or None."""
         if self.content is _NOT_SET:
             return "content", "Missing required parameter"
-        if self.content is None and not (self.role == "assistant" and (self.tool_calls or self.refusal is not None)):
+        # an assistant turn with content null and tool_calls [] is empty content, as some client
+        # libraries write a turn without calls (llama-server reads it so)
+        if self.content is None and not (self.role == "assistant"
+                                         and (self.tool_calls is not None or self.refusal is not None)):
             return "content", "must be a string or a list of text parts (null only in an assistant turn with tool_calls)"
         if self.tool_calls is not None and self.role != "assistant":
             return "tool_calls", "only an assistant message has tool_calls"
@@ -111,40 +116,40 @@ class Message(_Strict):
         return msg | {k: v for k, v in extra.items() if v is not None}
 
 
-class FunctionDef(_Strict):
+class FunctionDef(Strict):
     name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
     description: str | None = None
     parameters: dict | None = None
     strict: bool | None = None
 
 
-class Tool(_Strict):
+class Tool(Strict):
     type: Literal["function"]
     function: FunctionDef
 
 
-class NamedFunction(_Strict):
+class NamedFunction(Strict):
     name: str
 
 
-class NamedToolChoice(_Strict):
+class NamedToolChoice(Strict):
     type: Literal["function"]
     function: NamedFunction
 
 
-class JsonSchemaFormat(_Strict):
+class JsonSchemaFormat(Strict):
     name: str = Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")
     description: str | None = None
     schema_: dict | bool | None = Field(None, alias="schema")
     strict: bool | None = None
 
 
-class ResponseFormat(_Strict):
+class ResponseFormat(Strict):
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JsonSchemaFormat | None = None
 
 
-class Prediction(_Strict):
+class Prediction(Strict):
     type: Literal["content"]
     content: Any
 
@@ -154,11 +159,11 @@ class Prediction(_Strict):
         return _text(v)
 
 
-class StreamOptions(_Strict):
+class StreamOptions(Strict):
     include_usage: bool = False
 
 
-class _Sampling(_Strict):
+class _Sampling(Strict):
     """Fields both endpoints share."""
 
     model: str
@@ -325,7 +330,7 @@ def _where(loc: tuple) -> str:
     return out
 
 
-def _api_error(e: ValidationError) -> APIError:
+def api_error(e: ValidationError) -> APIError:
     err = e.errors(include_url=False)[0]
     kind, param = err["type"], _where(err["loc"]) or None
     if kind == "json_invalid":
@@ -340,10 +345,10 @@ def _api_error(e: ValidationError) -> APIError:
     return bad_request(f"{param}: {msg}" if param else msg, param=param)
 
 
-def parse(cls: type[_Sampling], body: bytes) -> _Sampling:
-    """The checked request, or APIError (400) naming the first problem."""
+def parse(cls: type[Strict], body: bytes):
+    """The checked request (cls with a check() method), or APIError (400) naming the first problem."""
     try:
         req = cls.model_validate_json(body)
     except ValidationError as e:
-        raise _api_error(e) from None
+        raise api_error(e) from None
     return req.check()

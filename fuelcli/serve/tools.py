@@ -7,15 +7,20 @@ a named function) or a tool is `strict`, constrained by a grammar to the functio
 
     hermes       Qwen2.5, Qwen3, Hermes: <tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>, one or more
     llama3_json  Llama 3.1-3.3: the whole reply is {"name": ..., "parameters": {...}}
+
+With tool_choice auto, a reply in neither format that is one bare JSON call of a declared tool
+(bare_call) is a call too.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from dataclasses import dataclass
 
 from ..text import grammar as g
+from .json_check import satisfies
 
 EMPTY_PARAMETERS = {"type": "object", "properties": {}}
 
@@ -48,6 +53,29 @@ def _parse_call(text: str, args_key: str) -> dict | None:
         return None
     other = "parameters" if args_key == "arguments" else "arguments"
     return openai_call(obj["name"], obj.get(args_key, obj.get(other, {})))
+
+
+def bare_call(text: str, functions: list[Function]) -> dict | None:
+    """A reply that is only one JSON object (or one fenced ```json block of it) naming a declared
+    function, with arguments its parameters' schema accepts, as an OpenAI call; else None. Models
+    answer so when they drop their format's tags (Qwen2.5-Coder); Ollama reads it as a call too."""
+    s = text.strip()
+    fence = re.fullmatch(r"```(?:json)?[ \t]*\n(.*?)\n?```", s, re.DOTALL)
+    try:
+        obj = json.loads(fence.group(1) if fence else s)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        return None
+    keys = set(obj) - {"name"}
+    if len(keys) > 1 or not keys <= {"arguments", "parameters"}:
+        return None
+    arguments = obj[keys.pop()] if keys else {}
+    declared = {f.name: f for f in functions}
+    if obj["name"] not in declared or not isinstance(arguments, dict) \
+            or not satisfies(arguments, declared[obj["name"]].parameters):
+        return None
+    return openai_call(obj["name"], arguments)
 
 
 def _call_schema(functions: list[Function], args_key: str, strict: bool) -> dict:

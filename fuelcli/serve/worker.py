@@ -6,8 +6,8 @@ than one (decode reads the weights once per step). With one slot (--parallel 1) 
 time, in arrival order, each step on the single-sequence kernels.
 
 Requests wait in a queue for a slot, at most `queue_size` of them (--queue) beyond the slots that
-are free; past that submit() refuses with 503 and a Retry-After estimated from recent jobs. A cancelled job (client gone, server stopping) stops at its next step
-and frees its slot at once.
+are free; past that submit() refuses with 503 and a Retry-After estimated from recent jobs. A
+cancelled job (client gone, server stopping) stops at its next step and frees its slot at once.
 
 Prompt cache (llama-server's), per slot: each slot keeps the KV of its last job's tokens, and a new
 job takes a free slot by what it can reuse there (_slot_for: the slot of its own conversation's
@@ -65,6 +65,7 @@ class Running:
         self.next: int | None = None  # the token to feed next, once generating
         self.stream = worker.tokenizer.stream(skip_special_tokens=True)
         self.matcher = StopMatcher(job.stops)
+        self.stop_string: str | None = None  # the stop string that ended the reply
         self.pending, self.sent, self.entries_len = [], 0, 0  # logprobs not yet sent; characters sent; their tokens' length
         self.started = time.perf_counter()
         self.decode_from: float | None = None
@@ -126,8 +127,11 @@ class Running:
         job = self.job
         if job.n_logprobs is not None:
             self.pending.append(logprobs_of(step.logits, step.token, job.n_logprobs, self.worker.token_bytes))
-        text, stopped = self.matcher.feed(self.stream.push(step.token))
+        piece = self.stream.push(step.token)
+        seen = self.matcher.pending + piece
+        text, stopped = self.matcher.feed(piece)
         if stopped:
+            self.stop_string = min((s for s in self.matcher.stops if s in seen), key=seen.find)
             # report the tokens that start before the cut (not those wholly inside the stop string)
             keep = []
             for lp in self.pending:
@@ -186,9 +190,9 @@ class EngineWorker:
     def submit(self, job: Job) -> None:
         if self.stopping:
             raise APIError(503, "the server is shutting down", type="server_error")
-        # a job that a free slot will take is not waiting, even before the engine thread (mid-step,
-        # or slow to be scheduled) has taken it: counting it refused a second request beside one
-        # free slot. Only the event loop submits, so the check and the put are not interleaved.
+        # the queue holds the jobs a free slot is about to take too (the engine thread takes them
+        # between steps): they are not waiting, so the bound is --queue beyond the free slots. Only
+        # the event loop submits, so the check and the put are not interleaved.
         free = max(self.engine.slots - len(self.running), 0)
         if self.jobs.qsize() >= self.queue_size + free:
             wait = math.ceil(self._job_seconds * (self.jobs.qsize() + 1) / self.engine.slots)
@@ -319,7 +323,7 @@ class EngineWorker:
         # counted before the reply ends: a client that has its answer finds it in /metrics
         self.metrics.finished(r.job.kind, finish, s, time.perf_counter() - r.job.arrived)
         self._job_seconds = 0.8 * self._job_seconds + 0.2 * (time.perf_counter() - r.started)
-        r.job.emit(Done(finish, s))
+        r.job.emit(Done(finish, s, r.stop_string))
         fresh = s.prompt_tokens - s.cached_tokens
         pp = fresh / s.prefill_s if s.prefill_s else 0.0
         tg = s.decode_steps / s.decode_s if s.decode_s else 0.0
