@@ -19,6 +19,18 @@ from ..errors import InputError, ModelNotFound
 from ..fileio.files import is_present
 from .suggest import did_you_mean
 
+def known_names() -> list[str]:
+    """The demo aliases and the models `fuel ls` lists, for "did you mean" ([] where the caches cannot
+    be read: no hint, and the error stays the one about MODEL)."""
+    from . import demo
+    from .local_models import list_models
+
+    try:
+        return list(dict.fromkeys([*demo.DEMOS, *(m.name for m in list_models())]))
+    except Exception:
+        return []
+
+
 # Only what fuel reads: a repo's other weights formats (pytorch .bin, onnx, gguf) are not fetched.
 HUB_PATTERNS = [
     "config.json",
@@ -68,7 +80,7 @@ def resolve(model: str, revision: str | None = None, hf_file: str | None = None,
             return _hub_gguf(repo, quant or None, hf_file, revision)
         return _hub(repo, revision, tokenizer_only)
     raise ModelNotFound(f"{model}: no such file or directory, demo alias or hub repo id (owner/name)"
-                        + did_you_mean(model))
+                        + did_you_mean(model, known_names()))
 
 
 def _no_hf_file(hf_file: str | None, model: str):
@@ -118,13 +130,14 @@ def _hub_errors(what: str, name: str):
         raise ModelNotFound(f"{what}: gated repo; accept its terms on the hub and set HF_TOKEN") from None
     except errors.RepositoryNotFoundError:
         raise ModelNotFound(f"{what}: no such hub repo (or it is private and HF_TOKEN is not set)"
-                            + did_you_mean(name)) from None
+                            + did_you_mean(name, known_names())) from None
     except errors.IncompleteSnapshotError as e:
         raise ModelNotFound(f"{what}: the cached snapshot is incomplete and the hub cannot be reached") from e
     except errors.LocalEntryNotFoundError as e:
         offline = constants.HF_HUB_OFFLINE
         why = "HF_HUB_OFFLINE is set" if offline else "the hub cannot be reached"
-        raise ModelNotFound(f"{what}: not in the local hub cache and {why}" + did_you_mean(name)) from e
+        raise ModelNotFound(f"{what}: not in the local hub cache and {why}"
+                            + did_you_mean(name, known_names())) from e
     except InputError:
         raise
     except Exception as e:  # any other hub/network/validation error: one line naming the repo
