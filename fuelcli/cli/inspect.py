@@ -81,7 +81,7 @@ def mask_plan_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optiona
     con.print(f"RoPE: {v['rope_rule']}", highlight=False)
 
 
-# config_view's rows with one value per layer (model/inspect_views._block_rows); --json keeps the lists
+# config_view's rows with one value per layer (assembly/inspect_views._block_rows); --json keeps the lists
 PER_LAYER_ROWS = ("windows", "qkv_bias", "o_bias", "qk_norm", "attention_scale", "activation", "sandwich_norms",
                   "moe_layers", "rope_layers")
 LONGEST_LIST = 60  # columns; a longer per-layer list is shown as runs of layers (30 `false` made 759 columns)
