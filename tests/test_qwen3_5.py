@@ -1,13 +1,15 @@
 """Qwen3.5 / 3.6 hybrids (gated DeltaNet + gated full attention, MoE with a shared expert): fuel's
-reference forward against transformers' eager f32 logits on tiny random checkpoints, with negative
-controls that break one piece each and must fail the same comparison.
+three paths against transformers' eager f32 logits on tiny random checkpoints, with negative
+controls that break one piece each and must fail the same comparison; the sequence's state (conv
+window, recurrent matrix) through rewinds and parallel slots.
 
-The sequence is 80 tokens, so the chunked delta rule (64 a chunk) crosses a chunk boundary.
-Measured (AMD EPYC Zen 4, logits up to ~20), max|Δ| of fuel's reference / transformers f32, each
-against transformers float64 (experts_implementation="eager"), and between the two:
-  qwen3_5      1.0e-4 / 9.0e-5 from f64; fuel against transformers f32 5.0e-5: TOL 5e-4 (the issue's);
-  qwen3_5_moe  6.9e-4 / 1.6e-3 from f64; fuel against transformers f32 9.3e-4: transformers' own f32
-               logits are 1.6e-3 from its f64 ones, so the MoE case's bound is 2e-3, its own noise.
+The sequence is 80 tokens, so the reference's chunked delta rule (64 a chunk) crosses a chunk
+boundary; the engine runs the recurrence on every row. Measured on an AMD EPYC Zen 3 (family 25),
+max|Δ| against transformers f32 / against transformers float64 (experts_implementation="eager"):
+  qwen3_5      decode 6.4e-5 / 5.1e-5, prefill 6.7e-5 / 6.8e-5, reference 5.0e-5 / 1.0e-4;
+               transformers' own f32 is 9.0e-5 from its f64: TOL 5e-4 (the issue's);
+  qwen3_5_moe  decode 1.0e-3 / 1.7e-3, prefill 7.8e-4 / 8.3e-4, reference 9.3e-4 / 6.8e-4;
+               transformers' own f32 is 1.6e-3 from its f64, so the MoE case's bound is 2e-3, its noise.
 (A linear layer's gated RMSNorm divides by the RMS of its output, which random weights can make
 small: the fixture keeps in_proj_a/b at 0.05 so that beta and the decay stay in trained ranges.)
 The broken variants miss by 2e-1 or more.
@@ -21,7 +23,9 @@ from block_edits import with_attention
 from hf_oracle import hf_logits
 
 from fuelcli.assembly import delta_rule, reference
-from fuelcli.assembly.forward_paths import logits_by_path
+from fuelcli.assembly.forward_paths import PATHS, logits_by_path
+from fuelcli.backends import make_engine
+from fuelcli.backends.recurrent_state import RecurrentState
 from fuelcli.assembly.loader import open_model
 from fuelcli.errors import InputError
 
@@ -50,15 +54,16 @@ def tol(case: str) -> float:
     return LOOSER.get(case, TOL)
 
 
-def max_diff(model, ids, ref) -> float:
-    return float(np.abs(logits_by_path(model, ids, "reference") - ref).max())
+def max_diff(model, ids, ref, path="reference") -> float:
+    return float(np.abs(logits_by_path(model, ids, path) - ref).max())
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("case", CASES)
-def test_reference_matches_transformers(oracle, case):
+def test_matches_transformers(oracle, case, path):
     model, ids, ref = oracle(case)
     assert [b.linear is not None for b in model.cfg.blocks] == [True, True, True, False]
-    assert max_diff(model, ids, ref) <= tol(case)
+    assert max_diff(model, ids, ref, path) <= tol(case)
 
 
 def _gate_before_norm(o, z, weight, eps):
@@ -81,6 +86,7 @@ _real_chunked = delta_rule.chunked
 @pytest.mark.parametrize("case", CASES)
 @pytest.mark.parametrize("brk", ["gate before the norm", "rotary over the whole head", "one chunk boundary off"])
 def test_negative_control_fails(oracle, case, brk, monkeypatch):
+    """On the reference, where each piece is written once and plainly."""
     model, ids, ref = oracle(case)
     if brk == "gate before the norm":
         monkeypatch.setattr(reference, "gated_norm", _gate_before_norm)
@@ -106,9 +112,60 @@ def test_chunked_and_recurrent_rules_agree(oracle, case):
     assert np.abs(chunked - np.concatenate([first, rest])).max() < 1e-5 and np.abs(s1 - s2).max() < 1e-5
 
 
+def test_engine_rotary_over_the_whole_head_fails(oracle):
+    """The engine's partial RoPE, broken the same way, misses too (prefill and decode share it)."""
+    model, ids, ref = oracle("qwen3_5")
+    broken = dataclasses.replace(model, cfg=with_attention(model.cfg, rotary_dim=0))
+    assert max_diff(broken, ids, ref, "prefill") > 100 * TOL
+
+
+def _engine(model, slots=1):
+    return make_engine(model.cfg, model.weights, n_ctx=128, slots=slots)
+
+
 @pytest.mark.parametrize("case", CASES)
-def test_engines_refuse_in_one_line(oracle, case):
+def test_a_rewind_restores_the_state_at_a_checkpoint(oracle, case, monkeypatch):
+    """A second turn after a rewind equals a fresh run over the whole conversation: the rewind goes
+    back to the checkpoint of the last prompt's end (the state cannot be truncated) and the caller
+    feeds the rest. Control: a rewind that truncates the KV cache only must fail."""
     model, ids, _ = oracle(case)
-    for path in ("prefill", "decode"):
-        with pytest.raises(InputError, match="does not run linear-attention layers .*--path reference"):
-            logits_by_path(model, ids, path)
+    first, reply, second = ids[:30], ids[30:36], ids[36:60]
+    fresh = _engine(model).prefill(first + reply + second)[0]
+
+    def second_turn():
+        e = _engine(model)
+        e.prefill(first)
+        for t in reply:
+            e.decode(t)
+        kept = e.rewind(len(first) + len(reply) - 2)  # the chat's common prefix, short of the reply's end
+        return kept, e.prefill((first + reply + second)[kept:])[0]
+
+    kept, again = second_turn()
+    assert kept == len(first) and np.abs(again - fresh).max() <= 1e-5
+    monkeypatch.setattr(RecurrentState, "restore", lambda self, slot, pos: pos)  # the KV truncated alone
+    _, broken = second_turn()
+    assert np.abs(broken - fresh).max() > 1e-2
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_parallel_sequences_keep_their_own_state(oracle, case):
+    """Four sequences stepped side by side (serve --parallel) give each one's logits alone."""
+    model, ids, _ = oracle(case)
+    prompts = [ids[i * 10:i * 10 + 12 + i] for i in range(4)]
+    alone = []
+    for p in prompts:
+        e = _engine(model)
+        e.prefill(p[:-1])
+        alone.append(e.decode(p[-1]))
+    e = _engine(model, slots=4)
+    e.step([(s, p[:-1]) for s, p in enumerate(prompts)])
+    together = e.step([(s, [p[-1]]) for s, p in enumerate(prompts)])
+    assert max(float(np.abs(a - b).max()) for a, b in zip(alone, together)) <= 1e-4
+
+
+def test_speculation_is_refused_in_one_line(oracle):
+    model, ids, _ = oracle("qwen3_5")
+    e = _engine(model)
+    e.prefill(ids[:8])
+    with pytest.raises(InputError, match="speculative decoding does not run on models with linear-attention"):
+        e.verify(ids[8:12])

@@ -65,12 +65,15 @@ class Engine(ABC):
         for s in range(self.slots) if slot is None else [self._slot(slot)]:
             self.positions[s] = 0
 
-    def rewind(self, pos: int, slot: int = 0):
-        """Keep only the first `pos` cached tokens of a slot (a shared prompt prefix), forget the rest."""
+    def rewind(self, pos: int, slot: int = 0) -> int:
+        """Keep only the first `pos` cached tokens of a slot (a shared prompt prefix), forget the rest.
+        Returns the tokens kept: `pos`, or fewer where the sequence's state can only go back to a
+        checkpoint (linear-attention layers, recurrent_state.py); the caller feeds the rest again."""
         held = self.positions[self._slot(slot)]
         if not 0 <= pos <= held:
             raise InputError(f"cannot rewind to {pos}: the cache holds {held} tokens")
         self.positions[slot] = pos
+        return pos
 
     def _slot(self, slot: int) -> int:
         if not 0 <= slot < self.slots:

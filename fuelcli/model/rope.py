@@ -112,7 +112,11 @@ def cos_sin(rope: RopeConfig, head_dim: int, n_positions: int) -> tuple[np.ndarr
     return cos, sin
 
 
-def cos_sin_tables(ropes: list, head_dim: int, n_positions: int) -> tuple[np.ndarray, np.ndarray]:
-    """cos_sin of each RoPE stacked: [len(ropes) (at least 1), n_positions, head_dim/2]."""
-    pairs = [cos_sin(r, head_dim, n_positions) for r in ropes] or [cos_sin(RopeConfig(), head_dim, n_positions)]
-    return np.stack([c for c, _ in pairs]), np.stack([s for _, s in pairs])
+def cos_sin_tables(ropes: list, head_dim: int, n_positions: int, rotary_dim: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """cos_sin of each RoPE stacked: [len(ropes) (at least 1), n_positions, head_dim/2]; with a
+    rotary_dim (RoPE over part of each head) its rotary_dim/2 frequencies, the rest zero."""
+    dims = rotary_dim or head_dim
+    pairs = [cos_sin(r, dims, n_positions) for r in ropes] or [cos_sin(RopeConfig(), dims, n_positions)]
+    pad = ((0, 0), (0, (head_dim - dims) // 2))
+    return (np.stack([np.pad(c, pad) for c, _ in pairs]).astype(np.float32),
+            np.stack([np.pad(s, pad) for _, s in pairs]).astype(np.float32))

@@ -59,6 +59,17 @@ class Activations(NamedTuple):
     # interleaved (matmul.describe_product)
     part: np.ndarray  # a decode step's attention runs: attention_splits() * heads * part_stride(head_dim)
     last: np.ndarray  # [slots, H] the last row of each sequence in a step (its logits' input)
+    qg: np.ndarray  # [rows, heads * head_dim] the attention output gate (Attention.output_gate)
+    lq: np.ndarray  # [rows, conv channels] a linear-attention layer's in_proj_qkv, then
+    lc: np.ndarray  # [rows, conv channels] its conv output
+    lz: np.ndarray  # [rows, value_dim] its output gate
+    lb: np.ndarray  # [rows, v_heads] its beta and decay inputs
+    la: np.ndarray  # [rows, v_heads]
+    lo: np.ndarray  # [rows, value_dim] its output before out_proj
+    sgl: np.ndarray  # [rows, 1] a shared expert's gate logit
+    sgate: np.ndarray  # [rows, shared I] its gate and up
+    sup: np.ndarray  # [rows, shared I]
+    sy: np.ndarray  # [rows, H] its output
 
 
 def attention_splits(cfg: ModelConfig, pool: int) -> int:
@@ -73,7 +84,10 @@ def allocate(cfg: ModelConfig, rows: int, planes: bool = False, slots: int = 1, 
         return np.zeros(shape, np.float32)
 
     H, E, k = cfg.hidden_size, max(cfg.num_experts, 1), max(cfg.experts_per_tok, 1)
-    max_k = max(H, cfg.q_dim, cfg.intermediate_size, cfg.moe_intermediate_size)
+    lin, S = cfg.linear, cfg.shared_expert_intermediate_size
+    gated = any(b.attention.output_gate for b in cfg.blocks)
+    conv, value, v_heads = (lin.conv_dim, lin.value_dim, lin.v_heads) if lin else (0, 0, 0)
+    max_k = max(H, cfg.q_dim, cfg.intermediate_size, cfg.moe_intermediate_size, value, S)
     return Activations(
         x=f32(rows, H), h=f32(rows, H), q=f32(rows, cfg.q_dim), k=f32(rows, cfg.kv_dim), v=f32(rows, cfg.kv_dim),
         att=f32(rows, cfg.q_dim), o=f32(rows, H), gate=f32(rows, cfg.intermediate_size),
@@ -85,5 +99,8 @@ def allocate(cfg: ModelConfig, rows: int, planes: bool = False, slots: int = 1, 
         ddesc=np.zeros((3, slots, DESC_COLS), np.int64),
         part=f32(attention_splits(cfg, pool) * cfg.num_heads * part_stride(cfg.head_dim)),
         last=f32(slots, H),
+        qg=f32(rows, cfg.q_dim if gated else 0), lq=f32(rows, conv), lc=f32(rows, conv), lz=f32(rows, value),
+        lb=f32(rows, v_heads), la=f32(rows, v_heads), lo=f32(rows, value), sgl=f32(rows, 1 if S else 0),
+        sgate=f32(rows, S), sup=f32(rows, S), sy=f32(rows, H if S else 0),
     )
 

@@ -18,6 +18,7 @@ from ...weights.build import ModelWeights
 from ...errors import InputError
 from ..base import VERIFY_ROWS, Engine
 from ..kv_cache import CACHE_TYPES, KVCache
+from ..recurrent_state import RecurrentState
 from . import amx
 from .activations import allocate
 from .attention import KEY_BLOCK
@@ -90,7 +91,7 @@ class CpuEngine(Engine):
             if a is None:
                 return -1
             vec_tab.append((sum(len(v) for v in vecs), len(a)))
-            vecs.append(np.asarray(a, np.float32))
+            vecs.append(np.asarray(a, np.float32).reshape(-1))
             return len(vec_tab) - 1
 
         L = cfg.num_layers
@@ -128,6 +129,10 @@ class CpuEngine(Engine):
         dims[F.D_QUANT] = any(is_quant(c) for c in self.codes)
         dims[F.D_EMBED_SCALE] = _bits(cfg.embed_scale, 1.0)
         dims[F.D_SOFTCAP] = _bits(cfg.final_softcap, 0.0)
+        lin = cfg.linear
+        if lin is not None:
+            dims[F.D_LKH], dims[F.D_LDK], dims[F.D_LDV], dims[F.D_LTAPS] = (lin.k_heads, lin.k_head_dim,
+                                                                            lin.v_head_dim, lin.conv_kernel)
         self.dims = dims
         self.moe_idx = self.exp_idx if cfg.num_experts else None  # None: numba compiles no MoE code
         ropes = rope_variants(cfg)
@@ -139,8 +144,17 @@ class CpuEngine(Engine):
             # q times scale * sqrt(head_dim): the attention kernel divides by sqrt(head_dim)
             self.lay[l, F.L_QSCALE] = 0 if a.scale is None else _bits(a.scale * np.sqrt(cfg.head_dim), 1.0)
             self.lay[l, F.L_ACT] = ACTIVATION_CODES[b.ffn.activation]
-        self.cos, self.sin = cos_sin_tables(ropes, cfg.head_dim, self.n_ctx)
-        self.kv = KVCache(L, self.n_ctx, cfg.num_kv_heads, cfg.head_dim, key_block=KEY_BLOCK, cache_type=cache_type,
+            self.lay[l, F.L_LINEAR] = b.linear is not None
+            self.lay[l, F.L_ROTARY] = a.rotary_dim
+        attending = [l for l, b in enumerate(cfg.blocks) if b.linear is None]
+        linear_layers = [l for l, b in enumerate(cfg.blocks) if b.linear is not None]
+        for layers in (attending, linear_layers):
+            for i, l in enumerate(layers):
+                self.lay[l, F.L_CACHE] = i
+        rotary = next((b.attention.rotary_dim for b in cfg.blocks if b.attention.rotary_dim), 0)
+        self.cos, self.sin = cos_sin_tables(ropes, cfg.head_dim, self.n_ctx, rotary)
+        self.state = RecurrentState(lin, len(linear_layers), slots)
+        self.kv = KVCache(len(attending), self.n_ctx, cfg.num_kv_heads, cfg.head_dim, key_block=KEY_BLOCK, cache_type=cache_type,
                           slots=slots)
         self.n_batch = max(1, min(n_batch, self.n_ctx * slots))
         # decode-kernel rows: every slot's next token in a step, or one slot's verify (verify)
@@ -168,7 +182,8 @@ class CpuEngine(Engine):
         return (tokens, segs, self.mats, self.mat_idx, self.moe_idx, self.vecs, self.vec_tab, self.vec_idx,
                 self.embed_i, self.out_i, self.final_norm_i, self.dims,
                 np.int64(np.float32(self.cfg.rms_norm_eps).view(np.int32)), self.lay, self.cos, self.sin,
-                self.kv.k, self.kv.v, kern, core, self.act, all_logits, logits, states)
+                self.kv.k, self.kv.v, self.state.rec, self.state.conv, kern, core, self.act, all_logits, logits,
+                states)
 
     def compiled(self) -> bool:
         return kernels_cached(self.weights)
@@ -211,8 +226,27 @@ class CpuEngine(Engine):
             if hidden:
                 hidden_out[:, s:e] = states
             self.pos += e - s
+        if T > 1:
+            self.state.save(0, self.pos)
         logits = logits if all_logits else logits.copy()
         return (logits, hidden_out) if hidden else logits
+
+    @property
+    def state_bytes(self) -> int:
+        """Bytes of the linear-attention layers' state (every slot's)."""
+        return self.state.nbytes
+
+    def reset(self, slot: int | None = None):
+        super().reset(slot)
+        for s in range(self.slots) if slot is None else [slot]:
+            self.state.clear(s)
+
+    def rewind(self, pos: int, slot: int = 0) -> int:
+        held = self.positions[self._slot(slot)]
+        pos = super().rewind(pos, slot)
+        if self.state.layers and pos < held:
+            pos = self.positions[slot] = self.state.restore(slot, pos)
+        return pos
 
     def verify(self, tokens, slot: int = 0) -> np.ndarray:
         """base.Engine.verify in one forward: each token a one-row segment of the slot at its own
@@ -220,6 +254,9 @@ class CpuEngine(Engine):
         the decode attention, the segments in order (each stores its K/V before the next attends)."""
         tokens = self.check(tokens, slot)
         T, held = len(tokens), self.positions[slot]
+        if self.state.layers and T > 1:
+            raise InputError("speculative decoding does not run on models with linear-attention layers yet: "
+                             "their state rewinds to checkpoints, not to any verified token")
         if T > self.act.last.shape[0]:
             raise InputError(f"a verify step takes at most {self.act.last.shape[0]} tokens, got {T}")
         if T > 1:
@@ -257,6 +294,8 @@ class CpuEngine(Engine):
                                   np.empty((0, 1, 1), np.float32)))
         for slot, t in zip(slots, ids):
             self.positions[slot] += len(t)
+            if len(t) > 1:
+                self.state.save(slot, self.positions[slot])
         out = [None] * len(batch)
         for row, i in enumerate(order):
             out[i] = logits[row].copy()

@@ -28,24 +28,38 @@ from ...families.schema import MATRICES, VECTORS
 from .amx import AMX_MIN_TOKENS
 from .jit import FAST, OWN_FLAGS, helper
 from .llvm import args11, ptr
+from .linear_mixer import add_gated, conv_silu, delta_rule, gate_rows, partial_rope
 from .matmul import (C_KV_STORE, C_RMSNORM, C_ROPE, C_SPLIT, attention, batch, dequant_row, describe_product, glu,
                      matmul, quantize_for, split_rows, tasks)
 
 # the slot tables' columns: a role's place in the schema's order (families/schema.py)
 M_Q, M_K, M_V, M_O, M_GATE, M_UP, M_DOWN, M_ROUTER = map(MATRICES.index, ("q", "k", "v", "o", "gate", "up", "down",
                                                                         "router"))
+M_QG, M_LQKV, M_LZ, M_LB, M_LA, M_LOUT, M_SG, M_SU, M_SD, M_SGATE = map(MATRICES.index, (
+    "q_gate", "lin_qkv", "lin_z", "lin_b", "lin_a", "lin_out", "shared_gate", "shared_up", "shared_down",
+    "shared_expert_gate"))
 N_MATS = len(MATRICES)
 V_ATTN_NORM, V_FFN_NORM, V_QB, V_KB, V_VB, V_OB, V_QN, V_KN, V_POST_ATTN, V_POST_FFN = map(VECTORS.index, (
     "attn_norm", "ffn_norm", "q_bias", "k_bias", "v_bias", "o_bias", "q_norm", "k_norm", "post_attn_norm",
     "post_ffn_norm"))
+V_LCONV, V_LDT, V_LALOG, V_LNORM = map(VECTORS.index, ("lin_conv", "lin_dt_bias", "lin_a_log", "lin_norm"))
 N_VECS = len(VECTORS)
-L_WINDOW, L_ROPE, L_QSCALE, L_ACT = range(4)
-N_LAY = 4
+# L_LINEAR: 1 for a linear-attention layer; L_CACHE: the layer's index in the KV cache (attention) or
+# in the recurrent state (linear); L_ROTARY: the leading dimensions of a head RoPE rotates (0: all)
+L_WINDOW, L_ROPE, L_QSCALE, L_ACT, L_LINEAR, L_CACHE, L_ROTARY = range(7)
+N_LAY = 7
 SEG_SLOT, SEG_POS, SEG_ROWS = range(3)  # segs[] columns
 # dims[] layout; D_QUANT: 1 when some matrix is a block format (its inputs get quantised);
 # D_EMBED_SCALE, D_SOFTCAP: f32 bits of the embedding scale and the final logit softcap (0: none)
-D_NH, D_NKV, D_HD, D_TOPK, D_NORM_TOPK, D_QUANT, D_EMBED_SCALE, D_SOFTCAP = range(8)
-N_DIMS = 8
+# D_LKH, D_LDK, D_LDV, D_LTAPS: the linear-attention layers' key heads, head sizes and conv taps
+D_NH, D_NKV, D_HD, D_TOPK, D_NORM_TOPK, D_QUANT, D_EMBED_SCALE, D_SOFTCAP, D_LKH, D_LDK, D_LDV, D_LTAPS = range(12)
+N_DIMS = 12
+
+
+@helper()
+def vslice(vecs, vec_tab, i):
+    """Vector i of the table as an array."""
+    return vecs[vec_tab[i, 0]:vec_tab[i, 0] + vec_tab[i, 1]]
 
 
 @helper()
@@ -193,6 +207,17 @@ def moe(h, act, mats, router_i, exp_idx_l, k, renorm, fn, kern, core, quant, out
                 out[t, j] += weights[i] * act.ey[0, j]
 
 
+@helper()
+def shared_expert(h, act, mats, mi, fn, kern, core, quant, out, n_dec):
+    """out += sigmoid(h · shared_expert_gate) * the shared expert's GLU of h."""
+    T = h.shape[0]
+    prepare(h, act, quant, core, n_dec)  # the experts' products overwrote it
+    linear(h, act, mats, mi[M_SGATE], kern, core, act.sgl[:T], n_dec)
+    gated(h, act, mats, mi[M_SG], mi[M_SU], mi[M_SD], fn, kern, core, quant, act.sgate[:T], act.sup[:T],
+          act.sy[:T], n_dec)
+    add_gated(out, act.sy[:T], act.sgl[:T])
+
+
 def ffn(exp_idx, l, h, act, mats, mi, fn, dims, kern, core, quant, gate, up, out, n_dec):
     """The FFN of layer l (fn: its activation). exp_idx is None for a model without MoE layers: a
     type, so a dense model's forward holds no MoE code (and the call from Python stays on numba's
@@ -210,31 +235,60 @@ def _ffn(exp_idx, l, h, act, mats, mi, fn, dims, kern, core, quant, gate, up, ou
         if mi[M_ROUTER] >= 0:
             moe(h, act, mats, mi[M_ROUTER], exp_idx[l], dims[D_TOPK], dims[D_NORM_TOPK] != 0, fn, kern, core, quant,
                 out, n_dec)
+            if mi[M_SG] >= 0:
+                shared_expert(h, act, mats, mi, fn, kern, core, quant, out, n_dec)
         else:
             gated(h, act, mats, mi[M_GATE], mi[M_UP], mi[M_DOWN], fn, kern, core, quant, gate, up, out, n_dec)
     return sparse_or_dense
 
 
+@helper()
+def linear_mixer(h, segs, act, mats, mi, vecs, vec_tab, vi, dims, rec, conv_win, kern, core, quant, n_dec, eps):
+    """A linear-attention layer's input projections of h (prepared) and its mixing per segment, into
+    act.lo (linear_mixer.py; out_proj is the caller's)."""
+    T = h.shape[0]
+    lq, lz, lb, la = act.lq[:T], act.lz[:T], act.lb[:T], act.la[:T]
+    r = describe_linear(h, act, mats, mi[M_LQKV], kern, core, lq, 0, 0, n_dec)
+    r = describe_linear(h, act, mats, mi[M_LZ], kern, core, lz, r, 1, n_dec)
+    r = describe_linear(h, act, mats, mi[M_LB], kern, core, lb, r, 2, n_dec)
+    batch(act.desc, r, core, T > n_dec)
+    linear(h, act, mats, mi[M_LA], kern, core, la, n_dec)
+    conv_w, a_log = vslice(vecs, vec_tab, vi[V_LCONV]), vslice(vecs, vec_tab, vi[V_LALOG])
+    dt_bias, norm_w = vslice(vecs, vec_tab, vi[V_LDT]), vslice(vecs, vec_tab, vi[V_LNORM])
+    r0 = 0
+    for j in range(segs.shape[0]):
+        slot, pos0, r1 = segs[j, SEG_SLOT], segs[j, SEG_POS], r0 + segs[j, SEG_ROWS]
+        conv_silu(lq[r0:r1], conv_w, dims[D_LTAPS], conv_win[slot], pos0, act.lc[r0:r1])
+        delta_rule(act.lc[r0:r1], lz[r0:r1], lb[r0:r1], la[r0:r1], a_log, dt_bias, norm_w, rec[slot], pos0,
+                   dims[D_LKH], dims[D_LDK], dims[D_LDV], f32_of(eps), act.lo[r0:r1])
+        r0 = r1
+
+
 @njit(**FAST)
 def forward(tokens, segs, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, embed_i, out_i, final_norm_i,
-            dims, eps, lay, cos, sin, k_cache, v_cache, kern, core, act, all_logits, logits, hidden_out):
+            dims, eps, lay, cos, sin, k_cache, v_cache, rec, conv_win, kern, core, act, all_logits, logits,
+            hidden_out):
     """The entry point from Python (forward_body's docstring says what it does). Its body is a helper
     too: numba keys a helper's compiled code by its caller's flags as well, and an entry point's
     differ from a helper's, so helpers called from both would compile twice (prepare, linear,
     describe_linear and batch, from the forward and from the FFN)."""
     forward_body(tokens, segs, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, embed_i, out_i, final_norm_i,
-                 dims, eps, lay, cos, sin, k_cache, v_cache, kern, core, act, all_logits, logits, hidden_out)
+                 dims, eps, lay, cos, sin, k_cache, v_cache, rec, conv_win, kern, core, act, all_logits, logits,
+                 hidden_out)
 
 
 @helper()
 def forward_body(tokens, segs, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, embed_i, out_i, final_norm_i,
-                 dims, eps, lay, cos, sin, k_cache, v_cache, kern, core, act, all_logits, logits, hidden_out):
+                 dims, eps, lay, cos, sin, k_cache, v_cache, rec, conv_win, kern, core, act, all_logits, logits,
+                 hidden_out):
     """One forward over T new tokens of one or more sequences, writing their K/V into the cache.
 
     segs: int64 [n, 3], one row per sequence in the step (SEG_SLOT, SEG_POS, SEG_ROWS): its cache
     slot, the position of its first new token, its number of tokens; the tokens are the segments'
     rows one after the other. Every product runs over all T rows; RoPE, the cache store and the
-    attention run per segment, on its slot's cache (k_cache, v_cache: [L, slots, ...]).
+    attention run per segment, on its slot's cache (k_cache, v_cache: [attention layers, slots, ...]);
+    a linear-attention layer's conv window and recurrent state likewise (conv_win [linear layers,
+    slots, taps - 1, conv channels], rec [linear layers, slots, v_heads, dk, dv]).
     eps: the RMSNorm epsilon as the bits of an f32. cos, sin: [RoPE tables, n_ctx, head_dim/2].
     act: the engine's activations (activations.py), at least T rows each. logits: [T, vocab] (every
     row) or [n, vocab] (each segment's last). hidden_out: [L+1, T, H] residual stream after the
@@ -263,29 +317,46 @@ def forward_body(tokens, segs, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, e
     for l in range(L):
         mi = mat_idx[l]
         vi = vec_idx[l]
-        ri = lay[l, L_ROPE]
-        cs, sn = (np.int64(0), np.int64(0)) if ri < 0 else (ptr(cos[ri]), ptr(sin[ri]))
+        ci = lay[l, L_CACHE]
         prepare(h, act, quant, core, n_dec)
-        r = describe_linear(h, act, mats, mi[M_Q], kern, core, q, 0, 0, n_dec)
-        r = describe_linear(h, act, mats, mi[M_K], kern, core, k, r, 1, n_dec)
-        r = describe_linear(h, act, mats, mi[M_V], kern, core, v, r, 2, n_dec)
-        batch(act.desc, r, core, T > n_dec)
-        r0 = 0
-        for j in range(n_seg):
-            slot, pos0, r1 = segs[j, SEG_SLOT], segs[j, SEG_POS], r0 + segs[j, SEG_ROWS]
-            qj, kj, vj = q[r0:r1], k[r0:r1], v[r0:r1]
-            bias_norm_rope(qj, vaddr(vecs, vec_tab, vi[V_QB]), vaddr(vecs, vec_tab, vi[V_QN]), nh, hd, pos0, cs, sn,
-                           eps, lay[l, L_QSCALE], core)
-            bias_norm_rope(kj, vaddr(vecs, vec_tab, vi[V_KB]), vaddr(vecs, vec_tab, vi[V_KN]), nkv, hd, pos0, cs, sn,
-                           eps, 0, core)
-            if vi[V_VB] >= 0:
-                add_bias(vj, vaddr(vecs, vec_tab, vi[V_VB]), core)
-            kc, vc = k_cache[l, slot], v_cache[l, slot]
-            tasks(core[C_KV_STORE], r1 - r0, args11(ptr(kj), ptr(vj), ptr(kc), ptr(vc), pos0, nkv * hd))
-            attention(qj, kc, vc, pos0, lay[l, L_WINDOW], nh, nkv, att[r0:r1], act.part, core)
-            r0 = r1
-        prepare(att, act, quant, core, n_dec)
-        linear(att, act, mats, mi[M_O], kern, core, o, n_dec)
+        if lay[l, L_LINEAR] != 0:
+            linear_mixer(h, segs, act, mats, mi, vecs, vec_tab, vi, dims, rec[ci], conv_win[ci], kern, core, quant,
+                         n_dec, eps)
+            prepare(act.lo[:T], act, quant, core, n_dec)
+            linear(act.lo[:T], act, mats, mi[M_LOUT], kern, core, o, n_dec)
+        else:
+            ri = lay[l, L_ROPE]
+            cs, sn = (np.int64(0), np.int64(0)) if ri < 0 else (ptr(cos[ri]), ptr(sin[ri]))
+            rot = lay[l, L_ROTARY]
+            if rot != 0:  # RoPE over part of each head: here, after the kernel's bias and norm
+                cs, sn = np.int64(0), np.int64(0)
+            r = describe_linear(h, act, mats, mi[M_Q], kern, core, q, 0, 0, n_dec)
+            r = describe_linear(h, act, mats, mi[M_K], kern, core, k, r, 1, n_dec)
+            r = describe_linear(h, act, mats, mi[M_V], kern, core, v, r, 2, n_dec)
+            batch(act.desc, r, core, T > n_dec)
+            if mi[M_QG] >= 0:
+                linear(h, act, mats, mi[M_QG], kern, core, act.qg[:T], n_dec)
+            r0 = 0
+            for j in range(n_seg):
+                slot, pos0, r1 = segs[j, SEG_SLOT], segs[j, SEG_POS], r0 + segs[j, SEG_ROWS]
+                qj, kj, vj = q[r0:r1], k[r0:r1], v[r0:r1]
+                bias_norm_rope(qj, vaddr(vecs, vec_tab, vi[V_QB]), vaddr(vecs, vec_tab, vi[V_QN]), nh, hd, pos0, cs,
+                               sn, eps, lay[l, L_QSCALE], core)
+                bias_norm_rope(kj, vaddr(vecs, vec_tab, vi[V_KB]), vaddr(vecs, vec_tab, vi[V_KN]), nkv, hd, pos0, cs,
+                               sn, eps, 0, core)
+                if rot != 0:
+                    partial_rope(qj, nh, hd, rot, pos0, cos[ri], sin[ri])
+                    partial_rope(kj, nkv, hd, rot, pos0, cos[ri], sin[ri])
+                if vi[V_VB] >= 0:
+                    add_bias(vj, vaddr(vecs, vec_tab, vi[V_VB]), core)
+                kc, vc = k_cache[ci, slot], v_cache[ci, slot]
+                tasks(core[C_KV_STORE], r1 - r0, args11(ptr(kj), ptr(vj), ptr(kc), ptr(vc), pos0, nkv * hd))
+                attention(qj, kc, vc, pos0, lay[l, L_WINDOW], nh, nkv, att[r0:r1], act.part, core)
+                r0 = r1
+            if mi[M_QG] >= 0:
+                gate_rows(att, act.qg[:T])
+            prepare(att, act, quant, core, n_dec)
+            linear(att, act, mats, mi[M_O], kern, core, o, n_dec)
         if vi[V_OB] >= 0:
             add_bias(o, vaddr(vecs, vec_tab, vi[V_OB]), core)
         if vi[V_POST_ATTN] >= 0:
