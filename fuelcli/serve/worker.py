@@ -265,7 +265,7 @@ class EngineWorker:
                 continue
             slot = self._slot_for(job.prompt_ids)
             held = min(common_prefix(self.cached[slot], job.prompt_ids), len(job.prompt_ids) - 1)
-            self.engine.rewind(held, slot)
+            held = self.engine.rewind(held, slot)  # fewer where a recurrent state keeps a checkpoint
             self.cached[slot] = self.cached[slot][:held]
             self._used[slot] = time.perf_counter()
             job.outbox = self.outbox

@@ -68,9 +68,9 @@ class ChatSession:
         """Generate the reply, yielding text; the conversation keeps what was yielded, also when
         the reply is cut short (Ctrl-C: the consumer closes this generator)."""
         # Rewound here, before anything can be interrupted: `held` stays a prefix of what the engine holds.
-        n = min(turn.cached, len(turn.ids) - 1)
+        # fewer tokens kept where a recurrent state goes back to its last checkpoint (the rest is fed again)
+        n = self.engine.rewind(min(turn.cached, len(turn.ids) - 1))
         self.held = self.held[:n]
-        self.engine.rewind(n)
         pieces = []
         budget = self.max_tokens or self.engine.n_ctx
         try:

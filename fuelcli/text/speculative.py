@@ -228,8 +228,7 @@ class DraftModel:
         """The draft's cache: the longest prefix it shares with history, minus one token at least
         (its logits are needed), then the rest of history fed; its logits, cut to the target's
         vocabulary (None: the draft cannot take the text, an id past its embeddings)."""
-        n = min(common_prefix(self.held, history), len(history) - 1)
-        self.engine.rewind(n)
+        n = self.engine.rewind(min(common_prefix(self.held, history), len(history) - 1))
         self.held = self.held[:n]
         if max(history[n:]) >= self.engine.cfg.vocab_size:
             return None
