@@ -22,6 +22,7 @@ import numpy as np
 from ..model.block import rope_variants
 from ..model.plan import ACTIVATION_NAMES, mask_plan, rope_text
 from ..model.rope import base_inv_freq, inv_freq, llama3_bands
+from ..model.sizes import attention_layers, state_bytes
 
 
 def ranges(indices) -> str:
@@ -44,6 +45,7 @@ def ranges(indices) -> str:
 
 def ffn_text(cfg, block) -> str:
     kind = f"MoE {cfg.experts_per_tok} of {cfg.num_experts}" if block.ffn.moe else "dense"
+    kind += " + shared expert" if block.ffn.shared_expert else ""
     return kind if block.ffn.activation == "silu" else f"{kind} {ACTIVATION_NAMES[block.ffn.activation]}"
 
 
@@ -159,6 +161,13 @@ def config_view(model) -> dict:
         add(name, value)
     for name in ("q_dim", "kv_dim"):
         rows.append({"name": name, "value": getattr(cfg, name), "origin": "derived"})
+    # a sequence's memory: the KV cache grows with its tokens, a linear layer's state does not
+    rows.append({"name": "kv_bytes_per_token", "value": 2 * 4 * attention_layers(cfg) * cfg.kv_dim,
+                 "origin": "derived"})
+    if cfg.linear is not None:
+        rows.append({"name": "linear_layers", "value": [i for i, b in enumerate(cfg.blocks) if b.linear],
+                     "origin": "derived"})
+        rows.append({"name": "state_bytes_per_sequence", "value": state_bytes(cfg), "origin": "derived"})
     return {"model": model.source.name, "source_kind": model.source.kind, "values": rows}
 
 

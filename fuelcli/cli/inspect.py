@@ -63,6 +63,7 @@ def mask_plan_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optiona
     """Per layer: attention (full | window w), the mask variant it reads, its RoPE (or none), its norms
     (pre | pre + post), FFN (dense | MoE k of n, and its activation). Reads the config only."""
     from ..assembly.inspect_views import mask_plan_view
+    from ..model.plan import LINEAR_MASK
 
     v = mask_plan_view(_open(model, revision, hf_file))
     if as_json:
@@ -75,7 +76,10 @@ def mask_plan_cmd(model: str = ModelArg, as_json: bool = Json, revision: Optiona
     con.print(t)
     con.print(f"{v['num_variants']} distinct mask variant{'s' if v['num_variants'] != 1 else ''}:")
     for var in v["variants"]:
-        what = "full causal" if var["window"] == 0 else f"causal, window {var['window']} (i-{var['window']} < j ≤ i)"
+        if var["name"] == LINEAR_MASK:
+            what = "a recurrent state, no mask"
+        else:
+            what = "full causal" if var["window"] == 0 else f"causal, window {var['window']} (i-{var['window']} < j ≤ i)"
         con.print(f"  {var['name']:<10} {what}: layers {var['layer_ranges']}", highlight=False)
     con.print(f"rule: {v['rule']}", highlight=False)
     con.print(f"RoPE: {v['rope_rule']}", highlight=False)

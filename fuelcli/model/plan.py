@@ -9,6 +9,7 @@ from .config import ModelConfig
 from .rope import RopeConfig
 
 ACTIVATION_NAMES = {"silu": "SiLU", "gelu_tanh": "GELU-tanh"}
+LINEAR_MASK = "none (linear attention)"  # the mask variant of linear-attention layers: they keep a state
 
 
 def rope_text(rope: RopeConfig | None) -> str:
@@ -36,11 +37,17 @@ class LayerPlan:
 
     @property
     def attention(self) -> str:
-        return f"window {self.window}" if self.window else "full"
+        s = self.block.linear
+        if s is not None:  # linear attention: a fixed-size state per sequence, no mask
+            return (f"linear (gated DeltaNet: {s.k_heads}×{s.k_head_dim} key, {s.v_heads}×{s.v_head_dim} value "
+                    f"heads, conv {s.conv_kernel}, {4 * s.state_floats / 1024:g} KiB a sequence)")
+        text = f"window {self.window}" if self.window else "full"
+        return text + (", output gate" if self.block.attention.output_gate else "")
 
     @property
     def rope(self) -> str:
-        return rope_text(self.block.attention.rope)
+        a = self.block.attention
+        return rope_text(a.rope) + (f" over {a.rotary_dim} dims" if a.rotary_dim and a.rope else "")
 
     @property
     def norms(self) -> str:
@@ -77,8 +84,9 @@ def mask_plan(cfg: ModelConfig) -> MaskPlan:
     layers = layer_plans(cfg)
     variants = {}
     for lp in layers:
-        if lp.window not in variants:
-            name = "causal" if lp.window == 0 else f"window{lp.window}"
-            variants[lp.window] = MaskVariant(name, lp.window, [])
-        variants[lp.window].layers.append(lp.index)
+        key = "linear" if lp.block.linear is not None else lp.window
+        if key not in variants:
+            name = LINEAR_MASK if key == "linear" else "causal" if lp.window == 0 else f"window{lp.window}"
+            variants[key] = MaskVariant(name, lp.window, [])
+        variants[key].layers.append(lp.index)
     return MaskPlan(layers, list(variants.values()), cfg.window_rule)

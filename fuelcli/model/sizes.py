@@ -92,11 +92,21 @@ def check_weights_fit(d: dict, file_bytes: int | None, names: dict | None = None
                               f"({human(avail)} available)")
 
 
+def attention_layers(cfg) -> int:
+    """Layers that keep a KV cache (linear-attention layers keep a fixed-size state instead)."""
+    return sum(b.linear is None for b in cfg.blocks)
+
+
+def state_bytes(cfg) -> int:
+    """A sequence's linear-attention state: every such layer's conv window and delta-rule matrices."""
+    return 4 * sum(b.linear.state_floats for b in cfg.blocks if b.linear is not None)
+
+
 def engine_bytes(cfg, n_ctx: int, rows: int = ACTIVATION_ROWS, kv_value_bytes: int = 4,
                  slots: int = 1) -> tuple[int, int]:
-    """(KV cache bytes, activation + RoPE table bytes) of an engine with `slots` sequences of a
-    context of n_ctx each."""
-    kv = 2 * kv_value_bytes * cfg.num_layers * n_ctx * cfg.kv_dim * slots
+    """(KV cache and recurrent state bytes, activation + RoPE table bytes) of an engine with `slots`
+    sequences of a context of n_ctx each."""
+    kv = 2 * kv_value_bytes * attention_layers(cfg) * n_ctx * cfg.kv_dim * slots + state_bytes(cfg) * slots
     rows = max(1, min(rows, n_ctx))
     inter = max(cfg.intermediate_size, cfg.moe_intermediate_size)
     act = 4 * rows * (3 * cfg.hidden_size + 2 * cfg.q_dim + 2 * cfg.kv_dim + 2 * inter + max(cfg.num_experts, 1))
@@ -114,7 +124,7 @@ def check_engine_fits(cfg, n_ctx: int, kv_value_bytes: int = 4, slots: int = 1) 
         what = f"{slots} sequences of {n_ctx} tokens" if slots > 1 else f"a context of {n_ctx} tokens"
         raise InputError(
             f"not enough memory for {what}: the KV cache needs {human(kv)} "
-            f"({cfg.num_layers} layers × {cfg.num_kv_heads} KV heads × head_dim {cfg.head_dim} × K and V "
+            f"({attention_layers(cfg)} layers × {cfg.num_kv_heads} KV heads × head_dim {cfg.head_dim} × K and V "
             f"in {'float32' if kv_value_bytes == 4 else 'float16'} per token) and the activations and RoPE tables {human(rest)}, but {human(avail)} is available; "
             f"ask for fewer tokens (-n, -d) or a model with a smaller max_position_embeddings "
             f"(now {cfg.max_position})")
