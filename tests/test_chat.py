@@ -122,6 +122,7 @@ class FakeEngine:
     def rewind(self, pos):
         assert 0 <= pos <= self.pos
         self.pos = pos
+        return pos  # base.Engine.rewind: the tokens kept
 
     def prefill(self, tokens):
         assert self.pos + len(tokens) <= self.n_ctx
