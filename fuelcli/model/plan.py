@@ -36,7 +36,8 @@ class LayerPlan:
 
     @property
     def attention(self) -> str:
-        return f"window {self.window}" if self.window else "full"
+        text = f"window {self.window}" if self.window else "full"
+        return f"{text} + sinks" if self.block.attention.sinks else text
 
     @property
     def rope(self) -> str:

@@ -1,0 +1,99 @@
+"""gpt-oss (gpt_oss): attention with q/k/v/o biases and a learned sink logit per head in each
+softmax's denominator, windowed (sliding_window, 128) and full layers alternating (`layer_types`,
+else every even layer windowed), one YaRN RoPE; a MoE on every layer whose router has a bias and
+takes the softmax over its top-k logits only, and whose experts have biases and a clamped SwiGLU:
+g = min(gate, limit), u = clip(up, -limit, limit), (u + 1) · g · sigmoid(alpha · g) (swiglu_limit 7,
+swiglu_alpha 1.702). Norms multiply by w.
+
+HF files as transformers 5 writes them: `mlp.experts.gate_up_proj` [E, H, 2I] (x @ W) whose columns
+alternate gate and up, `gate_up_proj_bias` [E, 2I] alike, `down_proj` [E, I, H], `down_proj_bias`
+[E, H]. The hub's own files keep the experts in MXFP4 blocks (`quantization_config`): refused here.
+"""
+
+import math
+from dataclasses import replace
+
+from ..errors import ConfigError
+from ..model.rope import RopeConfig
+from .base import COMMON_DEFAULTS, Family, FfnPlan
+from .qwen2 import layer_type_list
+from .schema import DECODER, Fused
+
+_M = "model.layers.{i}.mlp"
+
+# transformers' GptOssConfig when config.json names no RoPE
+DEFAULT_YARN = dict(type="yarn", factor=32.0, original_max_position=4096, beta_fast=32.0, beta_slow=1.0,
+                    truncate=False)
+
+
+def alternating_windows(r, n_layers: int):
+    window = r.integer("sliding_window")
+    types = layer_type_list(r)
+    if types is None:
+        types = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n_layers)]
+        rule = "every other layer windowed, the first one first"
+    else:
+        rule = "layer_types from config.json"
+    windows = [window if t == "sliding_attention" else 0 for t in types]
+    return windows, f"{rule}: windowed layers w={window}" if any(windows) else f"{rule}: every layer full"
+
+
+def one_yarn(r, windows, rope_for):
+    if r.raw.get("rope_parameters") is None and r.raw.get("rope_scaling") is None:
+        r.origin["rope_scaling"] = "default"
+        rope = RopeConfig(theta=r.number("rope_theta"), attention_factor=0.1 * math.log(32.0) + 1.0, **DEFAULT_YARN)
+    else:
+        rope = rope_for("full_attention")
+    return [rope] * len(windows), None
+
+
+def experts_every_layer(r, n_layers: int) -> FfnPlan:
+    if r.raw.get("num_local_experts") is None and r.raw.get("num_experts") is not None:
+        experts = r.integer("num_experts")
+    else:
+        experts = r.integer("num_local_experts", "num_experts")
+    k = r.integer("num_experts_per_tok", "experts_per_tok")
+    if not 0 < k <= experts:
+        raise ConfigError(f"num_experts_per_tok={k} must be in 1..num_local_experts={experts}")
+    limit, alpha = r.number("swiglu_limit"), r.number("swiglu_alpha")
+    if limit <= 0:
+        raise ConfigError(f"swiglu_limit must be > 0, got {limit!r}")
+    r.origin["moe_layers"] = "derived"
+    width = r.integer("intermediate_size", "moe_intermediate_size")  # every expert's; no dense layers
+    return FfnPlan((True,) * n_layers, experts, k, width, router="topk_softmax", router_bias=True, expert_bias=True,
+                   swiglu_limit=limit, swiglu_alpha=alpha)
+
+
+def attention_bias(raw: dict) -> bool:
+    return bool(raw.get("attention_bias", True))
+
+
+def _every_expert_row(c) -> int:  # gate and up alternate row by row: one of each per intermediate row
+    return c.moe_intermediate_size
+
+
+WEIGHTS = (replace(DECODER, fused=())  # gate_up_proj is interleaved and transposed here, not Qwen3-MoE's
+           .renamed(hf={"router": f"{_M}.router.weight", "router_bias": f"{_M}.router.bias",
+                        "down_exps": f"{_M}.experts.down_proj", "down_exps_bias": f"{_M}.experts.down_proj_bias"})
+           .with_weight("down_exps", hf_transposed=True)
+           .with_fused(Fused(("gate_exps", "up_exps"), hf=f"{_M}.experts.gate_up_proj", interleaved=_every_expert_row,
+                             hf_transposed=True),
+                       Fused(("gate_exps_bias", "up_exps_bias"), hf=f"{_M}.experts.gate_up_proj_bias",
+                             interleaved=_every_expert_row)))
+
+GPT_OSS = Family(
+    model_type="gpt_oss",
+    architectures=("GptOssForCausalLM",),
+    gguf_arch=None,
+    defaults={**COMMON_DEFAULTS, "vocab_size": 201088, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5,
+              "rope_theta": 150000.0, "head_dim": 64, "sliding_window": 128, "num_local_experts": 128,
+              "num_experts_per_tok": 4, "swiglu_limit": 7.0, "swiglu_alpha": 1.702},
+    windows=alternating_windows,
+    ffn=experts_every_layer,
+    qkv_bias=attention_bias,
+    o_bias=attention_bias,
+    sinks=True,
+    ropes=one_yarn,
+    weights=WEIGHTS,
+    unsupported_keys=("quantization_config",),
+)
