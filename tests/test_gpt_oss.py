@@ -8,20 +8,27 @@ The sequence is 40 tokens, five times the tiny model's window (8). Measured (AMD
 4.0e-5 against its eager experts); against transformers float64 (eager experts) fuel 7.0e-5 and
 transformers' own f32 5.2e-5, so the bound is the issue's 1e-4. The dropped pieces miss by 100x
 that or more: sinks 8.9, clamp 3.1, router bias 0.15, softmax over all experts 0.057, no window
-12. With the experts at N(0, 0.3) and
-swiglu_limit 3 transformers' own f32 logits were 1.3e-4 from its f64 ones (fuel 7.7e-5): the fixture
-keeps the experts at 0.1 and the limit at 1, where the clamp still bites.
+12. With the experts at N(0, 0.3) and swiglu_limit 3, transformers' own f32 logits were 1.3e-4 from
+its f64 ones (fuel 7.7e-5): the fixture keeps the experts at 0.1 and the limit at 1, where the
+clamp still bites.
+
+GGUF: llama.cpp's converter writes the gpt_oss_limit7 checkpoint (gpt_oss's weights with the
+swiglu_limit llama.cpp fixes, 7: no key carries it) as an f32 GGUF; fuel's reference on it against
+transformers on the source 3.1e-5 (as on the HF directory: the same f32 values); the misreadings
+miss by more: ggml's rounded YaRN ramp (its truncate) 8.4, gate and up swapped 4.7.
 
 "Softmax over all experts" is the control without renormalising the chosen weights: renormalised,
 a softmax over all then the top-k equals a softmax over the top-k, the same maths.
 """
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 from block_edits import with_attention, with_ffn
 from hf_oracle import hf_logits
+from llama_convert import convert
 
 from fuelcli.assembly import reference
 from fuelcli.assembly.forward_paths import logits_by_path
@@ -121,3 +128,45 @@ def test_mask_plan_shows_sinks(oracle):
 
     model, _, _ = oracle
     assert [lp.attention for lp in layer_plans(model.cfg)] == ["window 8 + sinks", "full + sinks"] * 2
+
+
+@pytest.fixture(scope="module")
+def converted(tiny, llama_converter, tmp_path_factory):
+    d = tiny("gpt_oss_limit7")
+    out = tmp_path_factory.mktemp("gguf") / "gpt_oss.gguf"
+    convert(llama_converter, [(d, out)])
+    model = open_model(str(out))
+    ids = np.random.default_rng(1).integers(0, model.cfg.vocab_size, SEQ).tolist()
+    return model, ids, hf_logits(d, ids)
+
+
+def test_what_the_gguf_says(converted):
+    model, _, _ = converted
+    cfg = model.cfg
+    assert cfg.family == "gpt_oss" and cfg.windows == (8, 0, 8, 0)
+    assert cfg.rope.type == "yarn" and not cfg.rope.truncate and cfg.rope.original_max_position == 32
+    ffn = cfg.blocks[0].ffn
+    assert (ffn.router, ffn.router_bias, ffn.expert_bias, ffn.swiglu_limit) == ("topk_softmax", True, True, 7.0)
+    assert {"blk.0.attn_sinks.weight", "blk.0.ffn_gate_inp.bias", "blk.0.ffn_gate_exps.bias",
+            "blk.0.post_attention_norm.weight"} <= set(model.gguf.tensors)
+
+
+def test_gguf_matches_transformers_on_the_source(converted):
+    model, ids, ref = converted
+    assert max_diff(model, ids, ref) <= TOL
+
+
+def _gate_and_up_swapped(weights):
+    layers = [dataclasses.replace(w, gate_exps=w.up_exps, up_exps=w.gate_exps) for w in weights.layers]
+    return dataclasses.replace(weights, layers=layers)
+
+
+@pytest.mark.parametrize("brk", ["ggml's rounded YaRN ramp", "gate and up swapped"])
+def test_gguf_negative_control_fails(converted, brk):
+    model, ids, ref = converted
+    cfg, weights = model.cfg, model.weights
+    if brk == "gate and up swapped":
+        weights = _gate_and_up_swapped(weights)
+    else:
+        cfg = with_attention(cfg, rope=lambda r: dataclasses.replace(r, truncate=True))
+    assert float(np.abs(reference.forward(cfg, weights, ids) - ref).max()) > 100 * TOL

@@ -94,7 +94,11 @@ CASES: dict[str, str] = {
         "gpt-oss, 4 layers (windowed w=8, full, windowed, full), hidden 64, 4 heads / 2 kv heads of 16, q/k/v/o "
         "biases, a sink logit per head (N(0, 1)), YaRN factor 8 over original_max_position_embeddings 32 "
         "(truncate false, attention factor 1.208); 8 experts of 32, top-4, router with a bias, softmax over the "
-        "top-4, expert biases, swiglu_limit 3 (so that the clamp bites at these weights), alpha 1.702"
+        "top-4, expert biases, swiglu_limit 1 (so that the clamp bites at these weights), alpha 1.702"
+    ),
+    "gpt_oss_limit7": (
+        "same weights as gpt_oss with swiglu_limit 7, the value llama.cpp fixes (a GGUF file carries no limit), "
+        "for the converted GGUF"
     ),
 }
 
@@ -229,12 +233,12 @@ def _config(case: str):
             return Qwen3_5TextConfig(**hybrid)
         return Qwen3_5MoeTextConfig(**hybrid, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
                                     shared_expert_intermediate_size=48)
-    if case == "gpt_oss":
+    if case in ("gpt_oss", "gpt_oss_limit7"):
         from transformers import GptOssConfig
 
         return GptOssConfig(**{**_BASE, "intermediate_size": 32}, num_hidden_layers=4, num_key_value_heads=2,
                             head_dim=16, num_local_experts=8, num_experts_per_tok=4, sliding_window=8,
-                            swiglu_limit=1.0, tie_word_embeddings=False,
+                            swiglu_limit=1.0 if case == "gpt_oss" else 7.0, tie_word_embeddings=False,
                             rope_parameters={"rope_type": "yarn", "factor": 8.0, "beta_fast": 32.0, "beta_slow": 1.0,
                                              "truncate": False, "original_max_position_embeddings": 32,
                                              "rope_theta": 150000.0})
@@ -294,6 +298,7 @@ def _seed_for(case: str) -> int:
         "qwen2_window_legacy": "qwen2_window",
         "qwen3_moe_norm_true": "qwen3_moe_norm_false",
         "gemma3_hub": "gemma3",
+        "gpt_oss_limit7": "gpt_oss",
     }.get(case, case)
     return 1000 + _SEED_ORDER.index(root)
 
@@ -346,7 +351,7 @@ def write_tiny(
         cfg = _config(case)
         torch.manual_seed(_seed_for(case))
         model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", dtype=torch.float32)
-        _randomize(model, _seed_for(case), expert_scale=0.1 if case in ("qwen3_5_moe", "gpt_oss") else 0.3)
+        _randomize(model, _seed_for(case), expert_scale=0.1 if case in ("qwen3_5_moe", "gpt_oss", "gpt_oss_limit7") else 0.3)
         if cfg.tie_word_embeddings:
             model.tie_weights()
         model.to(getattr(torch, dtype))

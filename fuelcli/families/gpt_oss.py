@@ -8,6 +8,13 @@ swiglu_alpha 1.702). Norms multiply by w.
 HF files as transformers 5 writes them: `mlp.experts.gate_up_proj` [E, H, 2I] (x @ W) whose columns
 alternate gate and up, `gate_up_proj_bias` [E, 2I] alike, `down_proj` [E, I, H], `down_proj_bias`
 [E, H]. The hub's own files keep the experts in MXFP4 blocks (`quantization_config`): refused here.
+
+GGUF (arch gpt-oss, as llama.cpp's converter writes it): gate and up apart (ffn_gate_exps,
+ffn_up_exps, [E, I, H], MXFP4 in users' files) with their biases, the router's bias as
+ffn_gate_inp.bias, the sinks as attn_sinks, post_attention_layernorm as post_attention_norm; no key
+says the layer types (llama.cpp: every even layer windowed), the SwiGLU's limit and alpha (llama.cpp:
+7 and 1.702) or YaRN's `truncate`: false here, the model's own (OpenAI's reference, transformers,
+vLLM), where ggml's YaRN always rounds the ramp's bounds.
 """
 
 import math
@@ -64,6 +71,12 @@ def experts_every_layer(r, n_layers: int) -> FfnPlan:
                    swiglu_limit=limit, swiglu_alpha=alpha)
 
 
+def gguf_config(meta: dict, d: dict):
+    scaling = d.get("rope_scaling")
+    if isinstance(scaling, dict) and scaling.get("rope_type") == "yarn":
+        d["rope_scaling"] = {**scaling, "truncate": False}
+
+
 def attention_bias(raw: dict) -> bool:
     return bool(raw.get("attention_bias", True))
 
@@ -74,7 +87,8 @@ def _every_expert_row(c) -> int:  # gate and up alternate row by row: one of eac
 
 WEIGHTS = (replace(DECODER, fused=())  # gate_up_proj is interleaved and transposed here, not Qwen3-MoE's
            .renamed(hf={"router": f"{_M}.router.weight", "router_bias": f"{_M}.router.bias",
-                        "down_exps": f"{_M}.experts.down_proj", "down_exps_bias": f"{_M}.experts.down_proj_bias"})
+                        "down_exps": f"{_M}.experts.down_proj", "down_exps_bias": f"{_M}.experts.down_proj_bias"},
+                    gguf={"ffn_norm": "blk.{i}.post_attention_norm.weight"})
            .with_weight("down_exps", hf_transposed=True)
            .with_fused(Fused(("gate_exps", "up_exps"), hf=f"{_M}.experts.gate_up_proj", interleaved=_every_expert_row,
                              hf_transposed=True),
@@ -84,7 +98,7 @@ WEIGHTS = (replace(DECODER, fused=())  # gate_up_proj is interleaved and transpo
 GPT_OSS = Family(
     model_type="gpt_oss",
     architectures=("GptOssForCausalLM",),
-    gguf_arch=None,
+    gguf_arch="gpt-oss",
     defaults={**COMMON_DEFAULTS, "vocab_size": 201088, "max_position_embeddings": 131072, "rms_norm_eps": 1e-5,
               "rope_theta": 150000.0, "head_dim": 64, "sliding_window": 128, "num_local_experts": 128,
               "num_experts_per_tok": 4, "swiglu_limit": 7.0, "swiglu_alpha": 1.702},
@@ -96,4 +110,6 @@ GPT_OSS = Family(
     ropes=one_yarn,
     weights=WEIGHTS,
     unsupported_keys=("quantization_config",),
+    gguf_keys={"attention.sliding_window": "sliding_window"},
+    gguf_config=gguf_config,
 )
