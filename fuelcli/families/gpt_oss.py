@@ -22,7 +22,7 @@ from dataclasses import replace
 
 from ..errors import ConfigError
 from ..model.rope import RopeConfig
-from .base import COMMON_DEFAULTS, Family, FfnPlan
+from .base import COMMON_DEFAULTS, Family, FfnPlan, one_rope
 from .qwen2 import layer_type_list
 from .schema import DECODER, Fused
 
@@ -38,20 +38,20 @@ def alternating_windows(r, n_layers: int):
     types = layer_type_list(r)
     if types is None:
         types = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n_layers)]
-        rule = "every other layer windowed, the first one first"
+        rule = "every even layer windowed (transformers' default)"
     else:
         rule = "layer_types from config.json"
     windows = [window if t == "sliding_attention" else 0 for t in types]
     return windows, f"{rule}: windowed layers w={window}" if any(windows) else f"{rule}: every layer full"
 
 
-def one_yarn(r, windows, rope_for):
-    if r.raw.get("rope_parameters") is None and r.raw.get("rope_scaling") is None:
-        r.origin["rope_scaling"] = "default"
-        rope = RopeConfig(theta=r.number("rope_theta"), attention_factor=0.1 * math.log(32.0) + 1.0, **DEFAULT_YARN)
-    else:
-        rope = rope_for("full_attention")
-    return [rope] * len(windows), None
+def yarn_unless_told(r, windows, rope_for):
+    """The config's RoPE per layer type, else (no RoPE key at all) transformers' default YaRN."""
+    if r.raw.get("rope_parameters") is not None or r.raw.get("rope_scaling") is not None:
+        return one_rope(r, windows, rope_for)
+    r.origin["rope_scaling"] = "default"
+    mscale = 0.1 * math.log(DEFAULT_YARN["factor"]) + 1.0  # transformers' attention factor for it
+    return [RopeConfig(theta=r.number("rope_theta"), attention_factor=mscale, **DEFAULT_YARN)] * len(windows), None
 
 
 def experts_every_layer(r, n_layers: int) -> FfnPlan:
@@ -107,7 +107,7 @@ GPT_OSS = Family(
     qkv_bias=attention_bias,
     o_bias=attention_bias,
     sinks=True,
-    ropes=one_yarn,
+    ropes=yarn_unless_told,
     weights=WEIGHTS,
     unsupported_keys=("quantization_config",),
     gguf_keys={"attention.sliding_window": "sliding_window"},

@@ -163,15 +163,13 @@ def _deinterleave(t: Tensor, groups: int, sizes: list) -> list:
 
 
 def _split_vector(v: np.ndarray, sizes: list, groups: int | None) -> list:
-    """An f32 array's parts along its last axis: in order, or (groups) group by group in turn."""
-    if groups:
-        per = [size // groups for size in sizes]
-        grouped = v.reshape(v.shape[:-1] + (groups, sum(per)))
-        bounds = np.cumsum([0] + per)
-        return [np.ascontiguousarray(grouped[..., a:b]).reshape(v.shape[:-1] + (size,))
-                for a, b, size in zip(bounds[:-1], bounds[1:], sizes)]
-    bounds = np.cumsum([0] + list(sizes))
-    return [np.ascontiguousarray(v[..., a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+    """An f32 array's parts along its last axis: group by group in turn (one group: in order)."""
+    groups = groups or 1
+    per = [size // groups for size in sizes]
+    grouped = v.reshape(v.shape[:-1] + (groups, sum(per)))
+    bounds = np.cumsum([0] + per)
+    return [np.ascontiguousarray(grouped[..., a:b]).reshape(v.shape[:-1] + (size,))
+            for a, b, size in zip(bounds[:-1], bounds[1:], sizes)]
 
 
 def transposed(t: Tensor) -> Tensor:
