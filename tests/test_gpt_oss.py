@@ -10,7 +10,8 @@ transformers' own f32 5.2e-5, so the bound is the issue's 1e-4. The dropped piec
 that or more: sinks 8.9, clamp 3.1, router bias 0.15, softmax over all experts 0.057, no window
 12. With the experts at N(0, 0.3) and swiglu_limit 3, transformers' own f32 logits were 1.3e-4 from
 its f64 ones (fuel 7.7e-5): the fixture keeps the experts at 0.1 and the limit at 1, where the
-clamp still bites.
+clamp still bites. The same weights in bf16 (experts turned on load two bytes an element): 3.8e-5
+against transformers reading that directory.
 
 GGUF: llama.cpp's converter writes the gpt_oss_limit7 checkpoint (gpt_oss's weights with the
 swiglu_limit llama.cpp fixes, 7: no key carries it) as an f32 GGUF; fuel's reference on it against
@@ -170,3 +171,24 @@ def test_gguf_negative_control_fails(converted, brk):
     else:
         cfg = with_attention(cfg, rope=lambda r: dataclasses.replace(r, truncate=True))
     assert float(np.abs(reference.forward(cfg, weights, ids) - ref).max()) > 100 * TOL
+
+
+def test_bf16_checkpoint_matches_transformers_reading_it(tiny):
+    """bf16 experts stored transposed: turned on load two bytes an element."""
+    d = tiny("gpt_oss", dtype="bfloat16")
+    model = open_model(str(d))
+    ids = np.random.default_rng(1).integers(0, model.cfg.vocab_size, SEQ).tolist()
+    assert model.weights.layers[0].gate_exps[0].fmt == "bf16"
+    assert max_diff(model, ids, hf_logits(d, ids)) <= TOL
+
+
+@pytest.mark.parametrize("change, says", [
+    ({"swiglu_limit": 0}, "swiglu_limit must be > 0"),
+    ({"num_experts_per_tok": 9, "num_local_experts": 8}, "num_experts_per_tok=9 must be in 1..num_local_experts=8"),
+    ({"layer_types": ["sliding_attention", "chunked_attention", "full_attention", "full_attention"]},
+     "layer_types entries"),
+])
+def test_bad_configs_are_refused_in_one_line(change, says):
+    with pytest.raises(ConfigError, match=says) as e:
+        from_hf_config({**_MINIMAL, **change})
+    assert "\n" not in str(e.value)
