@@ -90,6 +90,16 @@ CASES: dict[str, str] = {
         "Qwen3.5 MoE text: qwen3_5's layers with a MoE on every layer, 8 experts top-2 (renormalised), "
         "moe_intermediate_size 32, a shared expert of 48 scaled by sigmoid(shared_expert_gate)"
     ),
+    "gpt_oss": (
+        "gpt-oss, 4 layers (windowed w=8, full, windowed, full), hidden 64, 4 heads / 2 kv heads of 16, q/k/v/o "
+        "biases, a sink logit per head (N(0, 1)), YaRN factor 8 over original_max_position_embeddings 32 "
+        "(truncate false, attention factor 1.208); 8 experts of 32, top-4, router with a bias, softmax over the "
+        "top-4, expert biases, swiglu_limit 1 (so that the clamp bites at these weights), alpha 1.702"
+    ),
+    "gpt_oss_limit7": (
+        "same weights as gpt_oss with swiglu_limit 7, the value llama.cpp fixes (a GGUF file carries no limit), "
+        "for the converted GGUF"
+    ),
 }
 
 # Common small sizes.
@@ -223,6 +233,15 @@ def _config(case: str):
             return Qwen3_5TextConfig(**hybrid)
         return Qwen3_5MoeTextConfig(**hybrid, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
                                     shared_expert_intermediate_size=48)
+    if case in ("gpt_oss", "gpt_oss_limit7"):
+        from transformers import GptOssConfig
+
+        return GptOssConfig(**{**_BASE, "intermediate_size": 32}, num_hidden_layers=4, num_key_value_heads=2,
+                            head_dim=16, num_local_experts=8, num_experts_per_tok=4, sliding_window=8,
+                            swiglu_limit=1.0 if case == "gpt_oss" else 7.0, tie_word_embeddings=False,
+                            rope_parameters={"rope_type": "yarn", "factor": 8.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                                             "truncate": False, "original_max_position_embeddings": 32,
+                                             "rope_theta": 150000.0})
     raise KeyError(f"unknown tiny case {case!r}; known: {sorted(CASES)}")
 
 
@@ -253,8 +272,10 @@ def _randomize(model, seed: int, expert_scale: float = 0.3) -> None:
                 p.copy_(1.0 + 0.2 * torch.randn(shape, generator=g))
             elif name.endswith(".bias"):
                 p.copy_(0.3 * torch.randn(shape, generator=g))
-            elif name.endswith("mlp.gate.weight"):  # MoE router: spread logits -> distinct top-k
+            elif name.endswith(("mlp.gate.weight", "mlp.router.weight")):  # MoE router: spread logits -> distinct top-k
                 p.copy_(0.5 * torch.randn(shape, generator=g))
+            elif name.endswith("self_attn.sinks"):  # as large as the attention logits, so that they weigh
+                p.copy_(torch.randn(shape, generator=g))
             elif name.endswith(("in_proj_a.weight", "in_proj_b.weight")):
                 # a linear layer's decay and beta in the ranges trained ones keep: at 0.3 some heads'
                 # beta reaches 1e-5, their output's RMS 1e-6, and the gated norm amplifies rounding
@@ -268,7 +289,7 @@ def _randomize(model, seed: int, expert_scale: float = 0.3) -> None:
 # the cases' seed order, fixed: a new case goes at the end, so that no existing case's weights change
 _SEED_ORDER = ["llama2", "llama31", "qwen2_window", "qwen2_window_legacy", "qwen3_bias_headdim", "qwen3_moe_norm_false",
                "qwen3_moe_norm_true", "gemma3", "mistral", "mixtral", "smollm3", "qwen2_yarn", "gemma3_6layers", "phi3", "phi3_longrope",
-               "qwen3_5", "qwen3_5_moe"]
+               "qwen3_5", "qwen3_5_moe", "gpt_oss"]
 
 
 def _seed_for(case: str) -> int:
@@ -277,6 +298,7 @@ def _seed_for(case: str) -> int:
         "qwen2_window_legacy": "qwen2_window",
         "qwen3_moe_norm_true": "qwen3_moe_norm_false",
         "gemma3_hub": "gemma3",
+        "gpt_oss_limit7": "gpt_oss",
     }.get(case, case)
     return 1000 + _SEED_ORDER.index(root)
 
@@ -329,7 +351,7 @@ def write_tiny(
         cfg = _config(case)
         torch.manual_seed(_seed_for(case))
         model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", dtype=torch.float32)
-        _randomize(model, _seed_for(case), expert_scale=0.1 if case == "qwen3_5_moe" else 0.3)
+        _randomize(model, _seed_for(case), expert_scale=0.1 if case in ("qwen3_5_moe", "gpt_oss", "gpt_oss_limit7") else 0.3)
         if cfg.tie_word_embeddings:
             model.tie_weights()
         model.to(getattr(torch, dtype))

@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from . import delta_rule
-from ..model.block import Block
+from ..model.block import Block, Ffn
 from ..model.config import ModelConfig
 from ..model.finite import first_bad_row, require_finite
 from ..model.rope import cos_sin
@@ -77,12 +77,24 @@ def attention(cfg: ModelConfig, block: Block, layer, x: np.ndarray) -> np.ndarra
     scale = np.float32(1 / np.sqrt(np.float32(D)) if a.scale is None else a.scale)
     scores = np.einsum("thd,shd->hts", q, k) * scale
     scores = np.where(causal_mask(T, a.window)[None], scores, -np.inf)
-    p = np.exp(scores - scores.max(-1, keepdims=True))
-    p /= p.sum(-1, keepdims=True)
+    p = softmax_with_sinks(scores, layer.sinks) if a.sinks else softmax(scores)
     out = np.einsum("hts,shd->thd", p, v).reshape(T, cfg.num_heads * D)
     if a.output_gate:
         out = out * sigmoid(linear(x, layer.q_gate))
     return linear(out, layer.o, layer.o_bias)
+
+
+def softmax(scores: np.ndarray) -> np.ndarray:
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    return p / p.sum(-1, keepdims=True)
+
+
+def softmax_with_sinks(scores: np.ndarray, sinks: np.ndarray) -> np.ndarray:
+    """scores [heads, T, S]: each head's sink logit joins the denominator and takes no value."""
+    sink = sinks.astype(np.float32)[:, None, None]
+    top = np.maximum(scores.max(-1, keepdims=True), sink)
+    p = np.exp(scores - top)
+    return p / (p.sum(-1, keepdims=True) + np.exp(sink - top))
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -128,7 +140,20 @@ def glu(x, gate: Tensor, up: Tensor, down: Tensor, activation: str) -> np.ndarra
     return linear(ACT[activation](linear(x, gate)) * linear(x, up), down)
 
 
-def route(cfg: ModelConfig, logits: np.ndarray):
+def route(cfg: ModelConfig, logits: np.ndarray, router: str = "softmax"):
+    """(chosen experts, their weights) per token: block.Ffn.router's rule."""
+    if router == "topk_softmax":
+        return route_topk_softmax(cfg, logits)
+    return route_softmax(cfg, logits)
+
+
+def route_topk_softmax(cfg: ModelConfig, logits: np.ndarray):
+    """the top-k logits, softmax over those k only."""
+    top = np.argsort(-logits, axis=-1, kind="stable")[:, : cfg.experts_per_tok]
+    return top, softmax(np.take_along_axis(logits, top, axis=-1))
+
+
+def route_softmax(cfg: ModelConfig, logits: np.ndarray):
     """softmax over all experts (f32), top-k, divided by their sum only if norm_topk_prob."""
     p = np.exp(logits - logits.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
@@ -139,18 +164,36 @@ def route(cfg: ModelConfig, logits: np.ndarray):
     return top, w
 
 
-def moe(cfg: ModelConfig, layer, x: np.ndarray, activation: str) -> np.ndarray:
-    top, w = route(cfg, linear(x, layer.router))
+def clamped_swiglu(gate: np.ndarray, up: np.ndarray, limit: float, alpha: float) -> np.ndarray:
+    """gpt-oss's: (clip(up, ±limit) + 1) · g · sigmoid(alpha · g), g = min(gate, limit)."""
+    g = np.minimum(gate, np.float32(limit))
+    u = np.clip(up, np.float32(-limit), np.float32(limit))
+    return (u + 1) * (g * sigmoid(g * np.float32(alpha)))
+
+
+def expert(ffn: Ffn, layer, e: int, x: np.ndarray) -> np.ndarray:
+    """Expert e of a MoE layer on rows x (with its biases and clamped SwiGLU where the block says)."""
+    def bias(role):
+        return getattr(layer, role)[e] if ffn.expert_bias else None
+
+    gate = linear(x, layer.gate_exps[e], bias("gate_exps_bias"))
+    up = linear(x, layer.up_exps[e], bias("up_exps_bias"))
+    h = clamped_swiglu(gate, up, ffn.swiglu_limit, ffn.swiglu_alpha) if ffn.swiglu_limit else ACT[ffn.activation](gate) * up
+    return linear(h, layer.down_exps[e], bias("down_exps_bias"))
+
+
+def moe(cfg: ModelConfig, layer, x: np.ndarray, ffn: Ffn) -> np.ndarray:
+    top, w = route(cfg, linear(x, layer.router, layer.router_bias if ffn.router_bias else None), ffn.router)
     out = np.zeros_like(x)
     for t in range(x.shape[0]):
         for e, we in zip(top[t], w[t]):
-            out[t] += we * glu(x[t : t + 1], layer.gate_exps[e], layer.up_exps[e], layer.down_exps[e], activation)[0]
+            out[t] += we * expert(ffn, layer, e, x[t : t + 1])[0]
     return out
 
 
 def ffn(cfg: ModelConfig, block: Block, layer, x: np.ndarray) -> np.ndarray:
     if block.ffn.moe:
-        out = moe(cfg, layer, x, block.ffn.activation)
+        out = moe(cfg, layer, x, block.ffn)
         if block.ffn.shared_expert:
             shared = glu(x, layer.shared_gate, layer.shared_up, layer.shared_down, block.ffn.activation)
             out = out + sigmoid(linear(x, layer.shared_expert_gate)) * shared

@@ -22,6 +22,12 @@ class FfnPlan(NamedTuple):
     moe_intermediate_size: int = 0
     norm_topk_prob: bool = False
     shared_intermediate_size: int = 0  # a shared expert's width beside the experts (0: none)
+    # the MoE's router and experts beyond the default (block.Ffn's fields of the same names)
+    router: str = "softmax"
+    router_bias: bool = False
+    expert_bias: bool = False
+    swiglu_limit: float = 0.0
+    swiglu_alpha: float = 1.702
 
 
 def dense_ffn(r, n_layers: int) -> FfnPlan:
@@ -70,6 +76,7 @@ class Family:
     o_bias: Callable = attention_bias
     qk_norm: bool = False
     output_gate: bool = False  # Attention.output_gate on every attention layer
+    sinks: bool = False  # Attention.sinks on every attention layer
     # (reader, head_dim) -> the leading dimensions RoPE rotates (0: the whole head)
     rotary_dim: Callable = whole_head_rotary
     # (reader, n_layers) -> per layer a block.LinearAttention, or None for an attention layer

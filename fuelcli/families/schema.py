@@ -34,6 +34,9 @@ class Weight:
     when: Callable = _always  # (block) -> whether the layer has it
     heads: Callable | None = None  # (cfg) -> heads whose rows a permuted GGUF file reorders
     hf_shape: Callable | None = None  # (cfg) -> the shape HF files store, when not `shape` (reshaped on load)
+    # HF files store the matrix transposed, [..., cols, rows] (transformers' x @ W experts of gpt-oss);
+    # transposed on load (a copy)
+    hf_transposed: bool = False
 
     def name(self, kind: str, i: int = 0) -> str | None:
         """Where a file kind keeps it in layer i ({e} left for the reader where one per expert)."""
@@ -45,9 +48,11 @@ class Weight:
 class Fused:
     """One stored tensor whose rows (axis -2) are `parts`' rows in order, split into views on load;
     `interleaved`: (cfg) -> heads, the rows are each head's rows of every part in turn instead (Qwen3.5's
-    q|gate per head; split into copies). `optional`: used only where the file holds it (else the
-    parts' own names); `with_names`: roles read under these exact names when the fused tensor is used
-    (transformers 5's stacked experts)."""
+    q|gate per head; gpt-oss's gate|up, one row each in turn; split into copies). Parts of kind VECTOR
+    are split along their last axis the same way (gpt-oss's gate|up biases). `optional`: used only
+    where the file holds it (else the parts' own names); `with_names`: roles read under these exact
+    names when the fused tensor is used (transformers 5's stacked experts); `hf_transposed`: HF files
+    store the whole tensor transposed (as Weight.hf_transposed)."""
 
     parts: tuple
     hf: str | None = None
@@ -55,6 +60,7 @@ class Fused:
     optional: bool = False
     with_names: dict = field(default_factory=dict)
     interleaved: Callable | None = None
+    hf_transposed: bool = False
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,10 @@ class Schema:
 
     def role(self, role: str) -> Weight:
         return next(w for w in self.model + self.layer if w.role == role)
+
+    def with_weight(self, role: str, **changes) -> "Schema":
+        """The same tensors with one layer role's declaration changed (a stored layout, a transform)."""
+        return replace(self, layer=tuple(replace(w, **changes) if w.role == role else w for w in self.layer))
 
     def with_fused(self, *fused: Fused) -> "Schema":
         return replace(self, fused=self.fused + fused)
@@ -122,6 +132,18 @@ def _moe(b):
 
 def _shared(b):
     return b.ffn.moe and b.ffn.shared_expert
+
+
+def _sinks(b):
+    return _attends(b) and b.attention.sinks
+
+
+def _router_bias(b):
+    return b.ffn.moe and b.ffn.router_bias
+
+
+def _expert_bias(b):
+    return b.ffn.moe and b.ffn.expert_bias
 
 
 def _q_heads(c):
@@ -205,6 +227,16 @@ DECODER = Schema(
                lambda c: (c.hidden_size, c.shared_expert_intermediate_size), when=_shared),
         Weight("shared_expert_gate", MATRIX, f"{_M}.shared_expert_gate.weight", None, lambda c: (1, c.hidden_size),
                when=_shared),
+        # gpt-oss: a sink logit per head, the router's bias, each expert's biases ([experts, rows])
+        Weight("sinks", VECTOR, f"{_A}.sinks", "blk.{i}.attn_sinks.weight", lambda c: (c.num_heads,), when=_sinks),
+        Weight("router_bias", VECTOR, f"{_M}.gate.bias", "blk.{i}.ffn_gate_inp.bias", lambda c: (c.num_experts,),
+               when=_router_bias),
+        Weight("gate_exps_bias", VECTOR, None, "blk.{i}.ffn_gate_exps.bias",
+               lambda c: (c.num_experts, c.moe_intermediate_size), when=_expert_bias),
+        Weight("up_exps_bias", VECTOR, None, "blk.{i}.ffn_up_exps.bias",
+               lambda c: (c.num_experts, c.moe_intermediate_size), when=_expert_bias),
+        Weight("down_exps_bias", VECTOR, None, "blk.{i}.ffn_down_exps.bias", lambda c: (c.num_experts, c.hidden_size),
+               when=_expert_bias),
     ),
     # files written from transformers 5's in-memory layout stack every expert's gate|up in one tensor
     fused=(Fused(("gate_exps", "up_exps"), hf=f"{_M}.experts.gate_up_proj", optional=True,

@@ -38,6 +38,7 @@ class Attention:
     scale: float | None = None  # what q·k is multiplied by; None: 1 / sqrt(head_dim)
     output_gate: bool = False  # q_proj also emits a gate per head: output * sigmoid(gate) before o_proj
     rotary_dim: int = 0  # the leading dimensions of each head RoPE rotates; 0: all of them
+    sinks: bool = False  # a learned logit per head joins each query's softmax denominator (gpt-oss)
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,15 @@ class Ffn:
     moe: bool = False  # a sparse mixture of experts (the model's experts_per_tok of num_experts)
     activation: str = "silu"  # a key of ACTIVATIONS
     shared_expert: bool = False  # beside the experts, one always-on expert scaled by sigmoid(x · w)
+    # "softmax": over all experts, then the top-k (renormalised when cfg.norm_topk_prob);
+    # "topk_softmax": the top-k router logits, softmax over those k only (gpt-oss)
+    router: str = "softmax"
+    router_bias: bool = False  # the router's logits have a bias
+    expert_bias: bool = False  # each expert's gate, up and down projections have biases
+    # > 0: gpt-oss's clamped SwiGLU, (clip(up, ±limit) + 1) · g · sigmoid(swiglu_alpha · g) with
+    # g = min(gate, limit), instead of act(gate) · up
+    swiglu_limit: float = 0.0
+    swiglu_alpha: float = 1.702
 
 
 @dataclass(frozen=True)
@@ -89,6 +99,11 @@ LINEAR_LAYERS = "linear-attention layers (gated DeltaNet)"
 OUTPUT_GATE = "an attention output gate"
 PARTIAL_ROTARY = "RoPE over part of each head"
 SHARED_EXPERT = "a shared expert"
+ATTENTION_SINKS = "attention sinks"
+TOPK_SOFTMAX = "a softmax over the chosen experts only"
+ROUTER_BIAS = "a router bias"
+EXPERT_BIAS = "expert biases"
+CLAMPED_SWIGLU = "a clamped SwiGLU"
 
 
 def features(cfg) -> dict:
@@ -106,12 +121,19 @@ def features(cfg) -> dict:
             note(LINEAR_LAYERS, i)
         if b.ffn.shared_expert:
             note(SHARED_EXPERT, i)
+        if b.ffn.moe:
+            for name, used in ((TOPK_SOFTMAX, b.ffn.router == "topk_softmax"), (ROUTER_BIAS, b.ffn.router_bias),
+                               (EXPERT_BIAS, b.ffn.expert_bias), (CLAMPED_SWIGLU, b.ffn.swiglu_limit > 0)):
+                if used:
+                    note(name, i)
         if b.linear is not None:
             continue
         if a.output_gate:
             note(OUTPUT_GATE, i)
         if a.rotary_dim:
             note(PARTIAL_ROTARY, i)
+        if a.sinks:
+            note(ATTENTION_SINKS, i)
         if a.rope is None:
             note("layers without RoPE", i)
         else:

@@ -468,15 +468,21 @@ def _blocks(r: _Reader, windows, ffn, head_dim: int) -> tuple:
     ropes, rope_rule = family.ropes(r, windows, rope_reader(r))
     rotary_dim = family.rotary_dim(r, head_dim)
     attention = dict(qk_norm=family.qk_norm, qkv_bias=family.qkv_bias(raw), o_bias=family.o_bias(raw),
-                     scale=family.attention_scale(r, head_dim), output_gate=family.output_gate, rotary_dim=rotary_dim)
+                     scale=family.attention_scale(r, head_dim), output_gate=family.output_gate, rotary_dim=rotary_dim,
+                     sinks=family.sinks)
     act = _activation(r, family.activation_key)
     mixers = family.mixers(r, len(windows))
 
     def mixer(i: int) -> Attention:  # a linear-attention layer has no softmax attention, hence no RoPE
         return Attention(rope=None) if mixers[i] else Attention(window=int(windows[i]), rope=ropes[i], **attention)
 
-    blocks = tuple(Block(mixer(i), Ffn(ffn.moe_layers[i], act, shared_expert=ffn.shared_intermediate_size > 0),
-                         sandwich=family.sandwich, linear=mixers[i]) for i in range(len(windows)))
+    def ffn_of(i: int) -> Ffn:  # the router's and experts' options where the layer has experts
+        moe = ffn.moe_layers[i]
+        extra = dict(router=ffn.router, router_bias=ffn.router_bias, expert_bias=ffn.expert_bias,
+                     swiglu_limit=ffn.swiglu_limit, swiglu_alpha=ffn.swiglu_alpha) if moe else {}
+        return Ffn(moe, act, shared_expert=ffn.shared_intermediate_size > 0, **extra)
+
+    blocks = tuple(Block(mixer(i), ffn_of(i), sandwich=family.sandwich, linear=mixers[i]) for i in range(len(windows)))
     rotated, what = (rotary_dim, f"its {rotary_dim} rotated dimensions") if rotary_dim else (head_dim, f"head_dim {head_dim}")
     for rope in {b.attention.rope for b in blocks} - {None}:
         for name, values in (("factors", rope.factors), ("long factors", rope.long_factors)):

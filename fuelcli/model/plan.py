@@ -42,6 +42,7 @@ class LayerPlan:
             return (f"linear (gated DeltaNet: {s.k_heads}×{s.k_head_dim} key, {s.v_heads}×{s.v_head_dim} value "
                     f"heads, conv {s.conv_kernel}, {4 * s.state_floats / 1024:g} KiB a sequence)")
         text = f"window {self.window}" if self.window else "full"
+        text += " + sinks" if self.block.attention.sinks else ""
         return text + (", output gate" if self.block.attention.output_gate else "")
 
     @property

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field, make_dataclass
 import numpy as np
 
 from ..errors import InputError
-from ..families.schema import DECODER, EXPERT_ROLES, EXPERTS, MATRICES, MATRIX, NORM, VECTORS, Fused, Schema, Weight
+from ..families.schema import (DECODER, EXPERT_ROLES, EXPERTS, MATRICES, MATRIX, NORM, VECTOR, VECTORS, Fused, Schema,
+                               Weight)
 from ..formats import dequantize
 from ..model.config import ModelConfig
 from .tensor import Tensor
@@ -147,17 +148,40 @@ def _split_rows(t: Tensor, sizes: list) -> list:
 
 
 def _deinterleave(t: Tensor, groups: int, sizes: list) -> list:
-    """Each part's rows of a tensor that stores, group by group, every part's rows in turn (copies:
-    a part's rows are not contiguous there)."""
+    """Each part's rows of a tensor that stores, group by group, every part's rows in turn (per
+    expert where stacked; copies: a part's rows are not contiguous there)."""
     per = [size // groups for size in sizes]
-    data = t.data.reshape(groups, sum(per), t.data.shape[-1])
+    lead = t.data.shape[:-2]
+    data = t.data.reshape(lead + (groups, sum(per), t.data.shape[-1]))
     out, start = [], 0
     for size, n in zip(sizes, per):
-        part = np.ascontiguousarray(data[:, start:start + n]).reshape(size, t.data.shape[-1])
+        part = np.ascontiguousarray(data[..., start:start + n, :]).reshape(lead + (size, t.data.shape[-1]))
         part.flags.writeable = False  # as read-only as the mmap'd weights beside it
-        out.append(Tensor(f"{t.name}[{start}::{sum(per)}]", t.fmt, (size, t.shape[-1]), part))
+        out.append(Tensor(f"{t.name}[{start}::{sum(per)}]", t.fmt, t.shape[:-2] + (size, t.shape[-1]), part))
         start += n
     return out
+
+
+def _split_vector(v: np.ndarray, sizes: list, groups: int | None) -> list:
+    """An f32 array's parts along its last axis: group by group in turn (one group: in order)."""
+    groups = groups or 1
+    per = [size // groups for size in sizes]
+    grouped = v.reshape(v.shape[:-1] + (groups, sum(per)))
+    bounds = np.cumsum([0] + per)
+    return [np.ascontiguousarray(grouped[..., a:b]).reshape(v.shape[:-1] + (size,))
+            for a, b, size in zip(bounds[:-1], bounds[1:], sizes)]
+
+
+def transposed(t: Tensor) -> Tensor:
+    """A matrix stored [..., cols, rows] (x @ W) as [..., rows, cols] (a copy); element formats only:
+    a block format's blocks run along the stored rows and cannot be turned."""
+    if t.format.block_elems != 1:
+        raise InputError(f"tensor {t.name} is stored transposed in {t.fmt}, whose blocks fuel cannot transpose")
+    *lead, a, b = t.shape
+    size = t.format.block_bytes
+    data = np.ascontiguousarray(t.data.reshape(*lead, a, b, size).swapaxes(-3, -2)).reshape(*lead, b, a * size)
+    data.flags.writeable = False
+    return Tensor(f"{t.name}.T", t.fmt, (*lead, b, a), data)
 
 
 class _LayerReader:
@@ -174,12 +198,18 @@ class _LayerReader:
         if spec.kind == EXPERTS:
             if "{e}" in name:  # one matrix per expert
                 return [self.w.matrix(name.format(e=e), shape[1:]) for e in range(shape[0])]
-            return expert_views(self.w.matrix(name, shape))
+            return expert_views(self.stored(name, shape, spec.hf_transposed))
         if spec.kind == MATRIX:
-            return self.transform(spec, self.w.matrix(name, shape))
+            return self.transform(spec, self.stored(name, shape, spec.hf_transposed))
         stored = spec.hf_shape(self.cfg) if self.kind == "hf" and spec.hf_shape else shape
         value = self.w.vector(name, stored, add=self.offset if spec.kind == NORM else 0.0)
         return self.transform(spec, value.reshape(shape) if stored != shape else value)
+
+    def stored(self, name: str, shape: tuple, hf_transposed: bool) -> Tensor:
+        """A matrix of `shape`, turned where HF files store it transposed."""
+        if not (hf_transposed and self.kind == "hf"):
+            return self.w.matrix(name, shape)
+        return transposed(self.w.matrix(name, shape[:-2] + (shape[-1], shape[-2])))
 
     def transform(self, spec: Weight, value):
         return value if self.fix is None or spec.heads is None else self.fix(value, spec.heads(self.cfg))
@@ -190,10 +220,17 @@ class _LayerReader:
         if name is None or (f.optional and not self.w.has(name.format(i=i))):
             return None
         shapes = [p.shape(self.cfg) for p in parts]
+        groups = f.interleaved(self.cfg) if f.interleaved else None
+        if all(p.kind == VECTOR for p in parts):
+            stacked = shapes[0][:-1] + (sum(s[-1] for s in shapes),)
+            views = _split_vector(self.w.vector(name.format(i=i), stacked), [s[-1] for s in shapes], groups)
+            for p, v in zip(parts, views):
+                self.w.vector_names[id(v)] = f"{name.format(i=i)} ({p.role})"
+            return {p.role: v for p, v in zip(parts, views)}
         stacked = shapes[0][:-2] + (sum(s[-2] for s in shapes), shapes[0][-1])
-        fused = self.w.matrix(name.format(i=i), stacked)
+        fused = self.stored(name.format(i=i), stacked, f.hf_transposed)
         if f.interleaved:
-            views = _deinterleave(fused, f.interleaved(self.cfg), [s[-2] for s in shapes])
+            views = _deinterleave(fused, groups, [s[-2] for s in shapes])
         else:
             views = _split_rows(fused, [s[-2] for s in shapes])
         out = {p.role: expert_views(v) if p.kind == EXPERTS else self.transform(p, v) for p, v in zip(parts, views)}
