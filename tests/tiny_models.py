@@ -90,7 +90,16 @@ CASES: dict[str, str] = {
         "Qwen3.5 MoE text: qwen3_5's layers with a MoE on every layer, 8 experts top-2 (renormalised), "
         "moe_intermediate_size 32, a shared expert of 48 scaled by sigmoid(shared_expert_gate)"
     ),
+    "qwen3_5_wrapped": (
+        "qwen3_5's text weights inside the hub's wrapper (Qwen3_5ForConditionalGeneration, model_type qwen3_5): "
+        "config.json with text_config and a tiny vision_config, model.language_model.* names, a random vision "
+        "tower (model.visual.*) and MTP head (mtp.*, mtp_num_hidden_layers 1) as hub files carry"
+    ),
+    "qwen3_5_moe_wrapped": "qwen3_5_moe's text weights in the MoE wrapper (Qwen3_5MoeForConditionalGeneration), as qwen3_5_wrapped",
 }
+
+# wrapper case -> the text case whose weights it holds
+WRAPPED = {"qwen3_5_wrapped": "qwen3_5", "qwen3_5_moe_wrapped": "qwen3_5_moe"}
 
 # Common small sizes.
 _BASE = dict(
@@ -268,7 +277,7 @@ def _randomize(model, seed: int, expert_scale: float = 0.3) -> None:
 # the cases' seed order, fixed: a new case goes at the end, so that no existing case's weights change
 _SEED_ORDER = ["llama2", "llama31", "qwen2_window", "qwen2_window_legacy", "qwen3_bias_headdim", "qwen3_moe_norm_false",
                "qwen3_moe_norm_true", "gemma3", "mistral", "mixtral", "smollm3", "qwen2_yarn", "gemma3_6layers", "phi3", "phi3_longrope",
-               "qwen3_5", "qwen3_5_moe"]
+               "qwen3_5", "qwen3_5_moe", "qwen3_5_wrapped", "qwen3_5_moe_wrapped"]
 
 
 def _seed_for(case: str) -> int:
@@ -323,19 +332,23 @@ def write_tiny(
     if (d / "config.json").exists() and (d / "model.safetensors").exists():
         return d  # deterministic content: reuse (lets parallel workers share one out_dir)
     d.parent.mkdir(parents=True, exist_ok=True)
+    text_dir = write_tiny(WRAPPED[case], out_dir, dtype) if case in WRAPPED else None
     tmp = Path(tempfile.mkdtemp(prefix=f".{d.name}.tmp-", dir=d.parent))
     tmp.chmod(0o755)
     try:
-        cfg = _config(case)
-        torch.manual_seed(_seed_for(case))
-        model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", dtype=torch.float32)
-        _randomize(model, _seed_for(case), expert_scale=0.1 if case == "qwen3_5_moe" else 0.3)
-        if cfg.tie_word_embeddings:
-            model.tie_weights()
-        model.to(getattr(torch, dtype))
-        model.eval()
-        model.generation_config.do_sample = False  # generation defaults: greedy
-        model.save_pretrained(tmp, safe_serialization=True)
+        if text_dir is not None:
+            _write_wrapper(case, text_dir, tmp, getattr(torch, dtype))
+        else:
+            cfg = _config(case)
+            torch.manual_seed(_seed_for(case))
+            model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", dtype=torch.float32)
+            _randomize(model, _seed_for(case), expert_scale=0.1 if case == "qwen3_5_moe" else 0.3)
+            if cfg.tie_word_embeddings:
+                model.tie_weights()
+            model.to(getattr(torch, dtype))
+            model.eval()
+            model.generation_config.do_sample = False  # generation defaults: greedy
+            model.save_pretrained(tmp, safe_serialization=True)
 
         cfg_path = tmp / "config.json"
         conf = json.loads(cfg_path.read_text())
@@ -356,6 +369,51 @@ def write_tiny(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return d
+
+
+def _write_wrapper(case: str, text_dir: Path, out: Path, dtype) -> None:
+    """The text checkpoint's weights under the wrapper's names (transformers' own wrapper class and
+    save_pretrained), beside a tiny random vision tower, plus an MTP head (mtp.*: transformers drops
+    it on load, so it is added to the file after saving, shaped as the hub's: fc, three norms and
+    one decoder layer shaped like the text model's last)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+
+    text = json.loads((text_dir / "config.json").read_text())
+    moe = text["model_type"] == "qwen3_5_moe_text"
+    vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=4, temporal_patch_size=2,
+                  spatial_merge_size=2, out_hidden_size=text["hidden_size"], num_position_embeddings=16)
+    cfg = AutoConfig.for_model("qwen3_5_moe" if moe else "qwen3_5", text_config=text, vision_config=vision,
+                               tie_word_embeddings=text["tie_word_embeddings"])
+    torch.manual_seed(_seed_for(case))
+    model = AutoModelForImageTextToText.from_config(cfg, dtype=torch.float32)
+    # the text model's parameters as transformers holds them in memory (stacked experts, as the wrapper)
+    weights = AutoModelForCausalLM.from_pretrained(text_dir, dtype=torch.float32).state_dict()
+    g = torch.Generator().manual_seed(_seed_for(case))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            own = name.replace("model.language_model.", "model.", 1)
+            p.copy_(weights[own] if own in weights else 0.3 * torch.randn(tuple(p.shape), generator=g))
+    model.to(dtype)
+    model.save_pretrained(out, safe_serialization=True)
+
+    last = f"model.layers.{text['num_hidden_layers'] - 1}."
+    hidden = text["hidden_size"]
+    mtp = {f"mtp.layers.0.{k[len(last):]}": 0.3 * torch.randn(tuple(v.shape), generator=g)
+           for k, v in load_file(text_dir / "model.safetensors").items() if k.startswith(last)}
+    mtp.update({"mtp.fc.weight": 0.3 * torch.randn((hidden, 2 * hidden), generator=g),
+                **{f"mtp.{n}.weight": 1 + 0.2 * torch.randn((hidden,), generator=g)
+                   for n in ("norm", "pre_fc_norm_embedding", "pre_fc_norm_hidden")}})
+    stored = load_file(out / "model.safetensors")
+    save_file({**stored, **{k: v.to(dtype).contiguous() for k, v in mtp.items()}}, out / "model.safetensors",
+              metadata={"format": "pt"})
+    conf = json.loads((out / "config.json").read_text())
+    conf["text_config"]["mtp_num_hidden_layers"] = 1
+    # the hub's text RoPE keys: interleaved mRoPE sections (plain positions for text; 2 frequencies here)
+    conf["text_config"]["rope_parameters"].update(mrope_interleaved=True, mrope_section=[1, 1, 0])
+    (out / "config.json").write_text(json.dumps(conf, indent=2, sort_keys=True) + "\n")
+    shutil.copy(text_dir / "generation_config.json", out / "generation_config.json")
 
 
 def write_all(out_dir: Path, dtype: str = "float32") -> dict[str, Path]:
