@@ -1,15 +1,16 @@
-"""Qwen3.5 as users' files hold it: the hub's vision-language wrappers (qwen3_5, qwen3_5_moe: the
-decoder under text_config and model.language_model., beside a vision tower and an MTP head that are
-not run) and the GGUFs llama.cpp's converter writes from them (qwen35, qwen35moe). fuel's reference
-forward on each must match transformers f32 on the HF checkpoint within test_qwen3_5's tolerances
-(80 tokens: the chunked delta rule crosses a chunk boundary), and each GGUF transform left undone
-must fail the same comparison.
+"""Qwen3.5 and Qwen3-Next as users' files hold them: the hub's Qwen3.5 vision-language wrappers
+(qwen3_5, qwen3_5_moe: the decoder under text_config and model.language_model., beside a vision
+tower and an MTP head that are not run) and the GGUFs llama.cpp's converter writes from them and
+from Qwen3-Next (qwen35, qwen35moe, qwen3next). fuel's reference forward on each must match
+transformers f32 on the HF checkpoint within test_qwen3_5's tolerances (80 tokens: the chunked
+delta rule crosses a chunk boundary), and each transform left undone must fail the same comparison.
 
 The tiny wrappers hold the text cases' weights (transformers' own logits on them equal the text
-model's exactly), 2 key heads and 4 value heads, so the converter reorders the value heads.
-Measured, max|Δ| (reference against transformers on the wrapper): qwen3_5 wrapper 5.0e-5, GGUF
-5.1e-5; qwen3_5_moe wrapper 9.3e-4, GGUF 9.3e-4 (transformers' own f32 noise, test_qwen3_5). The
-broken readings miss by 1e-1 or more.
+model's exactly); every case has 2 key heads and 4 value heads, so the converter reorders
+Qwen3.5's value heads. Measured, max|Δ| (reference against transformers on the HF checkpoint):
+qwen3_5 wrapper 5.0e-5, GGUF 5.1e-5; qwen3_5_moe wrapper 9.3e-4, GGUF 9.3e-4 (transformers' own
+f32 noise, test_qwen3_5); qwen3_next GGUF 1.8e-4. The broken GGUF readings miss by 20 or more
+(logits up to ~20).
 """
 
 import dataclasses
@@ -30,13 +31,15 @@ from fuelcli.model.config import from_hf_config
 from fuelcli.weights.build import _regroup
 from fuelcli.weights.tensor import Tensor
 
-CASES = {"qwen3_5": "qwen3_5_wrapped", "qwen3_5_moe": "qwen3_5_moe_wrapped"}
+CASES = {"qwen3_5": "qwen3_5_wrapped", "qwen3_5_moe": "qwen3_5_moe_wrapped", "qwen3_next": "qwen3_next"}
+WRAPPERS = ("qwen3_5", "qwen3_5_moe")
+TEXT_FAMILY = {"qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text", "qwen3_next": "qwen3_next"}
 
 
 @pytest.fixture(scope="module")
 def files(tiny, llama_converter, tmp_path_factory):
     out = tmp_path_factory.mktemp("gguf")
-    dirs = {case: tiny(wrapped) for case, wrapped in CASES.items()}
+    dirs = {case: tiny(source) for case, source in CASES.items()}
     convert(llama_converter, [(dirs[c], out / f"{c}.gguf") for c in CASES])
     ids = np.random.default_rng(1).integers(0, 256, SEQ).tolist()
     return lambda case: (dirs[case], out / f"{case}.gguf", ids, hf_logits(dirs[case], ids))
@@ -46,7 +49,7 @@ def max_diff(model, ids, ref) -> float:
     return float(np.abs(logits_by_path(model, ids, "reference") - ref).max())
 
 
-@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("case", WRAPPERS)
 def test_wrapper_reads_its_text_model(files, tiny, case):
     d, _, ids, ref = files(case)
     assert np.array_equal(ref, hf_logits(tiny(case), ids))  # transformers: the wrapper is its text model
@@ -61,7 +64,7 @@ def test_wrapper_reads_its_text_model(files, tiny, case):
 def test_gguf_matches_transformers_on_the_source(files, case):
     _, gguf, ids, ref = files(case)
     model = open_model(str(gguf))
-    assert model.cfg.family == f"{case}_text" and model.cfg.num_layers == 4
+    assert model.cfg.family == TEXT_FAMILY[case] and model.cfg.num_layers == 4
     assert model.cfg.not_run == "the multi-token-prediction head (blk.4): not run"
     assert [b.linear is not None for b in model.cfg.blocks] == [True, True, True, False]
     assert model.cfg.linear.v_heads == 2 * model.cfg.linear.k_heads and model.cfg.blocks[3].attention.rotary_dim == 4
@@ -82,16 +85,27 @@ BREAKS = {
     "A read as A_log": _without(Elementwise),
     "norms read without the file's 1 +": lambda schema: dataclasses.replace(schema, gguf_norm_shift=0.0),
 }
+# qwen3next files keep HF's value-head order: nothing to leave tiled
+GGUF_BREAKS = [(case, brk) for case in CASES for brk in BREAKS if (case, brk) != ("qwen3_next", "value heads left tiled")]
 
 
-@pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("brk", BREAKS)
+@pytest.mark.parametrize("case,brk", GGUF_BREAKS)
 def test_negative_control_fails(files, case, brk, monkeypatch):
     _, gguf, ids, ref = files(case)
-    family = FAMILIES[f"{case}_text"]
+    family = FAMILIES[TEXT_FAMILY[case]]
     monkeypatch.setitem(FAMILIES, family.model_type,
                         dataclasses.replace(family, weights=BREAKS[brk](family.weights)))
     assert max_diff(open_model(str(gguf)), ids, ref) > 100 * tol(case)
+
+
+def test_qwen3_next_qkv_is_regathered(files, monkeypatch):
+    """in_proj_qkvz split per key head but q, k, v left in each head's turn must fail."""
+    d, _, ids, ref = files("qwen3_next")
+    family = FAMILIES["qwen3_next"]
+    layer = tuple(dataclasses.replace(w, undo={**w.undo, "hf": ()}) for w in family.weights.layer)
+    monkeypatch.setitem(FAMILIES, "qwen3_next",
+                        dataclasses.replace(family, weights=dataclasses.replace(family.weights, layer=layer)))
+    assert max_diff(open_model(str(d)), ids, ref) > 100 * tol("qwen3_next")
 
 
 @pytest.mark.parametrize("fmt", ["f32", "f16", "q8_0"])

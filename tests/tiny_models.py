@@ -96,6 +96,11 @@ CASES: dict[str, str] = {
         "tower (model.visual.*) and MTP head (mtp.*, mtp_num_hidden_layers 1) as hub files carry"
     ),
     "qwen3_5_moe_wrapped": "qwen3_5_moe's text weights in the MoE wrapper (Qwen3_5MoeForConditionalGeneration), as qwen3_5_wrapped",
+    "qwen3_next": (
+        "Qwen3-Next: qwen3_5_moe's shapes (2 key heads of 8, 4 value heads of 12; 8 experts top-2, renormalised, "
+        "a shared expert of 48), its linear layers' in_proj_qkvz and in_proj_ba interleaved per key head; "
+        "an MTP head (mtp.*) as hub files carry (llama.cpp's converter wants one)"
+    ),
 }
 
 # wrapper case -> the text case whose weights it holds
@@ -232,6 +237,14 @@ def _config(case: str):
             return Qwen3_5TextConfig(**hybrid)
         return Qwen3_5MoeTextConfig(**hybrid, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
                                     shared_expert_intermediate_size=48)
+    if case == "qwen3_next":
+        from transformers import Qwen3NextConfig
+
+        return Qwen3NextConfig(**_BASE, num_hidden_layers=4, num_key_value_heads=2, head_dim=16, linear_conv_kernel_dim=4,
+                               linear_key_head_dim=8, linear_num_key_heads=2, linear_value_head_dim=12,
+                               linear_num_value_heads=4, tie_word_embeddings=False, num_experts=8, num_experts_per_tok=2,
+                               moe_intermediate_size=32, shared_expert_intermediate_size=48, norm_topk_prob=True,
+                               decoder_sparse_step=1)
     raise KeyError(f"unknown tiny case {case!r}; known: {sorted(CASES)}")
 
 
@@ -264,7 +277,7 @@ def _randomize(model, seed: int, expert_scale: float = 0.3) -> None:
                 p.copy_(0.3 * torch.randn(shape, generator=g))
             elif name.endswith("mlp.gate.weight"):  # MoE router: spread logits -> distinct top-k
                 p.copy_(0.5 * torch.randn(shape, generator=g))
-            elif name.endswith(("in_proj_a.weight", "in_proj_b.weight")):
+            elif name.endswith(("in_proj_a.weight", "in_proj_b.weight", "in_proj_ba.weight")):
                 # a linear layer's decay and beta in the ranges trained ones keep: at 0.3 some heads'
                 # beta reaches 1e-5, their output's RMS 1e-6, and the gated norm amplifies rounding
                 p.copy_(0.05 * torch.randn(shape, generator=g))
@@ -277,7 +290,7 @@ def _randomize(model, seed: int, expert_scale: float = 0.3) -> None:
 # the cases' seed order, fixed: a new case goes at the end, so that no existing case's weights change
 _SEED_ORDER = ["llama2", "llama31", "qwen2_window", "qwen2_window_legacy", "qwen3_bias_headdim", "qwen3_moe_norm_false",
                "qwen3_moe_norm_true", "gemma3", "mistral", "mixtral", "smollm3", "qwen2_yarn", "gemma3_6layers", "phi3", "phi3_longrope",
-               "qwen3_5", "qwen3_5_moe", "qwen3_5_wrapped", "qwen3_5_moe_wrapped"]
+               "qwen3_5", "qwen3_5_moe", "qwen3_5_wrapped", "qwen3_5_moe_wrapped", "qwen3_next"]
 
 
 def _seed_for(case: str) -> int:
@@ -342,13 +355,15 @@ def write_tiny(
             cfg = _config(case)
             torch.manual_seed(_seed_for(case))
             model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", dtype=torch.float32)
-            _randomize(model, _seed_for(case), expert_scale=0.1 if case == "qwen3_5_moe" else 0.3)
+            _randomize(model, _seed_for(case), expert_scale=0.1 if case in ("qwen3_5_moe", "qwen3_next") else 0.3)
             if cfg.tie_word_embeddings:
                 model.tie_weights()
             model.to(getattr(torch, dtype))
             model.eval()
             model.generation_config.do_sample = False  # generation defaults: greedy
             model.save_pretrained(tmp, safe_serialization=True)
+            if case == "qwen3_next":
+                _add_mtp(tmp, "model.layers.3.", cfg.hidden_size, _seed_for(case), getattr(torch, dtype))
 
         cfg_path = tmp / "config.json"
         conf = json.loads(cfg_path.read_text())
@@ -373,11 +388,9 @@ def write_tiny(
 
 def _write_wrapper(case: str, text_dir: Path, out: Path, dtype) -> None:
     """The text checkpoint's weights under the wrapper's names (transformers' own wrapper class and
-    save_pretrained), beside a tiny random vision tower, plus an MTP head (mtp.*: transformers drops
-    it on load, so it is added to the file after saving, shaped as the hub's: fc, three norms and
-    one decoder layer shaped like the text model's last)."""
+    save_pretrained), beside a tiny random vision tower, plus an MTP head (_add_mtp: transformers
+    drops it on load, so it is added to the file after saving)."""
     import torch
-    from safetensors.torch import load_file, save_file
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
     text = json.loads((text_dir / "config.json").read_text())
@@ -397,23 +410,31 @@ def _write_wrapper(case: str, text_dir: Path, out: Path, dtype) -> None:
             p.copy_(weights[own] if own in weights else 0.3 * torch.randn(tuple(p.shape), generator=g))
     model.to(dtype)
     model.save_pretrained(out, safe_serialization=True)
-
-    last = f"model.layers.{text['num_hidden_layers'] - 1}."
-    hidden = text["hidden_size"]
-    mtp = {f"mtp.layers.0.{k[len(last):]}": 0.3 * torch.randn(tuple(v.shape), generator=g)
-           for k, v in load_file(text_dir / "model.safetensors").items() if k.startswith(last)}
-    mtp.update({"mtp.fc.weight": 0.3 * torch.randn((hidden, 2 * hidden), generator=g),
-                **{f"mtp.{n}.weight": 1 + 0.2 * torch.randn((hidden,), generator=g)
-                   for n in ("norm", "pre_fc_norm_embedding", "pre_fc_norm_hidden")}})
-    stored = load_file(out / "model.safetensors")
-    save_file({**stored, **{k: v.to(dtype).contiguous() for k, v in mtp.items()}}, out / "model.safetensors",
-              metadata={"format": "pt"})
+    _add_mtp(out, f"model.language_model.layers.{text['num_hidden_layers'] - 1}.", text["hidden_size"],
+             _seed_for(case), dtype)
     conf = json.loads((out / "config.json").read_text())
     conf["text_config"]["mtp_num_hidden_layers"] = 1
     # the hub's text RoPE keys: interleaved mRoPE sections (plain positions for text; 2 frequencies here)
     conf["text_config"]["rope_parameters"].update(mrope_interleaved=True, mrope_section=[1, 1, 0])
     (out / "config.json").write_text(json.dumps(conf, indent=2, sort_keys=True) + "\n")
     shutil.copy(text_dir / "generation_config.json", out / "generation_config.json")
+
+
+def _add_mtp(d: Path, last: str, hidden: int, seed: int, dtype) -> None:
+    """Random MTP-head tensors (mtp.*) added to d/model.safetensors, shaped as the hub's: fc, three
+    norms and one decoder layer shaped like the model's last (whose names start with `last`)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    g = torch.Generator().manual_seed(seed + 1)
+    stored = load_file(d / "model.safetensors")
+    mtp = {f"mtp.layers.0.{k[len(last):]}": 0.3 * torch.randn(tuple(v.shape), generator=g)
+           for k, v in sorted(stored.items()) if k.startswith(last)}
+    mtp.update({"mtp.fc.weight": 0.3 * torch.randn((hidden, 2 * hidden), generator=g),
+                **{f"mtp.{n}.weight": 1 + 0.2 * torch.randn((hidden,), generator=g)
+                   for n in ("norm", "pre_fc_norm_embedding", "pre_fc_norm_hidden")}})
+    save_file({**stored, **{k: v.to(dtype).contiguous() for k, v in mtp.items()}}, d / "model.safetensors",
+              metadata={"format": "pt"})
 
 
 def write_all(out_dir: Path, dtype: str = "float32") -> dict[str, Path]:

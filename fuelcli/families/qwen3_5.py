@@ -19,7 +19,9 @@ head as extra layers (nextn_predict_layers). Stored differently, undone on load:
 (not the linear layer's gated norm), A_log as A = -exp(A_log), and where key heads are fewer than
 value heads the value heads tiled (kh + k_heads * i) instead of grouped by key head (kh * r + i),
 in in_proj_qkv's and conv1d's V rows, in_proj_z's rows, in_proj_a/b's rows, A and dt_bias, and
-out_proj's columns. q_proj keeps its per-head q|gate rows.
+out_proj's columns. q_proj keeps its per-head q|gate rows. out_proj's columns move as whole blocks
+where the format's block divides the value head dim (the float formats, 32-element blocks); in a
+K-quant file (256-element blocks) out_proj is widened to f32 on load.
 """
 
 from dataclasses import replace
@@ -125,32 +127,34 @@ _PER_HEAD = Regroup(unit=lambda c: 1, order=_grouped)
 _V_ROWS = Regroup(unit=_v_head_dim, order=_grouped)
 _V_ROWS_AFTER_QK = Regroup(unit=_v_head_dim, order=_grouped, start=lambda c: 2 * c.linear.key_dim)
 _V_COLUMNS = Regroup(unit=_v_head_dim, order=_grouped, axis=1)
-_A_LOG = Elementwise(lambda a: np.log(-a), "A = -exp(A_log)")
-
+A_LOG = Elementwise(lambda a: np.log(-a), "A = -exp(A_log)")
 # q_proj holds each head's q rows, then its gate rows
+Q_GATE = Fused(("q", "q_gate"), hf="model.layers.{i}.self_attn.q_proj.weight", gguf="blk.{i}.attn_q.weight",
+               interleaved=lambda c: c.num_heads)
+# llama.cpp's names of the roles Qwen3.5 and Qwen3-Next share
+GGUF_NAMES = {"ffn_norm": "blk.{i}.post_attention_norm.weight", "lin_qkv": "blk.{i}.attn_qkv.weight",
+              "lin_z": "blk.{i}.attn_gate.weight", "lin_conv": "blk.{i}.ssm_conv1d.weight",
+              "lin_dt_bias": "blk.{i}.ssm_dt.bias", "lin_a_log": "blk.{i}.ssm_a", "lin_norm": "blk.{i}.ssm_norm.weight",
+              "lin_out": "blk.{i}.ssm_out.weight", "shared_gate": "blk.{i}.ffn_gate_shexp.weight",
+              "shared_up": "blk.{i}.ffn_up_shexp.weight", "shared_down": "blk.{i}.ffn_down_shexp.weight",
+              "shared_expert_gate": "blk.{i}.ffn_gate_inp_shexp.weight"}
+MTP = (("mtp.", "the multi-token-prediction head"),)
+
 WEIGHTS = replace(
-    DECODER.with_fused(Fused(("q", "q_gate"), hf="model.layers.{i}.self_attn.q_proj.weight",
-                             gguf="blk.{i}.attn_q.weight", interleaved=lambda c: c.num_heads))
-    .renamed(gguf={"ffn_norm": "blk.{i}.post_attention_norm.weight", "lin_qkv": "blk.{i}.attn_qkv.weight",
-                   "lin_z": "blk.{i}.attn_gate.weight", "lin_b": "blk.{i}.ssm_beta.weight",
-                   "lin_a": "blk.{i}.ssm_alpha.weight", "lin_conv": "blk.{i}.ssm_conv1d.weight",
-                   "lin_dt_bias": "blk.{i}.ssm_dt.bias", "lin_a_log": "blk.{i}.ssm_a",
-                   "lin_norm": "blk.{i}.ssm_norm.weight", "lin_out": "blk.{i}.ssm_out.weight",
-                   "shared_gate": "blk.{i}.ffn_gate_shexp.weight", "shared_up": "blk.{i}.ffn_up_shexp.weight",
-                   "shared_down": "blk.{i}.ffn_down_shexp.weight",
-                   "shared_expert_gate": "blk.{i}.ffn_gate_inp_shexp.weight"})
+    DECODER.with_fused(Q_GATE)
+    .renamed(gguf={"lin_b": "blk.{i}.ssm_beta.weight", "lin_a": "blk.{i}.ssm_alpha.weight", **GGUF_NAMES})
     .undoing("gguf", {"lin_qkv": (_V_ROWS_AFTER_QK,), "lin_conv": (_V_ROWS_AFTER_QK,), "lin_z": (_V_ROWS,),
                       "lin_a": (_PER_HEAD,), "lin_b": (_PER_HEAD,), "lin_dt_bias": (_PER_HEAD,),
-                      "lin_a_log": (_PER_HEAD, _A_LOG), "lin_out": (_V_COLUMNS,)}),
+                      "lin_a_log": (_PER_HEAD, A_LOG), "lin_out": (_V_COLUMNS,)}),
     gguf_norm_shift=1.0,
-    not_run=(("mtp.", "the multi-token-prediction head"),),
+    not_run=MTP,
 )
 _WRAPPED = WEIGHTS.nested("model.language_model.", (("model.visual.", "the vision tower"),))
 
-_GGUF_KEYS = {"ssm.conv_kernel": "linear_conv_kernel_dim", "ssm.state_size": "linear_key_head_dim",
-              "ssm.group_count": "linear_num_key_heads", "ssm.time_step_rank": "linear_num_value_heads",
-              "full_attention_interval": "full_attention_interval",
-              "expert_shared_feed_forward_length": "shared_expert_intermediate_size"}
+GGUF_KEYS = {"ssm.conv_kernel": "linear_conv_kernel_dim", "ssm.state_size": "linear_key_head_dim",
+             "ssm.group_count": "linear_num_key_heads", "ssm.time_step_rank": "linear_num_value_heads",
+             "full_attention_interval": "full_attention_interval",
+             "expert_shared_feed_forward_length": "shared_expert_intermediate_size"}
 
 _DEFAULTS = {**COMMON_DEFAULTS, "vocab_size": 248320, "max_position_embeddings": 32768, "head_dim": 256,
              "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
@@ -168,7 +172,7 @@ QWEN3_5 = Family(
     mixers=linear_mixers,
     norm_offset=1.0,
     weights=WEIGHTS,
-    gguf_keys=_GGUF_KEYS,
+    gguf_keys=GGUF_KEYS,
     gguf_config=gguf_config,
 )
 
@@ -186,7 +190,7 @@ QWEN3_5_MOE = Family(
     mixers=linear_mixers,
     norm_offset=1.0,
     weights=WEIGHTS,
-    gguf_keys=_GGUF_KEYS,
+    gguf_keys=GGUF_KEYS,
     gguf_config=gguf_config,
 )
 
