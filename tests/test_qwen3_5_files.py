@@ -29,6 +29,7 @@ from fuelcli.families.schema import Elementwise, Regroup
 from fuelcli.formats import dequantize, quantize
 from fuelcli.model.config import from_hf_config
 from fuelcli.weights.build import _regroup
+from fuelcli.weights.gguf_model import config_from_gguf
 from fuelcli.weights.tensor import Tensor
 
 CASES = {"qwen3_5": "qwen3_5_wrapped", "qwen3_5_moe": "qwen3_5_moe_wrapped", "qwen3_next": "qwen3_next"}
@@ -140,3 +141,23 @@ def test_wrapper_config_is_its_text_config():
         from_hf_config({**_wrapper(), "text_config": None})
     with pytest.raises(ConfigError, match="tie_word_embeddings is True but text_config.tie_word_embeddings is False"):
         from_hf_config(_wrapper(tie_word_embeddings=True))
+
+
+def _qwen35_meta(**change):
+    keys = {"block_count": 5, "embedding_length": 64, "feed_forward_length": 128, "attention.head_count": 4,
+            "attention.head_count_kv": 2, "attention.key_length": 16, "attention.value_length": 16,
+            "vocab_size": 256, "nextn_predict_layers": 1, "ssm.conv_kernel": 4, "ssm.state_size": 8,
+            "ssm.group_count": 2, "ssm.time_step_rank": 4, "ssm.inner_size": 48,
+            "attention.recurrent_layers": [True, True, True, False, False], "rope.dimension_count": 4, **change}
+    return {"general.architecture": "qwen35", **{f"qwen35.{k}": v for k, v in keys.items()}}
+
+
+def test_gguf_keys_read_and_refused():
+    cfg = from_hf_config(config_from_gguf(_qwen35_meta(), ["output.weight"]), source="gguf")
+    assert cfg.num_layers == 4 and cfg.linear.v_head_dim == 12 and cfg.blocks[3].attention.rotary_dim == 4
+    assert [b.linear is None for b in cfg.blocks] == [False, False, False, True]
+    for change, message in (({"ssm.inner_size": 50}, "qwen35.ssm.inner_size=50 is not a multiple"),
+                            ({"nextn_predict_layers": 5}, "nextn_predict_layers=5 leaves no layers"),
+                            ({"attention.recurrent_layers": [1, 1, 1, 0, 0]}, "must be an array of booleans")):
+        with pytest.raises(ConfigError, match=message):
+            from_hf_config(config_from_gguf(_qwen35_meta(**change), ["output.weight"]), source="gguf")

@@ -95,7 +95,10 @@ CASES: dict[str, str] = {
         "config.json with text_config and a tiny vision_config, model.language_model.* names, a random vision "
         "tower (model.visual.*) and MTP head (mtp.*, mtp_num_hidden_layers 1) as hub files carry"
     ),
-    "qwen3_5_moe_wrapped": "qwen3_5_moe's text weights in the MoE wrapper (Qwen3_5MoeForConditionalGeneration), as qwen3_5_wrapped",
+    "qwen3_5_moe_wrapped": (
+        "qwen3_5_moe's text weights in the MoE wrapper (Qwen3_5MoeForConditionalGeneration), as qwen3_5_wrapped; "
+        "the experts stacked as the hub's files hold them (mlp.experts.gate_up_proj, mlp.experts.down_proj)"
+    ),
     "qwen3_next": (
         "Qwen3-Next: qwen3_5_moe's shapes (2 key heads of 8, 4 value heads of 12; 8 experts top-2, renormalised, "
         "a shared expert of 48), its linear layers' in_proj_qkvz and in_proj_ba interleaved per key head; "
@@ -410,6 +413,8 @@ def _write_wrapper(case: str, text_dir: Path, out: Path, dtype) -> None:
             p.copy_(weights[own] if own in weights else 0.3 * torch.randn(tuple(p.shape), generator=g))
     model.to(dtype)
     model.save_pretrained(out, safe_serialization=True)
+    if moe:  # the hub's files stack the language model's experts as transformers 5 holds them
+        _stack_experts(out, {k: v for k, v in model.state_dict().items() if ".mlp.experts." in k})
     _add_mtp(out, f"model.language_model.layers.{text['num_hidden_layers'] - 1}.", text["hidden_size"],
              _seed_for(case), dtype)
     conf = json.loads((out / "config.json").read_text())
@@ -418,6 +423,16 @@ def _write_wrapper(case: str, text_dir: Path, out: Path, dtype) -> None:
     conf["text_config"]["rope_parameters"].update(mrope_interleaved=True, mrope_section=[1, 1, 0])
     (out / "config.json").write_text(json.dumps(conf, indent=2, sort_keys=True) + "\n")
     shutil.copy(text_dir / "generation_config.json", out / "generation_config.json")
+
+
+def _stack_experts(d: Path, stacked: dict) -> None:
+    """d/model.safetensors with its per-expert tensors replaced by `stacked` (experts.gate_up_proj
+    [E, 2I, H], experts.down_proj [E, H, I] per layer)."""
+    from safetensors.torch import load_file, save_file
+
+    kept = {k: v for k, v in load_file(d / "model.safetensors").items() if ".mlp.experts." not in k}
+    save_file({**kept, **{k: v.contiguous() for k, v in stacked.items()}}, d / "model.safetensors",
+              metadata={"format": "pt"})
 
 
 def _add_mtp(d: Path, last: str, hidden: int, seed: int, dtype) -> None:
