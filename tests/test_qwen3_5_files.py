@@ -110,18 +110,19 @@ def test_qwen3_next_qkv_is_regathered(files, monkeypatch):
 
 
 @pytest.mark.parametrize("fmt", ["f32", "f16", "q8_0"])
-@pytest.mark.parametrize("unit", [32, 16])  # whole q8_0 blocks move as bytes; half blocks widen to f32
-def test_regroup_columns_in_any_format(fmt, unit):
-    a = np.random.default_rng(3).standard_normal((4, 128)).astype(np.float32)
+@pytest.mark.parametrize("unit", [32, 16])  # columns: whole q8_0 blocks move as bytes; half blocks widen to f32
+@pytest.mark.parametrize("axis", [0, 1])
+def test_regroup_in_any_format(fmt, unit, axis):
+    a = np.random.default_rng(3).standard_normal((128, 128)).astype(np.float32)
     t = Tensor("w", fmt, a.shape, quantize(fmt, a))
     order = [1, 0, 3, 2] if unit == 32 else [5, 4, 3, 2, 1, 0]
-    r = Regroup(unit=lambda c: unit, order=lambda c: order, start=lambda c: 128 - unit * len(order), axis=1)
-    stored = dequantize(t)
     start = 128 - unit * len(order)
-    want = np.concatenate([stored[:, :start]] + [stored[:, start + unit * u:start + unit * (u + 1)] for u in order], 1)
+    r = Regroup(unit=lambda c: unit, order=lambda c: order, start=lambda c: start, axis=axis)
+    stored = np.moveaxis(dequantize(t), axis, 0)
+    want = np.concatenate([stored[:start]] + [stored[start + unit * u:start + unit * (u + 1)] for u in order])
     got = _regroup(t, r, None)
-    assert got.fmt == (fmt if unit % t.format.block_elems == 0 else "f32")
-    assert np.array_equal(dequantize(got), want) and not got.data.flags.writeable
+    assert got.fmt == (fmt if axis == 0 or unit % t.format.block_elems == 0 else "f32")
+    assert np.array_equal(dequantize(got), np.moveaxis(want, 0, axis)) and not got.data.flags.writeable
 
 
 def _wrapper(**top):
