@@ -92,7 +92,7 @@ def moe_every_layer(r, n_layers: int) -> FfnPlan:
 
 
 def gguf_config(meta: dict, d: dict):
-    """What llama.cpp's qwen35 / qwen35moe keys say beyond gguf_keys."""
+    """What llama.cpp's qwen35, qwen35moe and qwen3next keys say beyond gguf_keys."""
     arch = meta["general.architecture"]
     inner, heads = meta.get(f"{arch}.ssm.inner_size"), d.get("linear_num_value_heads")
     if inner is not None:
