@@ -1,4 +1,4 @@
-"""Qwen3.5 / 3.6 hybrids (gated DeltaNet + gated full attention, MoE with a shared expert): fuel's
+"""Qwen3.5 / 3.6 and Qwen3-Next hybrids (gated DeltaNet + gated full attention, MoE with a shared expert): fuel's
 three paths against transformers' eager f32 logits on tiny random checkpoints, with negative
 controls that break one piece each and must fail the same comparison; the sequence's state (conv
 window, recurrent matrix) through rewinds and parallel slots.
@@ -10,6 +10,8 @@ max|Δ| against transformers f32 / against transformers float64 (experts_impleme
                transformers' own f32 is 9.0e-5 from its f64: TOL 5e-4 (the issue's);
   qwen3_5_moe  decode 1.0e-3 / 1.7e-3, prefill 7.8e-4 / 8.3e-4, reference 9.3e-4 / 6.8e-4;
                transformers' own f32 is 1.6e-3 from its f64, so the MoE case's bound is 2e-3, its noise.
+  qwen3_next   reference 1.9e-4 / 2.0e-4; transformers' own f32 is 1.6e-4 from its f64: TOL (in_proj_qkvz
+               and in_proj_ba interleaved per key head, regathered on load).
 (A linear layer's gated RMSNorm divides by the RMS of its output, which random weights can make
 small: the fixture keeps in_proj_a/b at 0.05 so that beta and the decay stay in trained ranges.)
 The broken variants miss by 2e-1 or more.
@@ -32,7 +34,7 @@ from fuelcli.errors import InputError
 TOL = 5e-4
 LOOSER = {"qwen3_5_moe": 2e-3}  # transformers' own f32 rounding (above)
 SEQ = 80
-CASES = ("qwen3_5", "qwen3_5_moe")
+CASES = ("qwen3_5", "qwen3_5_moe", "qwen3_next")
 
 
 @pytest.fixture(scope="module")

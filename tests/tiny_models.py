@@ -100,7 +100,24 @@ CASES: dict[str, str] = {
         "same weights as gpt_oss with swiglu_limit 7, the value llama.cpp fixes (a GGUF file carries no limit), "
         "for the converted GGUF"
     ),
+    "qwen3_5_wrapped": (
+        "qwen3_5's text weights inside the hub's wrapper (Qwen3_5ForConditionalGeneration, model_type qwen3_5): "
+        "config.json with text_config and a tiny vision_config, model.language_model.* names, a random vision "
+        "tower (model.visual.*) and MTP head (mtp.*, mtp_num_hidden_layers 1) as hub files carry"
+    ),
+    "qwen3_5_moe_wrapped": (
+        "qwen3_5_moe's text weights in the MoE wrapper (Qwen3_5MoeForConditionalGeneration), as qwen3_5_wrapped; "
+        "the experts stacked as the hub's files hold them (mlp.experts.gate_up_proj, mlp.experts.down_proj)"
+    ),
+    "qwen3_next": (
+        "Qwen3-Next: qwen3_5_moe's shapes (2 key heads of 8, 4 value heads of 12; 8 experts top-2, renormalised, "
+        "a shared expert of 48), its linear layers' in_proj_qkvz and in_proj_ba interleaved per key head; "
+        "an MTP head (mtp.*) as hub files carry (llama.cpp's converter wants one)"
+    ),
 }
+
+# wrapper case -> the text case whose weights it holds
+WRAPPED = {"qwen3_5_wrapped": "qwen3_5", "qwen3_5_moe_wrapped": "qwen3_5_moe"}
 
 # Common small sizes.
 _BASE = dict(
@@ -242,6 +259,14 @@ def _config(case: str):
                             rope_parameters={"rope_type": "yarn", "factor": 8.0, "beta_fast": 32.0, "beta_slow": 1.0,
                                              "truncate": False, "original_max_position_embeddings": 32,
                                              "rope_theta": 150000.0})
+    if case == "qwen3_next":
+        from transformers import Qwen3NextConfig
+
+        return Qwen3NextConfig(**_BASE, num_hidden_layers=4, num_key_value_heads=2, head_dim=16, linear_conv_kernel_dim=4,
+                               linear_key_head_dim=8, linear_num_key_heads=2, linear_value_head_dim=12,
+                               linear_num_value_heads=4, tie_word_embeddings=False, num_experts=8, num_experts_per_tok=2,
+                               moe_intermediate_size=32, shared_expert_intermediate_size=48, norm_topk_prob=True,
+                               decoder_sparse_step=1)
     raise KeyError(f"unknown tiny case {case!r}; known: {sorted(CASES)}")
 
 
@@ -276,7 +301,7 @@ def _randomize(model, seed: int, expert_scale: float = 0.3) -> None:
                 p.copy_(0.5 * torch.randn(shape, generator=g))
             elif name.endswith("self_attn.sinks"):  # as large as the attention logits, so that they weigh
                 p.copy_(torch.randn(shape, generator=g))
-            elif name.endswith(("in_proj_a.weight", "in_proj_b.weight")):
+            elif name.endswith(("in_proj_a.weight", "in_proj_b.weight", "in_proj_ba.weight")):
                 # a linear layer's decay and beta in the ranges trained ones keep: at 0.3 some heads'
                 # beta reaches 1e-5, their output's RMS 1e-6, and the gated norm amplifies rounding
                 p.copy_(0.05 * torch.randn(shape, generator=g))
@@ -289,7 +314,7 @@ def _randomize(model, seed: int, expert_scale: float = 0.3) -> None:
 # the cases' seed order, fixed: a new case goes at the end, so that no existing case's weights change
 _SEED_ORDER = ["llama2", "llama31", "qwen2_window", "qwen2_window_legacy", "qwen3_bias_headdim", "qwen3_moe_norm_false",
                "qwen3_moe_norm_true", "gemma3", "mistral", "mixtral", "smollm3", "qwen2_yarn", "gemma3_6layers", "phi3", "phi3_longrope",
-               "qwen3_5", "qwen3_5_moe", "gpt_oss"]
+               "qwen3_5", "qwen3_5_moe", "gpt_oss", "qwen3_5_wrapped", "qwen3_5_moe_wrapped", "qwen3_next"]
 
 
 def _seed_for(case: str) -> int:
@@ -345,19 +370,25 @@ def write_tiny(
     if (d / "config.json").exists() and (d / "model.safetensors").exists():
         return d  # deterministic content: reuse (lets parallel workers share one out_dir)
     d.parent.mkdir(parents=True, exist_ok=True)
+    text_dir = write_tiny(WRAPPED[case], out_dir, dtype) if case in WRAPPED else None
     tmp = Path(tempfile.mkdtemp(prefix=f".{d.name}.tmp-", dir=d.parent))
     tmp.chmod(0o755)
     try:
-        cfg = _config(case)
-        torch.manual_seed(_seed_for(case))
-        model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", dtype=torch.float32)
-        _randomize(model, _seed_for(case), expert_scale=0.1 if case in ("qwen3_5_moe", "gpt_oss", "gpt_oss_limit7") else 0.3)
-        if cfg.tie_word_embeddings:
-            model.tie_weights()
-        model.to(getattr(torch, dtype))
-        model.eval()
-        model.generation_config.do_sample = False  # generation defaults: greedy
-        model.save_pretrained(tmp, safe_serialization=True)
+        if text_dir is not None:
+            _write_wrapper(case, text_dir, tmp, getattr(torch, dtype))
+        else:
+            cfg = _config(case)
+            torch.manual_seed(_seed_for(case))
+            model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", dtype=torch.float32)
+            _randomize(model, _seed_for(case), expert_scale=0.1 if case in ("qwen3_5_moe", "qwen3_next", "gpt_oss", "gpt_oss_limit7") else 0.3)
+            if cfg.tie_word_embeddings:
+                model.tie_weights()
+            model.to(getattr(torch, dtype))
+            model.eval()
+            model.generation_config.do_sample = False  # generation defaults: greedy
+            model.save_pretrained(tmp, safe_serialization=True)
+            if case == "qwen3_next":
+                _add_mtp(tmp, "model.layers.3.", cfg.hidden_size, _seed_for(case), getattr(torch, dtype))
 
         cfg_path = tmp / "config.json"
         conf = json.loads(cfg_path.read_text())
@@ -378,6 +409,69 @@ def write_tiny(
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return d
+
+
+def _write_wrapper(case: str, text_dir: Path, out: Path, dtype) -> None:
+    """The text checkpoint's weights under the wrapper's names (transformers' own wrapper class and
+    save_pretrained), beside a tiny random vision tower, plus an MTP head (_add_mtp: transformers
+    drops it on load, so it is added to the file after saving)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+
+    text = json.loads((text_dir / "config.json").read_text())
+    moe = text["model_type"] == "qwen3_5_moe_text"
+    vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, patch_size=4, temporal_patch_size=2,
+                  spatial_merge_size=2, out_hidden_size=text["hidden_size"], num_position_embeddings=16)
+    cfg = AutoConfig.for_model("qwen3_5_moe" if moe else "qwen3_5", text_config=text, vision_config=vision,
+                               tie_word_embeddings=text["tie_word_embeddings"])
+    torch.manual_seed(_seed_for(case))
+    model = AutoModelForImageTextToText.from_config(cfg, dtype=torch.float32)
+    # the text model's parameters as transformers holds them in memory (stacked experts, as the wrapper)
+    weights = AutoModelForCausalLM.from_pretrained(text_dir, dtype=torch.float32).state_dict()
+    g = torch.Generator().manual_seed(_seed_for(case))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            own = name.replace("model.language_model.", "model.", 1)
+            p.copy_(weights[own] if own in weights else 0.3 * torch.randn(tuple(p.shape), generator=g))
+    model.to(dtype)
+    model.save_pretrained(out, safe_serialization=True)
+    if moe:  # the hub's files stack the language model's experts as transformers 5 holds them
+        _stack_experts(out, {k: v for k, v in model.state_dict().items() if ".mlp.experts." in k})
+    _add_mtp(out, f"model.language_model.layers.{text['num_hidden_layers'] - 1}.", text["hidden_size"],
+             _seed_for(case), dtype)
+    conf = json.loads((out / "config.json").read_text())
+    conf["text_config"]["mtp_num_hidden_layers"] = 1
+    # the hub's text RoPE keys: interleaved mRoPE sections (plain positions for text; 2 frequencies here)
+    conf["text_config"]["rope_parameters"].update(mrope_interleaved=True, mrope_section=[1, 1, 0])
+    (out / "config.json").write_text(json.dumps(conf, indent=2, sort_keys=True) + "\n")
+    shutil.copy(text_dir / "generation_config.json", out / "generation_config.json")
+
+
+def _stack_experts(d: Path, stacked: dict) -> None:
+    """d/model.safetensors with its per-expert tensors replaced by `stacked` (experts.gate_up_proj
+    [E, 2I, H], experts.down_proj [E, H, I] per layer)."""
+    from safetensors.torch import load_file, save_file
+
+    kept = {k: v for k, v in load_file(d / "model.safetensors").items() if ".mlp.experts." not in k}
+    save_file({**kept, **{k: v.contiguous() for k, v in stacked.items()}}, d / "model.safetensors",
+              metadata={"format": "pt"})
+
+
+def _add_mtp(d: Path, last: str, hidden: int, seed: int, dtype) -> None:
+    """Random MTP-head tensors (mtp.*) added to d/model.safetensors, shaped as the hub's: fc, three
+    norms and one decoder layer shaped like the model's last (whose names start with `last`)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    g = torch.Generator().manual_seed(seed + 1)
+    stored = load_file(d / "model.safetensors")
+    mtp = {f"mtp.layers.0.{k[len(last):]}": 0.3 * torch.randn(tuple(v.shape), generator=g)
+           for k, v in sorted(stored.items()) if k.startswith(last)}
+    mtp.update({"mtp.fc.weight": 0.3 * torch.randn((hidden, 2 * hidden), generator=g),
+                **{f"mtp.{n}.weight": 1 + 0.2 * torch.randn((hidden,), generator=g)
+                   for n in ("norm", "pre_fc_norm_embedding", "pre_fc_norm_hidden")}})
+    save_file({**stored, **{k: v.to(dtype).contiguous() for k, v in mtp.items()}}, d / "model.safetensors",
+              metadata={"format": "pt"})
 
 
 def write_all(out_dir: Path, dtype: str = "float32") -> dict[str, Path]:

@@ -10,12 +10,13 @@ from .mixtral import MIXTRAL
 from .phi3 import PHI3
 from .qwen2 import QWEN2
 from .qwen3 import QWEN3
-from .qwen3_5 import QWEN3_5, QWEN3_5_MOE
+from .qwen3_5 import QWEN3_5, QWEN3_5_MOE, QWEN3_5_MOE_VL, QWEN3_5_VL
 from .qwen3_moe import QWEN3_MOE
+from .qwen3_next import QWEN3_NEXT
 from .smollm3 import SMOLLM3
 
 FAMILIES = {f.model_type: f for f in (LLAMA, MISTRAL, MIXTRAL, QWEN2, QWEN3, QWEN3_MOE, SMOLLM3, GEMMA3, PHI3,
-                                       QWEN3_5, QWEN3_5_MOE, GPT_OSS)}
+                                       QWEN3_5, QWEN3_5_MOE, QWEN3_5_VL, QWEN3_5_MOE_VL, QWEN3_NEXT, GPT_OSS)}
 BY_ARCHITECTURE = {a: f for f in FAMILIES.values() for a in f.architectures}
 BY_GGUF_ARCH = {f.gguf_arch: f for f in FAMILIES.values() if f.gguf_arch}
 

@@ -95,6 +95,8 @@ class Family:
     softcap_key: str | None = None  # the config key of a final logit softcap (null: none)
     # a layer's tensors: roles, names in each file kind, shapes, transforms (schema.py)
     weights: Schema = DECODER
+    # config.json nests the decoder's keys under "text_config" (a vision-language wrapper)
+    text_config: bool = False
     # boolean keys naming a feature fuel lacks: true is a ConfigError naming the key
     unsupported_flags: tuple = ()
     # keys whose value, when not null, is a feature fuel lacks

@@ -8,8 +8,10 @@ checkpoint and in a GGUF file (full templates: {i} the layer, {e} an expert wher
 matrix per expert), a shape rule of the config and a presence rule of the layer's block. Load-time
 transforms are declared beside it: `heads` (the rows llama-arch GGUF files permute for ggml's
 adjacent-pair RoPE, un-permuted on load), a norm's offset (cfg.norm_offset less what the file stores
-already, `Schema.gguf_norm_shift`), and `Fused` (one stored matrix whose rows are several roles').
-A family takes `DECODER` and renames, fuses or adds what its files differ in.
+already, `Schema.gguf_norm_shift`), `Fused` (one stored matrix whose rows are several roles'), and
+per file kind `Weight.undo`: what a converter did to one weight, undone on load (`Regroup`: units of
+rows or columns stored in another order; `Elementwise`: a vector stored as a function of the value).
+A family takes `DECODER` and renames, fuses, undoes or adds what its files differ in.
 """
 
 from __future__ import annotations
@@ -37,11 +39,31 @@ class Weight:
     # HF files store the matrix transposed, [..., cols, rows] (transformers' x @ W experts of gpt-oss);
     # transposed on load (a copy)
     hf_transposed: bool = False
+    undo: dict = field(default_factory=dict)  # file kind -> (Regroup | Elementwise, ...): applied in order on load
 
     def name(self, kind: str, i: int = 0) -> str | None:
         """Where a file kind keeps it in layer i ({e} left for the reader where one per expert)."""
         template = getattr(self, kind)
         return None if template is None else template.format(i=i, e="{e}")
+
+
+@dataclass(frozen=True)
+class Regroup:
+    """Units of `unit(cfg)` consecutive rows (axis 0; columns with axis=1) from `start(cfg)` on, stored
+    in another order: the loaded unit u is the stored unit order(cfg)[u]."""
+
+    unit: Callable
+    order: Callable
+    start: Callable = lambda cfg: 0
+    axis: int = 0
+
+
+@dataclass(frozen=True)
+class Elementwise:
+    """A vector stored as f(value): `undo` maps the stored numbers back (f32 in, f32 out)."""
+
+    undo: Callable
+    what: str
 
 
 @dataclass(frozen=True)
@@ -72,6 +94,9 @@ class Schema:
     layer_count_key: dict = field(default_factory=lambda: {"hf": "num_hidden_layers", "gguf": "block_count"})
     ignorable: tuple = ()  # name endings of tensors no model reads (buffers some checkpoints carry)
     gguf_norm_shift: float = 0.0  # what GGUF files already added to every norm weight (Gemma's 1 + w)
+    # (name prefix, what it is): tensors a file may hold that no path runs (a vision tower, an MTP
+    # head); accepted and left unread, and `fuel inspect config` says so
+    not_run: tuple = ()
 
     def renamed(self, hf: dict | None = None, gguf: dict | None = None) -> "Schema":
         """The same tensors under other names (role -> template) in one or both file kinds."""
@@ -89,6 +114,28 @@ class Schema:
 
     def with_fused(self, *fused: Fused) -> "Schema":
         return replace(self, fused=self.fused + fused)
+
+    def undoing(self, kind: str, undo: dict) -> "Schema":
+        """The same tensors with role -> (Regroup | Elementwise, ...) undone on load from this file kind."""
+        def add(w: Weight) -> Weight:
+            return replace(w, undo={**w.undo, kind: w.undo.get(kind, ()) + undo[w.role]}) if w.role in undo else w
+
+        return replace(self, layer=tuple(map(add, self.layer)))
+
+    def nested(self, prefix: str, not_run: tuple = ()) -> "Schema":
+        """The HF names under `prefix` instead of "model." (a multimodal wrapper's language model),
+        beside tensors that are not run."""
+        def move(name):
+            return prefix + name[len("model."):] if name and name.startswith("model.") else name
+
+        def moved(w: Weight) -> Weight:
+            return replace(w, hf=move(w.hf))
+
+        fused = tuple(replace(f, hf=move(f.hf), with_names={r: move(n) for r, n in f.with_names.items()})
+                      for f in self.fused)
+        return replace(self, model=tuple(map(moved, self.model)), layer=tuple(map(moved, self.layer)), fused=fused,
+                       layer_prefix={**self.layer_prefix, "hf": move(self.layer_prefix["hf"])},
+                       not_run=self.not_run + not_run)
 
     def norm_shift(self, kind: str) -> float:
         return self.gguf_norm_shift if kind == "gguf" else 0.0

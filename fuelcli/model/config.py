@@ -45,6 +45,7 @@ class ModelConfig:
     final_softcap: float = 0.0  # logits -> c * tanh(logits / c); 0 = none
     bos_token_id: int | None = None
     eos_token_ids: tuple = ()
+    not_run: str = ""  # what the files may hold that no path runs (a vision tower, an MTP head), in words
     origin: dict = field(default_factory=dict, compare=False)  # field -> "config.json" | "default" | "derived" | ...
 
     @property
@@ -327,6 +328,8 @@ def from_hf_config(raw: dict, generation: dict | None = None, source: str = "con
     if generation is not None and not isinstance(generation, dict):
         raise ConfigError("generation_config.json is not a JSON object")
     family = family_of(raw)
+    if family.text_config:
+        raw = _text_config(raw)
     r = _Reader(raw, family, source)
     _check_supported(r)
     sizes = _attention_sizes(r)
@@ -365,8 +368,42 @@ def from_hf_config(raw: dict, generation: dict | None = None, source: str = "con
         final_softcap=_softcap(r, family.softcap_key),
         bos_token_id=bos,
         eos_token_ids=eos,
+        not_run=_not_run(r, n_layers),
         origin=r.origin,
     )
+
+
+def _text_config(raw: dict) -> dict:
+    """A vision-language wrapper's config.json -> its decoder's: the keys of its text_config, with the
+    top-level tie_word_embeddings (what transformers ties the wrapper's head by), bos and eos ids
+    where text_config lacks them."""
+    text = raw.get("text_config")
+    if not isinstance(text, dict):
+        raise ConfigError(f"model_type {raw.get('model_type')!r} needs a text_config object, got {text!r}")
+    top, own = raw.get("tie_word_embeddings"), text.get("tie_word_embeddings")
+    if top is not None and own is not None and top != own:
+        raise ConfigError(f"tie_word_embeddings is {top} but text_config.tie_word_embeddings is {own}: which is meant?")
+    merged = dict(text)
+    for key in ("tie_word_embeddings", "bos_token_id", "eos_token_id"):
+        if merged.get(key) is None and raw.get(key) is not None:
+            merged[key] = raw[key]
+    return merged
+
+
+def _not_run(r: _Reader, n_layers: int) -> str:
+    """The file's parts no path runs, in one line: a GGUF's MTP layers (llama.cpp's nextn layers
+    after the model's, which config_from_gguf counts as mtp_num_hidden_layers), or what the family's
+    HF files may carry beside the decoder (schema.not_run)."""
+    if r.source == "gguf":
+        n = r.raw.get("mtp_num_hidden_layers") or 0
+        last = f"..{n_layers + n - 1}" if n > 1 else ""
+        if n:
+            r.origin["not_run"] = r.source
+        return f"the multi-token-prediction head (blk.{n_layers}{last}): not run" if n else ""
+    parts = [f"{what} ({prefix}*)" for prefix, what in r.family.weights.not_run]
+    if parts:
+        r.origin["not_run"] = "derived"
+    return ", ".join(parts) + ": not run" if parts else ""
 
 
 def _check_supported(r: _Reader):

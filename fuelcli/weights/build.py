@@ -9,9 +9,9 @@ from dataclasses import dataclass, field, make_dataclass
 import numpy as np
 
 from ..errors import InputError
-from ..families.schema import (DECODER, EXPERT_ROLES, EXPERTS, MATRICES, MATRIX, NORM, VECTOR, VECTORS, Fused, Schema,
-                               Weight)
-from ..formats import dequantize
+from ..families.schema import (DECODER, EXPERT_ROLES, EXPERTS, MATRICES, MATRIX, NORM, VECTOR, VECTORS, Elementwise,
+                               Fused, Regroup, Schema, Weight)
+from ..formats import dequantize, quantize, row_bytes
 from ..model.config import ModelConfig
 from .tensor import Tensor
 
@@ -104,11 +104,12 @@ class Lookup:
         self.vector_names[id(v)] = name
         return v
 
-    def check_no_extra_layers(self, prefix: str, cfg: ModelConfig, key: str):
-        """Error if the file holds tensors of a layer index >= cfg.num_layers (`{prefix}{L}.`)."""
+    def check_no_extra_layers(self, prefix: str, cfg: ModelConfig, key: str, not_run: tuple = ()):
+        """Error if the file holds tensors of a layer index >= cfg.num_layers (`{prefix}{L}.`), other
+        than those under the `not_run` prefixes."""
         extra = {}
         for name in list(self.tensors) + list(self.unsupported):
-            if name.startswith(prefix):
+            if name.startswith(prefix) and not name.startswith(not_run):
                 index = name[len(prefix):].split(".", 1)[0]
                 if index.isdigit() and int(index) >= cfg.num_layers:
                     extra.setdefault(int(index), name)
@@ -117,10 +118,12 @@ class Lookup:
             raise InputError(f"{self.where}: the weights hold {top + 1} layers ({extra[top]} exists) but "
                              f"{key}={cfg.num_layers}")
 
-    def check_all_taken(self, cfg: ModelConfig, ignorable: tuple):
+    def check_all_taken(self, cfg: ModelConfig, ignorable: tuple, not_run: tuple = ()):
         """Error on a weight no part of the decoder took: it may carry a feature the config does not
-        describe (an o_proj bias, a norm fuel lacks), and ignoring it would give wrong output quietly."""
-        left = sorted(n for n in self.tensors if n not in self.taken and not n.endswith(ignorable))
+        describe (an o_proj bias, a norm fuel lacks), and ignoring it would give wrong output quietly.
+        Names ending in `ignorable` or starting with a `not_run` prefix are known and left alone."""
+        left = sorted(n for n in self.tensors if n not in self.taken and not n.endswith(ignorable)
+                      and not n.startswith(not_run))
         if left:
             more = f" (and {len(left) - 1} more)" if len(left) > 1 else ""
             raise InputError(f"{self.where}: tensor {left[0]}{more} is not a weight of a {cfg.family} model with "
@@ -184,6 +187,44 @@ def transposed(t: Tensor) -> Tensor:
     return Tensor(f"{t.name}.T", t.fmt, (*lead, b, a), data)
 
 
+def _take_units(a: np.ndarray, axis: int, start: int, unit: int, order) -> np.ndarray:
+    """a with its units of `unit` along `axis` from `start` on taken in `order` (a read-only copy)."""
+    a = np.moveaxis(a, axis, 0)
+    tail = a[start:]
+    tail = tail.reshape(len(order), unit, *tail.shape[1:])[order].reshape(tail.shape)
+    out = np.ascontiguousarray(np.moveaxis(np.concatenate([a[:start], tail]), 0, axis))
+    out.flags.writeable = False  # as read-only as the mmap'd weights beside it
+    return out
+
+
+def _regroup(value, r: Regroup, cfg):
+    """Undo a Regroup on a stored Tensor (rows are independent byte rows in every format; columns
+    move as whole blocks where units align with the format's blocks, else the matrix is widened to
+    f32) or on an f32 array."""
+    order = np.asarray(r.order(cfg))
+    if (order == np.arange(len(order))).all():
+        return value
+    unit, start = r.unit(cfg), r.start(cfg)
+    if not isinstance(value, Tensor):
+        return _take_units(value, r.axis, start, unit, order)
+    block = value.format.block_elems
+    if r.axis == 0:
+        data = _take_units(value.data, 0, start, unit, order)
+    elif unit % block == 0 and start % block == 0:
+        data = _take_units(value.data, 1, row_bytes(value.fmt, start) if start else 0, row_bytes(value.fmt, unit), order)
+    else:
+        raw = quantize("f32", _take_units(dequantize(value), 1, start, unit, order))
+        raw.flags.writeable = False
+        return Tensor(value.name, "f32", value.shape, raw)
+    return Tensor(value.name, value.fmt, value.shape, data)
+
+
+def _undo(value, step, cfg):
+    if isinstance(step, Elementwise):
+        return np.ascontiguousarray(step.undo(value), dtype=np.float32)
+    return _regroup(value, step, cfg)
+
+
 class _LayerReader:
     """Reads one layer's tensors from a file kind ("hf" or "gguf") as the family's schema says."""
 
@@ -212,6 +253,11 @@ class _LayerReader:
         return transposed(self.w.matrix(name, shape[:-2] + (shape[-1], shape[-2])))
 
     def transform(self, spec: Weight, value):
+        name = self.w.vector_names.get(id(value))
+        for step in spec.undo.get(self.kind, ()):
+            value = _undo(value, step, self.cfg)
+        if name is not None:
+            self.w.vector_names[id(value)] = name
         return value if self.fix is None or spec.heads is None else self.fix(value, spec.heads(self.cfg))
 
     def fused(self, f: Fused, parts: list, i: int) -> dict | None:
@@ -275,6 +321,7 @@ def build_weights(w: Lookup, schema: Schema, kind: str, cfg: ModelConfig, fix_qk
     layers = [reader.layer(i, block) for i, block in enumerate(cfg.blocks)]
     weights = ModelWeights(embed=embed, output=output, final_norm=reader.weight(norm_spec, 0), layers=layers,
                            vector_names=w.vector_names)
-    w.check_no_extra_layers(schema.layer_prefix[kind], cfg, schema.layer_count_key[kind])
-    w.check_all_taken(cfg, schema.ignorable)
+    not_run = tuple(prefix for prefix, _ in schema.not_run)
+    w.check_no_extra_layers(schema.layer_prefix[kind], cfg, schema.layer_count_key[kind], not_run)
+    w.check_all_taken(cfg, schema.ignorable, not_run)
     return weights

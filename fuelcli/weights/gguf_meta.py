@@ -94,6 +94,7 @@ ARCH_KEYS = {
     "expert_count": UINT,
     "expert_used_count": UINT,
     "expert_feed_forward_length": UINT,
+    "nextn_predict_layers": UINT,
 }
 
 

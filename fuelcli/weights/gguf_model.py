@@ -6,6 +6,8 @@ stays the one place where a config is validated and resolved, whatever the file 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ..model.config import ModelConfig, from_hf_config
@@ -67,6 +69,14 @@ def config_from_gguf(meta: dict, tensor_names=None, rope_tensors: dict | None = 
     for key, hf in {**_KEYS, **family.gguf_keys}.items():
         if f"{arch}.{key}" in meta:
             d[hf] = _scalar(meta[f"{arch}.{key}"], f"{arch}.{key}")
+    mtp = meta.get(f"{arch}.nextn_predict_layers", 0)
+    if mtp and isinstance(d.get("num_hidden_layers"), int):
+        # llama.cpp counts a multi-token-prediction head's layers (after the model's) in block_count
+        if mtp >= d["num_hidden_layers"]:
+            raise ConfigError(f"{arch}.nextn_predict_layers={mtp} leaves no layers of {arch}.block_count="
+                              f"{d['num_hidden_layers']}")
+        d["num_hidden_layers"] -= mtp
+        d["mtp_num_hidden_layers"] = mtp
     vlen = meta.get(f"{arch}.attention.value_length")
     if vlen is not None and vlen != d.get("head_dim", vlen):
         raise ConfigError(f"key_length {d['head_dim']} != value_length {vlen} is not supported")
@@ -184,4 +194,7 @@ def load_gguf_weights(gf: GGUFFile, cfg: ModelConfig) -> ModelWeights:
     w = Lookup(gf.tensors, gf.path)
     w.taken.update(n for n in ROPE_TENSORS if n in gf.tensors)  # read into the config's RoPE (config_from_gguf)
     family = FAMILIES[cfg.family]
-    return build_weights(w, family.weights, "gguf", cfg, _unpermute if family.gguf_permuted_qk else None)
+    mtp = gf.meta.get(f"{gf.meta.get('general.architecture')}.nextn_predict_layers", 0)
+    schema = replace(family.weights, not_run=family.weights.not_run + tuple(
+        (f"blk.{i}.", "the multi-token-prediction head") for i in range(cfg.num_layers, cfg.num_layers + mtp)))
+    return build_weights(w, schema, "gguf", cfg, _unpermute if family.gguf_permuted_qk else None)
