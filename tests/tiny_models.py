@@ -314,7 +314,7 @@ def _randomize(model, seed: int, expert_scale: float = 0.3) -> None:
 # the cases' seed order, fixed: a new case goes at the end, so that no existing case's weights change
 _SEED_ORDER = ["llama2", "llama31", "qwen2_window", "qwen2_window_legacy", "qwen3_bias_headdim", "qwen3_moe_norm_false",
                "qwen3_moe_norm_true", "gemma3", "mistral", "mixtral", "smollm3", "qwen2_yarn", "gemma3_6layers", "phi3", "phi3_longrope",
-               "qwen3_5", "qwen3_5_moe", "gpt_oss", "qwen3_5_wrapped", "qwen3_5_moe_wrapped", "qwen3_next"]
+               "qwen3_5", "qwen3_5_moe", "gpt_oss", "qwen3_5_wrapped", "qwen3_next", "qwen3_5_moe_wrapped"]
 
 
 def _seed_for(case: str) -> int:
