@@ -40,6 +40,18 @@ def whole_head_rotary(r, head_dim: int) -> int:
     return 0
 
 
+def same_layers(r, blocks: tuple) -> tuple:
+    return blocks
+
+
+def no_model_fields(r) -> dict:
+    return {}
+
+
+def unwrapped(raw: dict) -> dict:
+    return raw
+
+
 def attention_bias(raw: dict) -> bool:
     return bool(raw.get("attention_bias", False))
 
@@ -100,6 +112,13 @@ class Family:
     gguf_config: Callable | None = None
     # convert_hf_to_gguf permutes q/k rows for ggml's adjacent-pair RoPE in this arch: undo on load
     gguf_permuted_qk: bool = False
+    # (raw config) -> the dict the other hooks read: a multimodal wrapper's text_config
+    text_config: Callable = unwrapped
+    # (reader, blocks) -> blocks: per-layer properties the common hooks do not set (model/config.py
+    # builds the blocks first, then the family adjusts them)
+    layers: Callable = same_layers
+    # (reader) -> {ModelConfig field: value} for the fields no common hook sets
+    model_fields: Callable = no_model_fields
     # the chat template for files that carry none (llama.cpp falls back to its own per model)
     chat_template: str | None = None
 

@@ -18,6 +18,8 @@ def rope_text(rope: RopeConfig | None) -> str:
     text = f"θ={rope.theta:g}"
     if rope.type == "factors":
         return f"{text} rope_freqs"
+    if rope.type == "proportional":  # the share of the frequencies that rotate
+        return f"{text} proportional {rope.partial_rotary_factor:g}" + ("" if rope.factor == 1 else f" ×{rope.factor:g}")
     return text if rope.type == "default" else f"{text} {rope.type} ×{rope.factor:g}"
 
 
@@ -36,7 +38,9 @@ class LayerPlan:
 
     @property
     def attention(self) -> str:
-        return f"window {self.window}" if self.window else "full"
+        kind = f"window {self.window}" if self.window else "full"
+        shared = self.block.attention.kv_from
+        return kind if shared is None else f"{kind}, KV of layer {shared}"
 
     @property
     def rope(self) -> str:
