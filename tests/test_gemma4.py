@@ -17,6 +17,7 @@ TOL 1e-4 (the issue's). The broken variants miss by 3.1 (no v norm) to 17.8 (per
 """
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -25,7 +26,8 @@ from hf_oracle import hf_logits
 
 from fuelcli.assembly.forward_paths import logits_by_path
 from fuelcli.assembly.loader import open_model
-from fuelcli.errors import InputError
+from fuelcli.errors import ConfigError, InputError
+from fuelcli.model.config import from_hf_config
 from fuelcli.model.rope import RopeConfig
 
 TOL = 1e-4
@@ -130,3 +132,27 @@ def test_engines_refuse_in_one_line(oracle, case):
     for path in ("prefill", "decode"):
         with pytest.raises(InputError, match=r"^the cpu backend does not run .*--path reference\)$"):
             logits_by_path(model, ids, path)
+
+
+@pytest.mark.parametrize("case,hub_keys", [("gemma4_e2b", {"global_head_dim": 32}),
+                                           ("gemma4_moe", {"global_head_dim": 32, "num_global_key_value_heads": 1})])
+def test_hub_config_shape_reads_the_same(oracle, tiny, case, hub_keys):
+    """Hub files say global_head_dim / num_global_key_value_heads where transformers 5 writes per_layer_config."""
+    raw = json.loads((tiny(case) / "config.json").read_text())
+    raw.pop("per_layer_config")
+    cfg = from_hf_config({**raw, **hub_keys})
+    assert cfg.blocks == oracle(case)[0].cfg.blocks
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"num_kv_shared_layers": 6}, "num_kv_shared_layers=6 leaves no layer"),
+    ({"per_layer_config": {"2": {"intermediate_size": 8}}}, "sets 'intermediate_size', which fuel does not read"),
+    ({"use_bidirectional_attention": "all"}, "use_bidirectional_attention='all' is not supported"),
+    ({"rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+                          "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 1.5,
+                                             "rope_theta": 1e4}}}, "0 < partial_rotary_factor <= 1"),
+])
+def test_config_errors_name_the_cause(tiny, change, message):
+    raw = json.loads((tiny("gemma4_e2b") / "config.json").read_text())
+    with pytest.raises(ConfigError, match=message):
+        from_hf_config({**raw, **change})
