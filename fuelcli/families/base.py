@@ -110,6 +110,10 @@ class Family:
     gguf_defaults: dict = field(default_factory=dict)
     # (metadata, config dict) -> None: what else of a GGUF file's metadata this family translates
     gguf_config: Callable | None = None
+    # GGUF key suffixes that may hold one value per layer: passed on as lists, for gguf_config
+    gguf_per_layer: tuple = ()
+    # (the file's tensor names, config dict) -> None: what a family reads from which tensors exist
+    gguf_tensors_config: Callable | None = None
     # convert_hf_to_gguf permutes q/k rows for ggml's adjacent-pair RoPE in this arch: undo on load
     gguf_permuted_qk: bool = False
     # (raw config) -> the dict the other hooks read: a multimodal wrapper's text_config

@@ -107,6 +107,14 @@ def gemma4_layers(r, blocks: tuple) -> tuple:
         raise ConfigError("use_bidirectional_attention='all' is not supported by fuel (model_type gemma4_text)")
     windows = [b.attention.window for b in blocks]
     geometry, sources = _layer_geometry(r, windows), _kv_sources(r, windows)
+    heads = r.integer("num_attention_heads")
+    for i, g in geometry.items():
+        for key, value in g.items():
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0 or (key == "head_dim" and value % 2):
+                raise ConfigError(f"layer {i}'s {key} must be a positive (head_dim: even) integer, got {value!r}")
+        if heads % g.get("num_key_value_heads", 1):
+            raise ConfigError(f"num_attention_heads={heads} is not a multiple of layer {i}'s "
+                              f"num_key_value_heads={g['num_key_value_heads']}")
     k_eq_v, wide = r.flag("attention_k_eq_v"), r.flag("use_double_wide_mlp")
     moe = r.flag("enable_moe_block")
     per_layer = r.integer("hidden_size_per_layer_input") > 0
@@ -114,14 +122,11 @@ def gemma4_layers(r, blocks: tuple) -> tuple:
     out = []
     for i, b in enumerate(blocks):
         g = geometry.get(i, {})
-        for key in g:
-            if not isinstance(g[key], int) or isinstance(g[key], bool) or g[key] <= 0 or g[key] % (2 if key == "head_dim" else 1):
-                raise ConfigError(f"layer {i}'s {key} must be a positive (head_dim: even) integer, got {g[key]!r}")
-        heads = r.integer("num_attention_heads")
-        if g.get("num_key_value_heads") and heads % g["num_key_value_heads"]:
-            raise ConfigError(f"num_attention_heads={heads} is not a multiple of layer {i}'s "
-                              f"num_key_value_heads={g['num_key_value_heads']}")
-        attention = replace(b.attention, head_dim=g.get("head_dim", 0), kv_heads=g.get("num_key_value_heads", 0),
+        # 0 where the layer's is the model's (ModelConfig.at), however the file said it
+        own_dim = 0 if g.get("head_dim") == r.integer("head_dim") else g.get("head_dim", 0)
+        own_kv = 0 if g.get("num_key_value_heads") == (r.raw.get("num_key_value_heads") or heads) \
+            else g.get("num_key_value_heads", 0)
+        attention = replace(b.attention, head_dim=own_dim, kv_heads=own_kv,
                             v_norm=True, v_is_k=k_eq_v and not b.attention.window, kv_from=sources[i])
         ffn = replace(b.ffn, width=width if wide and sources[i] is not None else 0, moe_beside=moe)
         out.append(replace(b, attention=attention, ffn=ffn, per_layer_input=per_layer, layer_scalar=True))
@@ -155,14 +160,82 @@ def text_config(raw: dict) -> dict:
     return out
 
 
+def gguf_config(meta: dict, d: dict):
+    """What llama.cpp's converter writes of a gemma4 file, back into config.json's terms: the local
+    layers' head_dim in key_length_swa (key_length is the global layers'), KV heads and FFN widths
+    per layer, the layer types as a list of bools, the global layers' proportional RoPE as
+    rope_freqs factors (1 for a rotated frequency, 1e30 for one that is not)."""
+    n, shared = d.get("num_hidden_layers"), d.get("num_kv_shared_layers", 0)
+    pattern = meta.get("gemma4.attention.sliding_window_pattern")
+    if not isinstance(pattern, list) or len(pattern) != n:
+        raise ConfigError(f"gemma4.attention.sliding_window_pattern must hold one bool per layer ({n}), "
+                          f"got {pattern!r}")
+    d["layer_types"] = [SLIDING if p else FULL for p in pattern]
+    full_dim, d["head_dim"] = d.get("head_dim"), meta.get("gemma4.attention.key_length_swa")
+    kv = d.get("num_key_value_heads")
+    kv = kv if isinstance(kv, list) else [kv] * n
+    d["num_key_value_heads"] = kv[pattern.index(True)] if True in pattern else kv[0]
+    d["per_layer_config"] = {str(i): {"head_dim": full_dim, "num_key_value_heads": kv[i]}
+                             for i, p in enumerate(pattern) if not p}
+    ff = d.get("intermediate_size")
+    if isinstance(ff, list):
+        wide = [ff[0] if i < n - shared else 2 * ff[0] for i in range(n)]
+        if ff not in ([ff[0]] * n, wide):
+            raise ConfigError(f"gemma4.feed_forward_length {ff} is neither one width nor twice it on the "
+                              f"{shared} layers that share KV (use_double_wide_mlp)")
+        d["intermediate_size"], d["use_double_wide_mlp"] = ff[0], ff != [ff[0]] * n
+    factors = d.pop("rope_scaling", {}).get("factors")
+    rotated = len(factors) if not factors else next((i for i, f in enumerate(factors) if f != 1), len(factors))
+    if factors and any(f < 1e29 for f in factors[rotated:]):
+        raise ConfigError("rope_freqs of a gemma4 file must be 1 (rotated) then 1e30 (not rotated) per frequency")
+    part = 2 * rotated / full_dim if factors else 1.0
+    if int(part * full_dim // 2) != rotated:
+        raise ConfigError(f"{rotated} rotated frequencies of head_dim {full_dim} are no partial_rotary_factor")
+    if meta.get("gemma4.rope.dimension_count_swa", d["head_dim"]) != d["head_dim"]:
+        raise ConfigError("gemma4.rope.dimension_count_swa != key_length_swa: partial RoPE on local layers is not "
+                          "supported")
+    d["rope_parameters"] = {
+        SLIDING: {"rope_type": "default", "rope_theta": meta.get("gemma4.rope.freq_base_swa", 10_000.0)},
+        FULL: {"rope_type": "proportional", "partial_rotary_factor": part, "rope_theta": d.pop("rope_theta")}}
+    d["enable_moe_block"] = "num_experts" in d
+    if d["enable_moe_block"]:
+        d["top_k_experts"] = d.pop("num_experts_per_tok")
+    d["hidden_size_per_layer_input"] = meta.get("gemma4.embedding_length_per_layer_input", 0)
+    tokens = meta.get("tokenizer.ggml.tokens")
+    if tokens is not None:
+        d["vocab_size_per_layer_input"] = len(tokens)
+
+
+def gguf_tensors_config(names: set, d: dict):
+    """attention_k_eq_v: a global layer that keeps its own KV stores no attn_v."""
+    n = d["num_hidden_layers"]
+    own = range(n - d.get("num_kv_shared_layers", 0))
+    d["attention_k_eq_v"] = any(d["layer_types"][i] == FULL and f"blk.{i}.attn_v.weight" not in names for i in own)
+
+
 _X = "model.layers.{i}.experts"
 WEIGHTS = replace(
     DECODER.renamed(hf={"post_attn_norm": "model.layers.{i}.post_attention_layernorm.weight",
                         "ffn_norm": "model.layers.{i}.pre_feedforward_layernorm.weight",
                         "post_ffn_norm": "model.layers.{i}.post_feedforward_layernorm.weight",
-                        "router": "model.layers.{i}.router.proj.weight"}),
+                        "router": "model.layers.{i}.router.proj.weight"},
+                    gguf={"post_attn_norm": "blk.{i}.post_attention_norm.weight",
+                          "post_ffn_norm": "blk.{i}.post_ffw_norm.weight",
+                          "router_scale": "blk.{i}.ffn_gate_inp.scale",
+                          "per_expert_scale": "blk.{i}.ffn_down_exps.scale",
+                          "post_ffn_norm_1": "blk.{i}.post_ffw_norm_1.weight",
+                          "ffn_norm_2": "blk.{i}.pre_ffw_norm_2.weight",
+                          "post_ffn_norm_2": "blk.{i}.post_ffw_norm_2.weight",
+                          "pl_gate": "blk.{i}.inp_gate.weight",
+                          "pl_proj": "blk.{i}.proj.weight",
+                          "pl_norm": "blk.{i}.post_norm.weight",
+                          "layer_scalar": "blk.{i}.layer_output_scale.weight"}),
     # the experts are stored stacked: gate|up rows of each expert in one tensor, down in another
-    fused=(Fused(("gate_exps", "up_exps"), hf=f"{_X}.gate_up_proj", with_names={"down_exps": f"{_X}.down_proj"}),),
+    fused=(Fused(("gate_exps", "up_exps"), hf=f"{_X}.gate_up_proj", with_names={"down_exps": f"{_X}.down_proj"}),
+           Fused(("gate_exps", "up_exps"), gguf="blk.{i}.ffn_gate_up_exps.weight")),
+    per_layer_inputs=tuple(replace(w, gguf=name) for w, name in zip(
+        DECODER.per_layer_inputs,
+        ("per_layer_token_embd.weight", "per_layer_model_proj.weight", "per_layer_proj_norm.weight"))),
 )
 
 
@@ -193,7 +266,7 @@ _DEFAULTS = {**COMMON_DEFAULTS, "vocab_size": 262_144, "max_position_embeddings"
 GEMMA4_TEXT = Family(
     model_type="gemma4_text",
     architectures=("Gemma4ForCausalLM",),
-    gguf_arch=None,
+    gguf_arch="gemma4",
     defaults=_DEFAULTS,
     windows=gemma4_windows,
     ffn=gemma4_ffn,
@@ -207,7 +280,13 @@ GEMMA4_TEXT = Family(
     weights=WEIGHTS,
     layers=gemma4_layers,
     model_fields=gemma4_fields,
+    gguf_keys={"attention.sliding_window": "sliding_window", "final_logit_softcapping": "final_logit_softcapping",
+               "attention.shared_kv_layers": "num_kv_shared_layers"},
+    gguf_per_layer=("feed_forward_length", "attention.head_count_kv"),
+    gguf_config=gguf_config,
+    gguf_tensors_config=gguf_tensors_config,
 )
 
-GEMMA4 = replace(GEMMA4_TEXT, model_type="gemma4", architectures=("Gemma4ForConditionalGeneration",),
+# a GGUF file of either is arch gemma4 (the text family's)
+GEMMA4 = replace(GEMMA4_TEXT, model_type="gemma4", architectures=("Gemma4ForConditionalGeneration",), gguf_arch=None,
                  weights=_wrapped(WEIGHTS), text_config=text_config, model_fields=wrapper_fields)

@@ -138,10 +138,6 @@ def _per_layer_input(b):
     return b.per_layer_input
 
 
-def _per_layer_width(c):
-    return c.per_layer_input_size
-
-
 def _shared(b):
     return b.ffn.moe and b.ffn.shared_expert
 

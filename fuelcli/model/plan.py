@@ -19,7 +19,8 @@ def rope_text(rope: RopeConfig | None) -> str:
     if rope.type == "factors":
         return f"{text} rope_freqs"
     if rope.type == "proportional":  # the share of the frequencies that rotate
-        return f"{text} proportional {rope.partial_rotary_factor:g}" + ("" if rope.factor == 1 else f" ×{rope.factor:g}")
+        scaled = "" if rope.factor == 1 else f" ×{rope.factor:g}"
+        return f"{text} proportional {rope.partial_rotary_factor:g}{scaled}"
     return text if rope.type == "default" else f"{text} {rope.type} ×{rope.factor:g}"
 
 

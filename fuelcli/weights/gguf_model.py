@@ -66,7 +66,8 @@ def config_from_gguf(meta: dict, tensor_names=None, rope_tensors: dict | None = 
     d: dict = {"model_type": family.model_type}
     for key, hf in {**_KEYS, **family.gguf_keys}.items():
         if f"{arch}.{key}" in meta:
-            d[hf] = _scalar(meta[f"{arch}.{key}"], f"{arch}.{key}")
+            value = meta[f"{arch}.{key}"]
+            d[hf] = value if key in family.gguf_per_layer else _scalar(value, f"{arch}.{key}")
     vlen = meta.get(f"{arch}.attention.value_length")
     if vlen is not None and vlen != d.get("head_dim", vlen):
         raise ConfigError(f"key_length {d['head_dim']} != value_length {vlen} is not supported")
@@ -95,6 +96,8 @@ def config_from_gguf(meta: dict, tensor_names=None, rope_tensors: dict | None = 
                              "short_factor": rope_tensors[ROPE_SHORT]}
     if family.gguf_config is not None:
         family.gguf_config(meta, d)
+    if family.gguf_tensors_config is not None and tensor_names is not None:
+        family.gguf_tensors_config(names, d)
 
     tokens = meta.get("tokenizer.ggml.tokens")
     if tokens is not None:
