@@ -4,8 +4,9 @@ llama-cpp-python sdist: conftest.llama_converter), as users' files are written.
 The converter runs in a child process (its gguf-py must not replace the installed gguf package
 here), all conversions of a test module in one. The tiny checkpoints' byte tokenizer
 (tiny_models.write_byte_tokenizer) is no vocabulary the converter knows by its hash, so the driver
-names its pre-tokenizer "gpt2" (get_vocab_base_pre): every tensor and key is still written by
-llama.cpp's code.
+names its pre-tokenizer "gpt2" (get_vocab_base_pre), and Gemma 4's vocabulary (which its converter
+reads as SentencePiece pieces, LlamaHfVocab) goes the GPT-2 way too: every tensor and every model
+key is still written by llama.cpp's code.
 
     python llama_convert.py CONVERTER_DIR MODEL_DIR OUT.gguf [MODEL_DIR OUT.gguf ...]
 """
@@ -39,6 +40,9 @@ def _main(converter: Path, args: list) -> None:
     import conversion.base as base
 
     base.TextModel.get_vocab_base_pre = lambda self, tokenizer: "gpt2"
+    import conversion.gemma as gemma
+
+    gemma.Gemma4Model.set_vocab = lambda self: self._set_vocab_gpt2()
     import convert_hf_to_gguf
 
     for model_dir, out in zip(args[0::2], args[1::2]):

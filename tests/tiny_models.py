@@ -114,6 +114,21 @@ CASES: dict[str, str] = {
         "a shared expert of 48), its linear layers' in_proj_qkvz and in_proj_ba interleaved per key head; "
         "an MTP head (mtp.*) as hub files carry (llama.cpp's converter wants one)"
     ),
+    "gemma4_e2b": (
+        "Gemma 4 text shaped like E2B: 6 layers (local, local, global, local, local, global), hidden 64, 4 heads; "
+        "local layers 2 kv heads of 16 (window 4, RoPE θ 100), global ones 2 kv heads of 32 (proportional RoPE "
+        "θ 10000 over 0.25 of the frequencies); the last 3 layers share k/v (layers 3, 4 attend to layer 1's, 5 to "
+        "2's) and have a double-wide FFN; per-layer inputs of 8; layer_scalar; softcap 30; norms w, tied"
+    ),
+    "gemma4_moe": (
+        "Gemma 4 text shaped like 26B-A4B: 4 layers (local, global, local, global), hidden 64, 4 heads; local 2 kv "
+        "heads of 16, global 1 kv head of 32 whose v is its k (attention_k_eq_v); a MoE of 8 experts top-2 "
+        "(moe_intermediate_size 32, router scale and per-expert scale) beside every dense FFN; no per-layer inputs"
+    ),
+    "gemma4_wrapper": (
+        "the gemma4 multimodal wrapper (Gemma4ForConditionalGeneration): gemma4_e2b's config as text_config (its own "
+        "weights) beside a 1-layer vision tower that fuel reads past"
+    ),
 }
 
 # wrapper case -> the text case whose weights it holds
@@ -267,7 +282,36 @@ def _config(case: str):
                                linear_num_value_heads=4, tie_word_embeddings=False, num_experts=8, num_experts_per_tok=2,
                                moe_intermediate_size=32, shared_expert_intermediate_size=48, norm_topk_prob=True,
                                decoder_sparse_step=1)
+    if case in ("gemma4_e2b", "gemma4_moe", "gemma4_wrapper"):
+        return _gemma4_config(case)
     raise KeyError(f"unknown tiny case {case!r}; known: {sorted(CASES)}")
+
+
+def _gemma4_config(case: str):
+    from transformers import Gemma4Config, Gemma4TextConfig, Gemma4VisionConfig
+
+    base = {**_BASE, "pad_token_id": 0, "intermediate_size": 64}
+    local, full = "sliding_attention", "full_attention"
+    if case == "gemma4_moe":
+        return Gemma4TextConfig(
+            **base, num_hidden_layers=4, num_key_value_heads=2, head_dim=16, global_head_dim=32,
+            num_global_key_value_heads=1, attention_k_eq_v=True, layer_types=[local, full, local, full],
+            sliding_window=4, hidden_size_per_layer_input=0, enable_moe_block=True, num_experts=8, top_k_experts=2,
+            moe_intermediate_size=32, final_logit_softcapping=30.0,
+            rope_parameters={local: {"rope_type": "default", "rope_theta": 100.0},
+                             full: {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 10000.0}})
+    text = Gemma4TextConfig(
+        **base, num_hidden_layers=6, num_key_value_heads=2, head_dim=16, global_head_dim=32,
+        layer_types=[local, local, full, local, local, full], sliding_window=4, final_logit_softcapping=30.0,
+        hidden_size_per_layer_input=8, vocab_size_per_layer_input=VOCAB, num_kv_shared_layers=3,
+        use_double_wide_mlp=True,
+        rope_parameters={local: {"rope_type": "default", "rope_theta": 100.0},
+                         full: {"rope_type": "proportional", "partial_rotary_factor": 0.25, "rope_theta": 10000.0}})
+    if case == "gemma4_e2b":
+        return text
+    vision = Gemma4VisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                num_key_value_heads=2, head_dim=8)
+    return Gemma4Config(text_config=text.to_dict(), vision_config=vision.to_dict(), audio_config=None)
 
 
 def _gemma_hub_shape(conf: dict) -> dict:
@@ -307,14 +351,20 @@ def _randomize(model, seed: int, expert_scale: float = 0.3) -> None:
                 p.copy_(0.05 * torch.randn(shape, generator=g))
             elif ".experts." in name or "shared_expert." in name:
                 p.copy_(expert_scale * torch.randn(shape, generator=g))
+            elif name.endswith(("router.scale", "router.per_expert_scale")):  # Gemma 4's router scales
+                p.copy_(1.0 + 0.3 * torch.randn(shape, generator=g))
             else:  # q/k/v/o, gate/up/down, lm_head
                 p.copy_(0.3 * torch.randn(shape, generator=g))
+        for name, b in sorted(model.named_buffers(), key=lambda kv: kv[0]):
+            if name.endswith("layer_scalar"):  # Gemma 4's stored per-layer output scale (1 when untrained)
+                b.copy_(0.5 + torch.rand(tuple(b.shape), generator=g))
 
 
 # the cases' seed order, fixed: a new case goes at the end, so that no existing case's weights change
 _SEED_ORDER = ["llama2", "llama31", "qwen2_window", "qwen2_window_legacy", "qwen3_bias_headdim", "qwen3_moe_norm_false",
                "qwen3_moe_norm_true", "gemma3", "mistral", "mixtral", "smollm3", "qwen2_yarn", "gemma3_6layers", "phi3", "phi3_longrope",
-               "qwen3_5", "qwen3_5_moe", "gpt_oss", "qwen3_5_wrapped", "qwen3_next", "qwen3_5_moe_wrapped"]
+               "qwen3_5", "qwen3_5_moe", "gpt_oss", "qwen3_5_wrapped", "qwen3_next", "qwen3_5_moe_wrapped",
+               "gemma4_e2b", "gemma4_moe"]
 
 
 def _seed_for(case: str) -> int:
@@ -324,6 +374,7 @@ def _seed_for(case: str) -> int:
         "qwen3_moe_norm_true": "qwen3_moe_norm_false",
         "gemma3_hub": "gemma3",
         "gpt_oss_limit7": "gpt_oss",
+        "gemma4_wrapper": "gemma4_e2b",
     }.get(case, case)
     return 1000 + _SEED_ORDER.index(root)
 

@@ -46,7 +46,10 @@ def ranges(indices) -> str:
 def ffn_text(cfg, block) -> str:
     kind = f"MoE {cfg.experts_per_tok} of {cfg.num_experts}" if block.ffn.moe else "dense"
     kind += " + shared expert" if block.ffn.shared_expert else ""
-    return kind if block.ffn.activation == "silu" else f"{kind} {ACTIVATION_NAMES[block.ffn.activation]}"
+    text = kind if block.ffn.activation == "silu" else f"{kind} {ACTIVATION_NAMES[block.ffn.activation]}"
+    extras = [f"MoE {cfg.experts_per_tok} of {cfg.num_experts}" if block.ffn.moe_beside else "",
+              "per-layer input" if block.per_layer_input else ""]
+    return " + ".join([text] + [e for e in extras if e])
 
 
 def mask_plan_view(model) -> dict:
@@ -98,6 +101,11 @@ _FALLBACK_ORIGIN = {
     "windows": "derived",
     "rope_layers": "derived",
     "moe_layers": "derived",
+    "layer_head_dims": "derived",
+    "layer_kv_heads": "derived",
+    "kv_from": "derived",
+    "kv_bytes_per_token_f32": "derived",
+    "kv_bytes_per_token_saved_by_sharing": "derived",
 }
 
 
@@ -130,6 +138,17 @@ def _block_rows(cfg) -> dict:
         "sandwich_norms": _per_layer([b.sandwich for b in cfg.blocks]),
         "moe_layers": _per_layer([b.ffn.moe for b in cfg.blocks], always_list=True),
     }
+    geometry = [cfg.at(b) for b in cfg.blocks]
+    if any(c is not cfg for c in geometry):
+        rows["layer_head_dims"] = [c.head_dim for c in geometry]
+        rows["layer_kv_heads"] = [c.num_kv_heads for c in geometry]
+    if any(a.kv_from is not None for a in att):
+        # K and V of every position in f32 (a windowed layer's cache may keep fewer positions)
+        per_layer = [2 * c.num_kv_heads * c.head_dim * 4 for c in geometry]
+        kept = sum(n for n, a in zip(per_layer, att) if a.kv_from is None)
+        rows["kv_from"] = [a.kv_from for a in att]
+        rows["kv_bytes_per_token_f32"] = kept
+        rows["kv_bytes_per_token_saved_by_sharing"] = sum(per_layer) - kept
     if len(variants) > 1 or any(a.rope is None for a in att):
         # which RoPE each layer rotates with (rope_view lists them), None: no RoPE
         rows["rope_layers"] = [None if a.rope is None else rope_text(a.rope) for a in att]

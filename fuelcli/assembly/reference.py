@@ -59,20 +59,45 @@ def causal_mask(T: int, window: int) -> np.ndarray:
     return allowed & (j > i - window) if window > 0 else allowed
 
 
-def attention(cfg: ModelConfig, block: Block, layer, x: np.ndarray) -> np.ndarray:
+def rotate(a, x: np.ndarray) -> np.ndarray:
+    """RoPE over the leading rotary_dim of each head (all of it when 0)."""
+    if a.rope is None:
+        return x
+    R = a.rotary_dim or x.shape[-1]
+    cos, sin = cos_sin(a.rope, R, x.shape[0])
+    return np.concatenate([rotate_half(x[..., :R], cos, sin), x[..., R:]], axis=-1)
+
+
+def keys_values(cfg: ModelConfig, block: Block, layer, x: np.ndarray):
+    """The layer's k (normed, rotated) and v [T, kv_heads, D], as a cache would keep them."""
+    a, T = block.attention, x.shape[0]
+    k = linear(x, layer.k, layer.k_bias).reshape(T, cfg.num_kv_heads, cfg.head_dim)
+    v = k if a.v_is_k else linear(x, layer.v, layer.v_bias).reshape(T, cfg.num_kv_heads, cfg.head_dim)
+    if a.qk_norm:
+        k = rmsnorm(k, layer.k_norm, cfg.rms_norm_eps)
+    if a.v_norm:
+        v = rmsnorm(v, np.float32(1), cfg.rms_norm_eps)
+    return rotate(a, k), v
+
+
+def attention(cfg: ModelConfig, block: Block, layer, x: np.ndarray, kv: dict | None = None,
+              index: int = 0) -> np.ndarray:
+    """kv: layer index -> its (k, v), filled here and read by the layers that share a layer's
+    (Attention.kv_from)."""
     a = block.attention
+    cfg = cfg.at(block)
     T, D = x.shape[0], cfg.head_dim
     q = linear(x, layer.q, layer.q_bias).reshape(T, cfg.num_heads, D)
-    k = linear(x, layer.k, layer.k_bias).reshape(T, cfg.num_kv_heads, D)
-    v = linear(x, layer.v, layer.v_bias).reshape(T, cfg.num_kv_heads, D)
     if a.qk_norm:
-        q, k = rmsnorm(q, layer.q_norm, cfg.rms_norm_eps), rmsnorm(k, layer.k_norm, cfg.rms_norm_eps)
-    if a.rope is not None:  # over the leading rotary_dim of each head (all of it when 0)
-        R = a.rotary_dim or D
-        cos, sin = cos_sin(a.rope, R, T)
-        q = np.concatenate([rotate_half(q[..., :R], cos, sin), q[..., R:]], axis=-1)
-        k = np.concatenate([rotate_half(k[..., :R], cos, sin), k[..., R:]], axis=-1)
-    group = cfg.num_heads // cfg.num_kv_heads
+        q = rmsnorm(q, layer.q_norm, cfg.rms_norm_eps)
+    q = rotate(a, q)
+    if a.kv_from is not None:
+        k, v = kv[a.kv_from]
+    else:
+        k, v = keys_values(cfg, block, layer, x)
+        if kv is not None:
+            kv[index] = (k, v)
+    group = cfg.num_heads // k.shape[1]
     k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)  # GQA: kv head h // group
     scale = np.float32(1 / np.sqrt(np.float32(D)) if a.scale is None else a.scale)
     scores = np.einsum("thd,shd->hts", q, k) * scale
@@ -191,6 +216,45 @@ def moe(cfg: ModelConfig, layer, x: np.ndarray, ffn: Ffn) -> np.ndarray:
     return out
 
 
+def moe_beside(cfg: ModelConfig, block: Block, layer, x: np.ndarray) -> np.ndarray:
+    """Gemma 4's FFN of the residual stream x: norm(dense GLU(norm(x))) + norm(experts(norm(x))),
+    routed by softmax(proj(rmsnorm(x) * scale / sqrt(hidden))) over all experts, the top-k
+    renormalised, then times their per-expert scales."""
+    eps, act = cfg.rms_norm_eps, block.ffn.activation
+    dense = rmsnorm(glu(rmsnorm(x, layer.ffn_norm, eps), layer.gate, layer.up, layer.down, act),
+                    layer.post_ffn_norm_1, eps)
+    n = rmsnorm(x, np.float32(1), eps) * layer.router_scale * np.float32(cfg.hidden_size ** -0.5)
+    logits = linear(n, layer.router)
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    top = np.argsort(-p, axis=-1, kind="stable")[:, : cfg.experts_per_tok]
+    w = np.take_along_axis(p, top, axis=-1)
+    w = w / w.sum(-1, keepdims=True) * layer.per_expert_scale[top]
+    xe = rmsnorm(x, layer.ffn_norm_2, eps)
+    experts = np.zeros_like(x)
+    for t in range(x.shape[0]):
+        for e, we in zip(top[t], w[t]):
+            experts[t] += we * glu(xe[t:t + 1], layer.gate_exps[e], layer.up_exps[e], layer.down_exps[e], act)[0]
+    return dense + rmsnorm(experts, layer.post_ffn_norm_2, eps)
+
+
+def per_layer_inputs(cfg: ModelConfig, weights: ModelWeights, tokens, x: np.ndarray) -> np.ndarray:
+    """Gemma 4's per-layer inputs [T, layers, width]: the token's rows of the packed table (times
+    sqrt(width)) and the normed projection of the scaled embedding x (times 1/sqrt(hidden)), their
+    sum times 1/sqrt(2)."""
+    T, P = x.shape[0], cfg.per_layer_input_size
+    own = rows(weights.per_layer_embed, tokens).reshape(T, cfg.num_layers, P) * np.float32(P ** 0.5)
+    projected = linear(x, weights.per_layer_proj) * np.float32(cfg.hidden_size ** -0.5)
+    projected = rmsnorm(projected.reshape(T, cfg.num_layers, P), weights.per_layer_proj_norm, cfg.rms_norm_eps)
+    return (projected + own) * np.float32(2 ** -0.5)
+
+
+def per_layer_input(cfg: ModelConfig, block: Block, layer, x: np.ndarray, inputs: np.ndarray) -> np.ndarray:
+    """What a layer adds from its input row: norm(proj(act(gate(x)) * input))."""
+    h = ACT[block.ffn.activation](linear(x, layer.pl_gate)) * inputs
+    return rmsnorm(linear(h, layer.pl_proj), layer.pl_norm, cfg.rms_norm_eps)
+
+
 def ffn(cfg: ModelConfig, block: Block, layer, x: np.ndarray) -> np.ndarray:
     if block.ffn.moe:
         out = moe(cfg, layer, x, block.ffn)
@@ -210,13 +274,23 @@ def trunk(cfg: ModelConfig, weights: ModelWeights, tokens, hidden: bool = False)
     x = rows(weights.embed, tokens)
     if cfg.embed_scale != 1.0:
         x = x * np.float32(cfg.embed_scale)
-    states = [x]
-    for block, layer in zip(cfg.blocks, weights.layers):
-        mixer = attention if block.linear is None else linear_attention
-        h = mixer(cfg, block, layer, rmsnorm(x, layer.attn_norm, eps))
+    states, kv = [x], {}
+    inputs = per_layer_inputs(cfg, weights, tokens, x) if cfg.per_layer_input_size else None
+    for i, (block, layer) in enumerate(zip(cfg.blocks, weights.layers)):
+        if block.linear is None:
+            h = attention(cfg, block, layer, rmsnorm(x, layer.attn_norm, eps), kv, i)
+        else:
+            h = linear_attention(cfg, block, layer, rmsnorm(x, layer.attn_norm, eps))
         x = x + (rmsnorm(h, layer.post_attn_norm, eps) if block.sandwich else h)
-        h = ffn(cfg, block, layer, rmsnorm(x, layer.ffn_norm, eps))
+        if block.ffn.moe_beside:
+            h = moe_beside(cfg.at(block), block, layer, x)
+        else:
+            h = ffn(cfg.at(block), block, layer, rmsnorm(x, layer.ffn_norm, eps))
         x = x + (rmsnorm(h, layer.post_ffn_norm, eps) if block.sandwich else h)
+        if block.per_layer_input:
+            x = x + per_layer_input(cfg, block, layer, x, inputs[:, i])
+        if block.layer_scalar:
+            x = x * layer.layer_scalar
         states.append(x)
     out = rmsnorm(x, weights.final_norm, cfg.rms_norm_eps)
     return (out, np.stack(states).astype(np.float32)) if hidden else out

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, NamedTuple
 
+from ..errors import ConfigError
 from .schema import DECODER, Schema
 
 
@@ -44,6 +45,35 @@ def no_linear_layers(r, n_layers: int):
 
 def whole_head_rotary(r, head_dim: int) -> int:
     return 0
+
+
+def same_layers(r, blocks: tuple) -> tuple:
+    return blocks
+
+
+def no_model_fields(r) -> dict:
+    return {}
+
+
+def unwrapped(raw: dict) -> dict:
+    return raw
+
+
+def nested_text_config(raw: dict) -> dict:
+    """A vision-language wrapper's config.json -> its decoder's: the keys of its text_config, with the
+    top-level tie_word_embeddings (what transformers ties the wrapper's head by), bos and eos ids
+    where text_config lacks them."""
+    text = raw.get("text_config")
+    if not isinstance(text, dict):
+        raise ConfigError(f"model_type {raw.get('model_type')!r} needs a text_config object, got {text!r}")
+    top, own = raw.get("tie_word_embeddings"), text.get("tie_word_embeddings")
+    if top is not None and own is not None and top != own:
+        raise ConfigError(f"tie_word_embeddings is {top} but text_config.tie_word_embeddings is {own}: which is meant?")
+    merged = dict(text)
+    for key in ("tie_word_embeddings", "bos_token_id", "eos_token_id"):
+        if merged.get(key) is None and raw.get(key) is not None:
+            merged[key] = raw[key]
+    return merged
 
 
 def attention_bias(raw: dict) -> bool:
@@ -95,8 +125,6 @@ class Family:
     softcap_key: str | None = None  # the config key of a final logit softcap (null: none)
     # a layer's tensors: roles, names in each file kind, shapes, transforms (schema.py)
     weights: Schema = DECODER
-    # config.json nests the decoder's keys under "text_config" (a vision-language wrapper)
-    text_config: bool = False
     # boolean keys naming a feature fuel lacks: true is a ConfigError naming the key
     unsupported_flags: tuple = ()
     # keys whose value, when not null, is a feature fuel lacks
@@ -107,8 +135,19 @@ class Family:
     gguf_defaults: dict = field(default_factory=dict)
     # (metadata, config dict) -> None: what else of a GGUF file's metadata this family translates
     gguf_config: Callable | None = None
+    # GGUF key suffixes that may hold one value per layer: passed on as lists, for gguf_config
+    gguf_per_layer: tuple = ()
+    # (the file's tensor names, config dict) -> None: what a family reads from which tensors exist
+    gguf_tensors_config: Callable | None = None
     # convert_hf_to_gguf permutes q/k rows for ggml's adjacent-pair RoPE in this arch: undo on load
     gguf_permuted_qk: bool = False
+    # (raw config) -> the dict the other hooks read: a multimodal wrapper's text_config
+    text_config: Callable = unwrapped
+    # (reader, blocks) -> blocks: per-layer properties the common hooks do not set (model/config.py
+    # builds the blocks first, then the family adjusts them)
+    layers: Callable = same_layers
+    # (reader) -> {ModelConfig field: value} for the fields no common hook sets
+    model_fields: Callable = no_model_fields
     # the chat template for files that carry none (llama.cpp falls back to its own per model)
     chat_template: str | None = None
 

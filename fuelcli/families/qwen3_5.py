@@ -30,7 +30,7 @@ import numpy as np
 
 from ..errors import ConfigError
 from ..model.block import LinearAttention
-from .base import COMMON_DEFAULTS, Family, FfnPlan
+from .base import COMMON_DEFAULTS, Family, FfnPlan, nested_text_config
 from .schema import DECODER, Elementwise, Fused, Regroup
 
 KINDS = ("linear_attention", "full_attention")
@@ -196,6 +196,6 @@ QWEN3_5_MOE = Family(
 
 # the hub's vision-language wrappers: the same decoder, read from text_config and model.language_model.
 QWEN3_5_VL = replace(QWEN3_5, model_type="qwen3_5", architectures=("Qwen3_5ForConditionalGeneration",),
-                     gguf_arch=None, text_config=True, weights=_WRAPPED)
+                     gguf_arch=None, text_config=nested_text_config, weights=_WRAPPED)
 QWEN3_5_MOE_VL = replace(QWEN3_5_MOE, model_type="qwen3_5_moe", architectures=("Qwen3_5MoeForConditionalGeneration",),
-                         gguf_arch=None, text_config=True, weights=_WRAPPED)
+                         gguf_arch=None, text_config=nested_text_config, weights=_WRAPPED)

@@ -90,6 +90,7 @@ class Schema:
     model: tuple  # Weights outside the layers: embed, output, final_norm
     layer: tuple  # a layer's Weights, in the order they are read (and named in errors)
     fused: tuple = ()
+    per_layer_inputs: tuple = ()  # model-level Weights read when cfg.per_layer_input_size (Gemma 4)
     layer_prefix: dict = field(default_factory=lambda: {"hf": "model.layers.", "gguf": "blk."})
     layer_count_key: dict = field(default_factory=lambda: {"hf": "num_hidden_layers", "gguf": "block_count"})
     ignorable: tuple = ()  # name endings of tensors no model reads (buffers some checkpoints carry)
@@ -174,7 +175,23 @@ def _dense(b):
 
 
 def _moe(b):
-    return b.ffn.moe
+    return b.ffn.moe or b.ffn.moe_beside
+
+
+def _own_kv(b):
+    return _attends(b) and b.attention.kv_from is None
+
+
+def _own_v(b):
+    return _own_kv(b) and not b.attention.v_is_k
+
+
+def _moe_beside(b):
+    return b.ffn.moe_beside
+
+
+def _per_layer_input(b):
+    return b.per_layer_input
 
 
 def _shared(b):
@@ -211,9 +228,9 @@ DECODER = Schema(
         Weight("q", MATRIX, f"{_A}.q_proj.weight", "blk.{i}.attn_q.weight", lambda c: (c.q_dim, c.hidden_size),
                when=_attends, heads=_q_heads),
         Weight("k", MATRIX, f"{_A}.k_proj.weight", "blk.{i}.attn_k.weight", lambda c: (c.kv_dim, c.hidden_size),
-               when=_attends, heads=_kv_heads),
+               when=_own_kv, heads=_kv_heads),
         Weight("v", MATRIX, f"{_A}.v_proj.weight", "blk.{i}.attn_v.weight", lambda c: (c.kv_dim, c.hidden_size),
-               when=_attends),
+               when=_own_v),
         Weight("attn_norm", NORM, "model.layers.{i}.input_layernorm.weight", "blk.{i}.attn_norm.weight", _h),
         Weight("o", MATRIX, f"{_A}.o_proj.weight", "blk.{i}.attn_output.weight", lambda c: (c.hidden_size, c.q_dim),
                when=_attends),
@@ -223,15 +240,16 @@ DECODER = Schema(
         Weight("post_ffn_norm", NORM, None, None, _h, when=_sandwich),
         Weight("q_bias", VECTOR, f"{_A}.q_proj.bias", "blk.{i}.attn_q.bias", lambda c: (c.q_dim,), when=_qkv_bias,
                heads=_q_heads),
-        Weight("k_bias", VECTOR, f"{_A}.k_proj.bias", "blk.{i}.attn_k.bias", lambda c: (c.kv_dim,), when=_qkv_bias,
-               heads=_kv_heads),
-        Weight("v_bias", VECTOR, f"{_A}.v_proj.bias", "blk.{i}.attn_v.bias", lambda c: (c.kv_dim,), when=_qkv_bias),
+        Weight("k_bias", VECTOR, f"{_A}.k_proj.bias", "blk.{i}.attn_k.bias", lambda c: (c.kv_dim,),
+               when=lambda b: _qkv_bias(b) and _own_kv(b), heads=_kv_heads),
+        Weight("v_bias", VECTOR, f"{_A}.v_proj.bias", "blk.{i}.attn_v.bias", lambda c: (c.kv_dim,),
+               when=lambda b: _qkv_bias(b) and _own_v(b)),
         Weight("o_bias", VECTOR, f"{_A}.o_proj.bias", "blk.{i}.attn_output.bias", _h,
                when=lambda b: _attends(b) and b.attention.o_bias),
         Weight("q_norm", NORM, f"{_A}.q_norm.weight", "blk.{i}.attn_q_norm.weight", lambda c: (c.head_dim,),
                when=_qk_norm),
         Weight("k_norm", NORM, f"{_A}.k_norm.weight", "blk.{i}.attn_k_norm.weight", lambda c: (c.head_dim,),
-               when=_qk_norm),
+               when=lambda b: _qk_norm(b) and _own_kv(b)),
         Weight("router", MATRIX, f"{_M}.gate.weight", "blk.{i}.ffn_gate_inp.weight",
                lambda c: (c.num_experts, c.hidden_size), when=_moe),
         Weight("gate_exps", EXPERTS, f"{_M}.experts.{{e}}.gate_proj.weight", "blk.{i}.ffn_gate_exps.weight",
@@ -284,6 +302,35 @@ DECODER = Schema(
                lambda c: (c.num_experts, c.moe_intermediate_size), when=_expert_bias),
         Weight("down_exps_bias", VECTOR, None, "blk.{i}.ffn_down_exps.bias", lambda c: (c.num_experts, c.hidden_size),
                when=_expert_bias),
+        # Gemma 4's MoE beside the dense FFN: the router's input scale and per-expert output scale,
+        # the dense output's norm, the experts' input and output norms
+        Weight("router_scale", VECTOR, "model.layers.{i}.router.scale", None, _h, when=_moe_beside),
+        Weight("per_expert_scale", VECTOR, "model.layers.{i}.router.per_expert_scale", None,
+               lambda c: (c.num_experts,), when=_moe_beside),
+        Weight("post_ffn_norm_1", NORM, "model.layers.{i}.post_feedforward_layernorm_1.weight", None, _h,
+               when=_moe_beside),
+        Weight("ffn_norm_2", NORM, "model.layers.{i}.pre_feedforward_layernorm_2.weight", None, _h, when=_moe_beside),
+        Weight("post_ffn_norm_2", NORM, "model.layers.{i}.post_feedforward_layernorm_2.weight", None, _h,
+               when=_moe_beside),
+        # Gemma 4's per-layer input (Block.per_layer_input)
+        Weight("pl_gate", MATRIX, "model.layers.{i}.per_layer_input_gate.weight", None,
+               lambda c: (c.per_layer_input_size, c.hidden_size), when=_per_layer_input),
+        Weight("pl_proj", MATRIX, "model.layers.{i}.per_layer_projection.weight", None,
+               lambda c: (c.hidden_size, c.per_layer_input_size), when=_per_layer_input),
+        Weight("pl_norm", NORM, "model.layers.{i}.post_per_layer_input_norm.weight", None, _h,
+               when=_per_layer_input),
+        Weight("layer_scalar", VECTOR, "model.layers.{i}.layer_scalar", None, lambda c: (1,),
+               when=lambda b: b.layer_scalar),
+    ),
+    # outside the layers, read when the config has per-layer inputs: the token's rows of every layer's
+    # input (one packed table, kept as stored) and the projection of the embedding that joins them
+    per_layer_inputs=(
+        Weight("per_layer_embed", MATRIX, "model.embed_tokens_per_layer.weight", None,
+               lambda c: (c.per_layer_vocab, c.num_layers * c.per_layer_input_size)),
+        Weight("per_layer_proj", MATRIX, "model.per_layer_model_projection.weight", None,
+               lambda c: (c.num_layers * c.per_layer_input_size, c.hidden_size)),
+        Weight("per_layer_proj_norm", NORM, "model.per_layer_projection_norm.weight", None,
+               lambda c: (c.per_layer_input_size,)),
     ),
     # files written from transformers 5's in-memory layout stack every expert's gate|up in one tensor
     fused=(Fused(("gate_exps", "up_exps"), hf=f"{_M}.experts.gate_up_proj", optional=True,

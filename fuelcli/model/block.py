@@ -8,6 +8,8 @@ model whose blocks ask for more in one line instead of computing something else.
     x = embed(token) * cfg.embed_scale
     every layer:   x += [post-norm] mixer(norm(x))           (post-norm: Block.sandwich)
                    x += [post-norm] ffn(norm(x))
+                  [x += per-layer input(x, the layer's row)]  (Block.per_layer_input)
+                  [x *= layer scalar]                         (Block.layer_scalar)
     logits = softcap(head(norm(x)))                           (cfg.final_softcap; 0 = none)
 
 A layer's token mixer is softmax attention over a KV cache, or linear attention (Block.linear: a
@@ -39,6 +41,11 @@ class Attention:
     output_gate: bool = False  # q_proj also emits a gate per head: output * sigmoid(gate) before o_proj
     rotary_dim: int = 0  # the leading dimensions of each head RoPE rotates; 0: all of them
     sinks: bool = False  # a learned logit per head joins each query's softmax denominator (gpt-oss)
+    head_dim: int = 0  # this layer's head_dim and KV heads; 0: the model's (ModelConfig.at)
+    kv_heads: int = 0
+    v_norm: bool = False  # an RMSNorm without weight over head_dim on v
+    v_is_k: bool = False  # no v projection: v is k's projection (before k's norm and RoPE)
+    kv_from: int | None = None  # no k/v of its own: attends to layer kv_from's (normed, rotated) k and v
 
 
 @dataclass(frozen=True)
@@ -85,6 +92,9 @@ class Ffn:
     # g = min(gate, limit), instead of act(gate) · up
     swiglu_limit: float = 0.0
     swiglu_alpha: float = 1.702
+    width: int = 0  # the dense GLU's intermediate size in this layer; 0: the model's
+    # Gemma 4: a routed MoE beside the dense GLU, each output normed, their sum normed (post_ffn_norm)
+    moe_beside: bool = False
 
 
 @dataclass(frozen=True)
@@ -93,6 +103,9 @@ class Block:
     ffn: Ffn
     sandwich: bool = False  # an RMSNorm on the attention's and the FFN's output before each residual add
     linear: LinearAttention | None = None  # the token mixer is linear attention (attention unused)
+    # Gemma 4's per-layer input: after the FFN, x += norm(proj(act(gate(x)) * the layer's input row))
+    per_layer_input: bool = False
+    layer_scalar: bool = False  # the layer's output (the residual stream) times a stored scalar
 
 
 LINEAR_LAYERS = "linear-attention layers (gated DeltaNet)"
@@ -104,6 +117,14 @@ TOPK_SOFTMAX = "a softmax over the chosen experts only"
 ROUTER_BIAS = "a router bias"
 EXPERT_BIAS = "expert biases"
 CLAMPED_SWIGLU = "a clamped SwiGLU"
+LAYER_GEOMETRY = "head_dim or KV heads per layer"
+V_NORM = "an RMSNorm on v"
+V_IS_K = "v taken from k (attention_k_eq_v)"
+SHARED_KV = "KV shared across layers"
+FFN_WIDTH = "an FFN width per layer"
+MOE_BESIDE = "a MoE block beside the dense FFN"
+PER_LAYER_INPUTS = "per-layer inputs"
+LAYER_SCALAR = "a layer output scalar"
 
 
 def features(cfg) -> dict:
@@ -126,8 +147,24 @@ def features(cfg) -> dict:
                                (EXPERT_BIAS, b.ffn.expert_bias), (CLAMPED_SWIGLU, b.ffn.swiglu_limit > 0)):
                 if used:
                     note(name, i)
+        if b.ffn.width:
+            note(FFN_WIDTH, i)
+        if b.ffn.moe_beside:
+            note(MOE_BESIDE, i)
+        if b.per_layer_input:
+            note(PER_LAYER_INPUTS, i)
+        if b.layer_scalar:
+            note(LAYER_SCALAR, i)
         if b.linear is not None:
             continue
+        if a.head_dim or a.kv_heads:
+            note(LAYER_GEOMETRY, i)
+        if a.v_norm:
+            note(V_NORM, i)
+        if a.v_is_k:
+            note(V_IS_K, i)
+        if a.kv_from is not None:
+            note(SHARED_KV, i)
         if a.output_gate:
             note(OUTPUT_GATE, i)
         if a.rotary_dim:

@@ -6,7 +6,7 @@ Every resolved value remembers where it came from, for `fuel inspect config`.
 """
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import ConfigError, located
@@ -45,7 +45,9 @@ class ModelConfig:
     final_softcap: float = 0.0  # logits -> c * tanh(logits / c); 0 = none
     bos_token_id: int | None = None
     eos_token_ids: tuple = ()
-    not_run: str = ""  # what the files may hold that no path runs (a vision tower, an MTP head), in words
+    per_layer_input_size: int = 0  # Gemma 4's per-layer inputs: each layer's width (Block.per_layer_input)
+    per_layer_vocab: int = 0  # the rows of their embedding table
+    not_run: str = ""  # what the file holds that fuel reads past and does not run, in words
     origin: dict = field(default_factory=dict, compare=False)  # field -> "config.json" | "default" | "derived" | ...
 
     @property
@@ -55,6 +57,14 @@ class ModelConfig:
     @property
     def kv_dim(self) -> int:
         return self.num_kv_heads * self.head_dim
+
+    def at(self, block) -> "ModelConfig":
+        """This config with a layer's own head_dim, KV heads and FFN width where its block has them
+        (the shape rules of the weights and the reference read the layer's geometry through it)."""
+        a = block.attention
+        own = dict(head_dim=a.head_dim or self.head_dim, num_kv_heads=a.kv_heads or self.num_kv_heads,
+                   intermediate_size=block.ffn.width or self.intermediate_size)
+        return self if all(getattr(self, k) == v for k, v in own.items()) else replace(self, **own)
 
     @property
     def windows(self) -> tuple:
@@ -207,6 +217,8 @@ def parse_rope(r: _Reader, scaling: dict | None, theta: float) -> RopeConfig:
         return RopeConfig(theta=theta, type="factors", factors=tuple(scaling["factors"]))
     if rtype == "longrope":
         return _longrope(r, scaling, theta)
+    if rtype == "proportional":
+        return _proportional(scaling, theta)
     original = scaling.get("original_max_position_embeddings")
     if original is None:
         original = r.raw.get("max_position_embeddings", 8192)
@@ -251,6 +263,17 @@ def _yarn(scaling: dict, theta: float, factor: float, original: int) -> RopeConf
         raise ConfigError(f"rope scaling 'yarn': needs beta_fast > beta_slow > 0, got {fast:g} and {slow:g}")
     return RopeConfig(theta=theta, type="yarn", factor=factor, original_max_position=original, beta_fast=float(fast),
                       beta_slow=float(slow), truncate=truncate, attention_factor=float(attention))
+
+
+def _proportional(scaling: dict, theta: float) -> RopeConfig:
+    """transformers' _compute_proportional_rope_parameters: factor (default 1) and
+    partial_rotary_factor (default 1) read from the RoPE's own dict."""
+    factor = _scaling_number(scaling, "factor", 1.0, "proportional")
+    part = _scaling_number(scaling, "partial_rotary_factor", 1.0, "proportional")
+    if factor <= 0 or not 0 < part <= 1:
+        raise ConfigError(f"rope scaling 'proportional': needs factor > 0 and 0 < partial_rotary_factor <= 1, "
+                          f"got {factor!r} and {part!r}")
+    return RopeConfig(theta=theta, type="proportional", factor=float(factor), partial_rotary_factor=float(part))
 
 
 def _longrope(r: _Reader, scaling: dict, theta: float) -> RopeConfig:
@@ -328,8 +351,7 @@ def from_hf_config(raw: dict, generation: dict | None = None, source: str = "con
     if generation is not None and not isinstance(generation, dict):
         raise ConfigError("generation_config.json is not a JSON object")
     family = family_of(raw)
-    if family.text_config:
-        raw = _text_config(raw)
+    raw = family.text_config(raw)
     r = _Reader(raw, family, source)
     _check_supported(r)
     sizes = _attention_sizes(r)
@@ -343,6 +365,7 @@ def from_hf_config(raw: dict, generation: dict | None = None, source: str = "con
         raise ConfigError(f"max_position_embeddings must be > 0 in {source}")
     bos, eos = _special_tokens(r, generation or {}, vocab, key_names)
     blocks, rope_rule = _blocks(r, windows, ffn, head_dim)
+    blocks = family.layers(r, blocks)
     return ModelConfig(
         family=family.model_type,
         vocab_size=vocab,
@@ -369,25 +392,9 @@ def from_hf_config(raw: dict, generation: dict | None = None, source: str = "con
         bos_token_id=bos,
         eos_token_ids=eos,
         not_run=_not_run(r, n_layers),
+        **family.model_fields(r),
         origin=r.origin,
     )
-
-
-def _text_config(raw: dict) -> dict:
-    """A vision-language wrapper's config.json -> its decoder's: the keys of its text_config, with the
-    top-level tie_word_embeddings (what transformers ties the wrapper's head by), bos and eos ids
-    where text_config lacks them."""
-    text = raw.get("text_config")
-    if not isinstance(text, dict):
-        raise ConfigError(f"model_type {raw.get('model_type')!r} needs a text_config object, got {text!r}")
-    top, own = raw.get("tie_word_embeddings"), text.get("tie_word_embeddings")
-    if top is not None and own is not None and top != own:
-        raise ConfigError(f"tie_word_embeddings is {top} but text_config.tie_word_embeddings is {own}: which is meant?")
-    merged = dict(text)
-    for key in ("tie_word_embeddings", "bos_token_id", "eos_token_id"):
-        if merged.get(key) is None and raw.get(key) is not None:
-            merged[key] = raw[key]
-    return merged
 
 
 def _not_run(r: _Reader, n_layers: int) -> str:

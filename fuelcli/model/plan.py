@@ -19,6 +19,9 @@ def rope_text(rope: RopeConfig | None) -> str:
     text = f"θ={rope.theta:g}"
     if rope.type == "factors":
         return f"{text} rope_freqs"
+    if rope.type == "proportional":  # the share of the frequencies that rotate
+        scaled = "" if rope.factor == 1 else f" ×{rope.factor:g}"
+        return f"{text} proportional {rope.partial_rotary_factor:g}{scaled}"
     return text if rope.type == "default" else f"{text} {rope.type} ×{rope.factor:g}"
 
 
@@ -43,6 +46,8 @@ class LayerPlan:
                     f"heads, conv {s.conv_kernel}, {4 * s.state_floats / 1024:g} KiB a sequence)")
         text = f"window {self.window}" if self.window else "full"
         text += " + sinks" if self.block.attention.sinks else ""
+        shared = self.block.attention.kv_from
+        text += "" if shared is None else f", KV of layer {shared}"
         return text + (", output gate" if self.block.attention.output_gate else "")
 
     @property

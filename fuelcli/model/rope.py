@@ -8,6 +8,8 @@ tensor, llama.cpp's form of llama3 scaling); longrope (Phi-3: per-frequency fact
 for a table past the original context, the short ones otherwise, cos and sin times an attention
 factor). transformers picks LongRoPE's factors by the sequence so far, llama.cpp by the context
 size: a full-prefix forward (the reference) picks by its length, an engine by its context.
+proportional (Gemma 4's global layers): the first partial_rotary_factor of the frequencies are the
+default ones of the whole head_dim, the rest 0 (those pairs not rotated), all / factor.
 """
 
 import math
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "longrope")
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "longrope", "proportional")
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,7 @@ class RopeConfig:
     attention_factor: float = 1.0  # yarn, longrope: cos and sin are multiplied by it
     factors: tuple = ()  # factors, longrope (the short ones): one divisor per frequency
     long_factors: tuple = ()  # longrope: the divisors past the original context
+    partial_rotary_factor: float = 1.0  # proportional: the share of the frequencies that rotate
 
 
 def powers(head_dim: int, theta: float) -> np.ndarray:
@@ -86,6 +89,10 @@ def inv_freq(rope: RopeConfig, head_dim: int, n_positions: int | None = None) ->
         return (base / np.float32(rope.factor)).astype(np.float32)
     if rope.type == "yarn":
         return yarn_inv_freq(rope, head_dim)
+    if rope.type == "proportional":  # transformers: int(p * head_dim // 2) rotated, the rest 0
+        rotated = int(rope.partial_rotary_factor * head_dim // 2)
+        base[rotated:] = 0
+        return (base / np.float32(rope.factor)).astype(np.float32)
     if rope.type == "factors":
         return (base / np.asarray(rope.factors, np.float32)).astype(np.float32)
     if rope.type == "longrope":  # transformers: 1 / (factor * theta ** (2i/d))

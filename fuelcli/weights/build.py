@@ -32,11 +32,15 @@ class ModelWeights:
     final_norm: np.ndarray
     layers: list
     vector_names: dict = field(default_factory=dict)  # id(f32 vector) -> its name in the file (messages)
+    # per-layer inputs (Schema.per_layer_inputs; None without): the packed table, the projection, its norm
+    per_layer_embed: Tensor | None = None
+    per_layer_proj: Tensor | None = None
+    per_layer_proj_norm: np.ndarray | None = None
 
     def tensors(self):
         """Every distinct stored matrix once (tied embeddings counted once)."""
         seen = {}
-        for t in [self.embed, self.output]:
+        for t in [self.embed, self.output] + [t for t in (self.per_layer_embed, self.per_layer_proj) if t is not None]:
             seen[id(t)] = t
         for layer in self.layers:
             for t in layer_matrices(layer):
@@ -286,6 +290,9 @@ class _LayerReader:
         return out
 
     def layer(self, i: int, block) -> LayerWeights:
+        cfg = self.cfg.at(block)
+        if cfg is not self.cfg:  # the layer's own geometry sizes its weights
+            return _LayerReader(self.w, self.schema, self.kind, cfg, self.fix).layer(i, block)
         present = [spec for spec in self.schema.layer if spec.when(block)]
         by_role = {spec.role: spec for spec in present}
         values = {}
@@ -319,8 +326,9 @@ def build_weights(w: Lookup, schema: Schema, kind: str, cfg: ModelConfig, fix_qk
     else:
         output = reader.weight(output_spec, 0)
     layers = [reader.layer(i, block) for i, block in enumerate(cfg.blocks)]
+    inputs = {spec.role: reader.weight(spec, 0) for spec in schema.per_layer_inputs} if cfg.per_layer_input_size else {}
     weights = ModelWeights(embed=embed, output=output, final_norm=reader.weight(norm_spec, 0), layers=layers,
-                           vector_names=w.vector_names)
+                           vector_names=w.vector_names, **inputs)
     not_run = tuple(prefix for prefix, _ in schema.not_run)
     w.check_no_extra_layers(schema.layer_prefix[kind], cfg, schema.layer_count_key[kind], not_run)
     w.check_all_taken(cfg, schema.ignorable, not_run)

@@ -68,7 +68,8 @@ def config_from_gguf(meta: dict, tensor_names=None, rope_tensors: dict | None = 
     d: dict = {"model_type": family.model_type}
     for key, hf in {**_KEYS, **family.gguf_keys}.items():
         if f"{arch}.{key}" in meta:
-            d[hf] = _scalar(meta[f"{arch}.{key}"], f"{arch}.{key}")
+            value = meta[f"{arch}.{key}"]
+            d[hf] = value if key in family.gguf_per_layer else _scalar(value, f"{arch}.{key}")
     mtp = meta.get(f"{arch}.nextn_predict_layers", 0)
     if mtp and isinstance(d.get("num_hidden_layers"), int):
         # llama.cpp counts a multi-token-prediction head's layers (after the model's) in block_count
@@ -105,6 +106,8 @@ def config_from_gguf(meta: dict, tensor_names=None, rope_tensors: dict | None = 
                              "short_factor": rope_tensors[ROPE_SHORT]}
     if family.gguf_config is not None:
         family.gguf_config(meta, d)
+    if family.gguf_tensors_config is not None and tensor_names is not None:
+        family.gguf_tensors_config(names, d)
 
     tokens = meta.get("tokenizer.ggml.tokens")
     if tokens is not None:
