@@ -57,7 +57,7 @@ def test_config_of_many_layers_prints_runs(monkeypatch):
     """30 layers' `false` as one run, in a pipe as at a terminal; --json keeps the lists. Control: a
     short per-layer list stays a list, and a list that is not per layer is never turned into runs."""
     import fuelcli.cli.inspect as I
-    import fuelcli.model.inspect_views as V
+    import fuelcli.assembly.inspect_views as V
 
     view = {"model": "m", "source_kind": "dir", "values": [
         {"name": "moe_layers", "value": [False] * 30, "origin": "derived"},
@@ -78,8 +78,8 @@ def test_config_of_many_layers_prints_runs(monkeypatch):
 def test_per_layer_rows_are_the_views(tiny):
     """The table's list of per-layer rows is config_view's (a row added there is shown as runs too)."""
     from fuelcli.cli.inspect import PER_LAYER_ROWS
-    from fuelcli.model.inspect_views import _block_rows
-    from fuelcli.sources.loader import open_model
+    from fuelcli.assembly.inspect_views import _block_rows
+    from fuelcli.assembly.loader import open_model
 
     assert set(_block_rows(open_model(str(tiny("smollm3"))).cfg)) == set(PER_LAYER_ROWS)
 
