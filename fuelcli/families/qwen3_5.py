@@ -176,22 +176,14 @@ QWEN3_5 = Family(
     gguf_config=gguf_config,
 )
 
-QWEN3_5_MOE = Family(
+QWEN3_5_MOE = replace(
+    QWEN3_5,
     model_type="qwen3_5_moe_text",
     architectures=("Qwen3_5MoeForCausalLM",),
     gguf_arch="qwen35moe",
     defaults={**_DEFAULTS, "num_experts": 256, "num_experts_per_tok": 8, "moe_intermediate_size": 512,
               "shared_expert_intermediate_size": 512},
-    windows=no_windows,
     ffn=moe_every_layer,
-    qk_norm=True,
-    output_gate=True,
-    rotary_dim=partial_rotary,
-    mixers=linear_mixers,
-    norm_offset=1.0,
-    weights=WEIGHTS,
-    gguf_keys=GGUF_KEYS,
-    gguf_config=gguf_config,
 )
 
 # the hub's vision-language wrappers: the same decoder, read from text_config and model.language_model.

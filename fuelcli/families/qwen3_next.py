@@ -17,8 +17,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from .base import COMMON_DEFAULTS, Family
-from .qwen3_5 import A_LOG, GGUF_KEYS, GGUF_NAMES, MTP, Q_GATE, gguf_config, linear_mixers, no_windows, partial_rotary
+from .base import COMMON_DEFAULTS
+from .qwen3_5 import A_LOG, GGUF_NAMES, MTP, Q_GATE, QWEN3_5
 from .qwen3_moe import moe_ffn
 from .schema import DECODER, Fused, Regroup
 
@@ -53,7 +53,8 @@ WEIGHTS = replace(
     not_run=MTP,
 )
 
-QWEN3_NEXT = Family(
+QWEN3_NEXT = replace(
+    QWEN3_5,
     model_type="qwen3_next",
     architectures=("Qwen3NextForCausalLM",),
     gguf_arch="qwen3next",
@@ -63,16 +64,8 @@ QWEN3_NEXT = Family(
               "num_experts": 512, "num_experts_per_tok": 10, "moe_intermediate_size": 512,
               "shared_expert_intermediate_size": 512, "norm_topk_prob": True, "decoder_sparse_step": 1,
               "mlp_only_layers": []},
-    windows=no_windows,
     ffn=shared_expert_moe,
-    qk_norm=True,
-    output_gate=True,
-    rotary_dim=partial_rotary,
-    mixers=linear_mixers,
-    norm_offset=1.0,
     weights=WEIGHTS,
-    gguf_keys=GGUF_KEYS,
-    gguf_config=gguf_config,
     # llama.cpp's qwen3next runs every layer's MoE, renormalised: no key says otherwise
     gguf_defaults={"norm_topk_prob": True},
 )
