@@ -166,9 +166,29 @@ def test_parallel_sequences_keep_their_own_state(oracle, case):
     assert max(float(np.abs(a - b).max()) for a, b in zip(alone, together)) <= 1e-4
 
 
-def test_speculation_is_refused_in_one_line(oracle):
-    model, ids, _ = oracle("qwen3_5")
-    e = _engine(model)
-    e.prefill(ids[:8])
-    with pytest.raises(InputError, match="speculative decoding does not run on models with linear-attention"):
-        e.verify(ids[8:12])
+@pytest.mark.parametrize("case", CASES)
+def test_speculative_greedy_is_plain_decoding(oracle, case, monkeypatch):
+    """Lookup decoding and a draft model (the model drafting for itself) give plain greedy
+    decoding's tokens: each rewind into a verify restores the state before it and runs the accepted
+    tokens again. Control: a rewind that truncates the KV cache only must fail."""
+    from fuelcli.text import speculative as S
+    from fuelcli.text.generate import Sampler, SamplerParams, Stats, sample_steps
+
+    model, ids, _ = oracle(case)
+    prompt = (ids[:12] * 3)[:32]  # repeats: the lookup finds n-grams
+    greedy = SamplerParams(temp=0.0, top_k=0, top_p=1.0, min_p=0.0)
+
+    def run(spec=None):
+        engine = _engine(model)
+        steps = sample_steps if spec is None else spec.steps
+        stats = Stats()
+        return [s.token for s in steps(engine, prompt, 24, Sampler(greedy), set(), stats)], stats
+
+    plain, _ = run()
+    tokens, stats = run(S.lookup(4))  # random weights: its proposals fail, every round rewinds into a verify
+    assert tokens == plain and stats.drafted > 0
+    tokens, stats = run(S.draft_model(_engine(model), model.cfg.vocab_size, greedy, 4, p_min=0.0))
+    assert tokens == plain and stats.accepted > 0
+    monkeypatch.setattr(RecurrentState, "restore_verified", lambda self, slot, pos: [])  # the KV truncated alone
+    broken, _ = run(S.lookup(4))
+    assert broken != plain

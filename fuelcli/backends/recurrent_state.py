@@ -23,6 +23,7 @@ class RecurrentState:
         else:  # the forward's arguments keep their types
             self.rec, self.conv = np.zeros((1, 1, 1, 1, 1), np.float32), np.zeros((1, 1, 1, 1), np.float32)
         self.checkpoints = [{} for _ in range(slots)]  # slot -> {position: (rec, conv)}
+        self.verified = [None] * slots  # slot -> (position, rec, conv, tokens) before its last verify
 
     @property
     def nbytes(self) -> int:
@@ -47,5 +48,21 @@ class RecurrentState:
             self.rec[:, slot], self.conv[:, slot] = kept[at]
         return at
 
+    def before_verify(self, slot: int, pos: int, tokens):
+        """Keeps the state before a verify of `tokens` at pos (speculative decoding rewinds into them)."""
+        if self.layers:
+            self.verified[slot] = (pos, self.rec[:, slot].copy(), self.conv[:, slot].copy(), list(tokens))
+
+    def restore_verified(self, slot: int, pos: int) -> list | None:
+        """Back to the state before the last verify when pos lies within its tokens: the tokens from
+        there to pos, to run again; None when pos lies before it."""
+        last, self.verified[slot] = self.verified[slot], None
+        if last is None or not last[0] <= pos <= last[0] + len(last[3]):
+            return None
+        at, rec, conv, tokens = last
+        self.rec[:, slot], self.conv[:, slot] = rec, conv
+        return tokens[:pos - at]
+
     def clear(self, slot: int):
         self.checkpoints[slot].clear()
+        self.verified[slot] = None

@@ -242,10 +242,19 @@ class CpuEngine(Engine):
             self.state.clear(s)
 
     def rewind(self, pos: int, slot: int = 0) -> int:
+        """base.Engine.rewind. A linear-attention state goes back to the state before the last verify
+        and runs its accepted tokens again, as verify ran them (one-row segments: the same bits as
+        decode steps), so speculative decoding keeps exactly what plain decoding would hold; further
+        back, to its latest checkpoint."""
         held = self.positions[self._slot(slot)]
         pos = super().rewind(pos, slot)
         if self.state.layers and pos < held:
-            pos = self.positions[slot] = self.state.restore(slot, pos)
+            replay = self.state.restore_verified(slot, pos)
+            if replay is None:
+                pos = self.positions[slot] = self.state.restore(slot, pos)
+            elif len(replay):
+                self._rows(np.asarray(replay, np.int64), slot, pos - len(replay),
+                           np.empty((len(replay), self.cfg.vocab_size), np.float32))
         return pos
 
     def verify(self, tokens, slot: int = 0) -> np.ndarray:
@@ -254,18 +263,20 @@ class CpuEngine(Engine):
         the decode attention, the segments in order (each stores its K/V before the next attends)."""
         tokens = self.check(tokens, slot)
         T, held = len(tokens), self.positions[slot]
-        if self.state.layers and T > 1:
-            raise InputError("speculative decoding does not run on models with linear-attention layers yet: "
-                             "their state rewinds to checkpoints, not to any verified token")
         if T > self.act.last.shape[0]:
             raise InputError(f"a verify step takes at most {self.act.last.shape[0]} tokens, got {T}")
         if T > 1:
             self.warm_up_rows()
+        self.state.before_verify(slot, held, tokens)
         logits = np.empty((T, self.cfg.vocab_size), np.float32)
-        self._run(*self._args(tokens, self._segs([(slot, held + i, 1) for i in range(T)]), False, logits,
-                                  np.empty((0, 1, 1), np.float32)))
+        self._rows(tokens, slot, held, logits)
         self.positions[slot] += T
         return logits
+
+    def _rows(self, tokens, slot: int, held: int, logits: np.ndarray):
+        """The tokens after `held` as one-row segments of the slot (verify's forward)."""
+        self._run(*self._args(tokens, self._segs([(slot, held + i, 1) for i in range(len(tokens))]), False, logits,
+                              np.empty((0, 1, 1), np.float32)))
 
     def warm_up_rows(self):
         """The B-wide decode kernels into the kernel table (compiled, or loaded from the cache, once)."""
