@@ -1,15 +1,16 @@
 """A gated DeltaNet layer's token mixing on the CPU (model/block.LinearAttention), after its input
 projections: the causal conv over the conv window, the delta rule over each sequence's recurrent
-state, the gated norm. Plain numba loops: per token and layer the rule reads and writes the state
-once (v_heads * k_head_dim * v_head_dim values), small beside the layer's matrix products.
+state, the gated norm. Plain numba loops, the value heads in parallel: per token and layer the rule
+reads and writes the state once (v_heads * k_head_dim * v_head_dim values).
 
 The recurrence runs for every row, prompt rows too: the prefill's chunked form (assembly/delta_rule.py)
 is the same maths in another order, within f32 rounding of it.
 """
 
 import numpy as np
+from numba import njit, prange
 
-from .jit import helper
+from .jit import PARALLEL, helper
 
 
 @helper(fastmath=False)
@@ -63,54 +64,56 @@ def _l2norm_scaled(x, start, n, scale, out):
         out[i] = x[start + i] * inv
 
 
-@helper()
+@njit(**PARALLEL)
 def delta_rule(qkv, z, b, a, a_log, dt_bias, norm_w, state, pos0, k_heads, dk, dv, eps, out):
     """For each row: q, k (L2-normalised, q / sqrt(dk)) and v from the conv output qkv [rows,
     2 k_heads dk + v_heads dv]; beta = sigmoid(b), g = -exp(A_log) softplus(a + dt_bias) per value
     head; S <- S exp(g); S += k (beta (v - S^T k))^T; o = S^T q; out = RMSNorm(o) w silu(z), per
-    head. state [v_heads, dk, dv] (zeroed from position 0)."""
-    rows = qkv.shape[0]
-    v_heads = state.shape[0]
-    group = v_heads // k_heads
-    key_dim = k_heads * dk
+    head. state [v_heads, dk, dv] (zeroed from position 0). The value heads in parallel: each reads
+    and writes its own state only."""
     if pos0 == 0:
         state[:, :, :] = 0
+    for h in prange(state.shape[0]):
+        _delta_head(qkv, z, b, a, a_log, dt_bias, norm_w, state[h], h, state.shape[0] // k_heads, k_heads * dk, dk,
+                    dv, eps, out)
+
+
+@helper()
+def _delta_head(qkv, z, b, a, a_log, dt_bias, norm_w, S, h, group, key_dim, dk, dv, eps, out):
     qh = np.empty(dk, np.float32)
     kh = np.empty(dk, np.float32)
     u = np.empty(dv, np.float32)
     scale = np.float32(1.0) / np.sqrt(np.float32(dk))
-    for t in range(rows):
+    kk = h // group
+    v0 = 2 * key_dim + h * dv
+    for t in range(qkv.shape[0]):
         row = qkv[t]
-        for h in range(v_heads):
-            kk = h // group
-            _l2norm_scaled(row, kk * dk, dk, scale, qh)
-            _l2norm_scaled(row, key_dim + kk * dk, dk, np.float32(1.0), kh)
-            v0 = 2 * key_dim + h * dv
-            decay = np.exp(-np.exp(a_log[h]) * _softplus(a[t, h] + dt_bias[h]))
-            beta = _sigmoid(b[t, h])
-            S = state[h]
+        _l2norm_scaled(row, kk * dk, dk, scale, qh)
+        _l2norm_scaled(row, key_dim + kk * dk, dk, np.float32(1.0), kh)
+        decay = np.exp(-np.exp(a_log[h]) * _softplus(a[t, h] + dt_bias[h]))
+        beta = _sigmoid(b[t, h])
+        for j in range(dv):
+            u[j] = 0
+        for i in range(dk):
             for j in range(dv):
-                u[j] = 0
-            for i in range(dk):
-                for j in range(dv):
-                    S[i, j] *= decay
-                    u[j] += S[i, j] * kh[i]
+                S[i, j] *= decay
+                u[j] += S[i, j] * kh[i]
+        for j in range(dv):
+            u[j] = (row[v0 + j] - u[j]) * beta
+        o = out[t, h * dv:(h + 1) * dv]
+        for j in range(dv):
+            o[j] = 0
+        for i in range(dk):
             for j in range(dv):
-                u[j] = (row[v0 + j] - u[j]) * beta
-            ss = np.float32(0.0)
-            o = out[t, h * dv:(h + 1) * dv]
-            for j in range(dv):
-                o[j] = 0
-            for i in range(dk):
-                for j in range(dv):
-                    S[i, j] += kh[i] * u[j]
-                    o[j] += S[i, j] * qh[i]
-            for j in range(dv):
-                ss += o[j] * o[j]
-            inv = np.float32(1.0) / np.sqrt(ss / dv + eps)
-            for j in range(dv):
-                zj = z[t, h * dv + j]
-                o[j] = o[j] * inv * norm_w[j] * (zj / (np.float32(1.0) + np.exp(-zj)))
+                S[i, j] += kh[i] * u[j]
+                o[j] += S[i, j] * qh[i]
+        ss = np.float32(0.0)
+        for j in range(dv):
+            ss += o[j] * o[j]
+        inv = np.float32(1.0) / np.sqrt(ss / dv + eps)
+        for j in range(dv):
+            zj = z[t, h * dv + j]
+            o[j] = o[j] * inv * norm_w[j] * (zj / (np.float32(1.0) + np.exp(-zj)))
 
 
 @helper()
