@@ -30,7 +30,6 @@ from fuelcli.assembly.forward_paths import PATHS, logits_by_path
 from fuelcli.backends import make_engine
 from fuelcli.backends.recurrent_state import RecurrentState
 from fuelcli.assembly.loader import open_model
-from fuelcli.errors import InputError
 
 TOL = 5e-4
 LOOSER = {"qwen3_5_moe": 2e-3}  # transformers' own f32 rounding (above)

@@ -24,7 +24,7 @@ from ..errors import ConfigError
 from ..model.rope import RopeConfig
 from .base import COMMON_DEFAULTS, Family, FfnPlan
 from .gemma3 import gemma_windows
-from .schema import DECODER, Fused, Schema
+from .schema import DECODER, Fused
 
 SLIDING, FULL = "sliding_attention", "full_attention"
 # transformers' RoPEs when a config has no rope_parameters
@@ -234,24 +234,9 @@ WEIGHTS = replace(
 )
 
 
-def _wrapped(schema: Schema, prefix: str = "model.language_model.") -> Schema:
-    """The same tensors under the wrapper's names: every `model.` name under `model.language_model.`."""
-    def move(name):
-        return prefix + name[len("model."):] if name and name.startswith("model.") else name
-
-    def weight(w):
-        return replace(w, hf=move(w.hf))
-
-    def fused(f):
-        return replace(f, hf=move(f.hf), with_names={k: move(v) for k, v in f.with_names.items()})
-
-    return replace(schema, model=tuple(map(weight, schema.model)), layer=tuple(map(weight, schema.layer)),
-                   per_layer_inputs=tuple(map(weight, schema.per_layer_inputs)), fused=tuple(map(fused, schema.fused)),
-                   layer_prefix={**schema.layer_prefix, "hf": prefix + "layers."},
-                   not_run=schema.not_run + (("model.vision_tower.", "the vision tower"),
-                                             ("model.embed_vision.", "the vision embedding"),
-                                             ("model.audio_tower.", "the audio tower"),
-                                             ("model.embed_audio.", "the audio embedding")))
+# the multimodal wrapper's language model: every `model.` name under `model.language_model.`
+_TOWERS = (("model.vision_tower.", "the vision tower"), ("model.embed_vision.", "the vision embedding"),
+           ("model.audio_tower.", "the audio tower"), ("model.embed_audio.", "the audio embedding"))
 
 
 _DEFAULTS = {**COMMON_DEFAULTS, "vocab_size": 262_144, "max_position_embeddings": 131_072, "head_dim": 256,
@@ -286,4 +271,4 @@ GEMMA4_TEXT = Family(
 
 # a GGUF file of either is arch gemma4 (the text family's)
 GEMMA4 = replace(GEMMA4_TEXT, model_type="gemma4", architectures=("Gemma4ForConditionalGeneration",), gguf_arch=None,
-                 weights=_wrapped(WEIGHTS), text_config=text_config, model_fields=gemma4_fields)
+                 weights=WEIGHTS.nested("model.language_model.", _TOWERS), text_config=text_config, model_fields=gemma4_fields)

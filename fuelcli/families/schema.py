@@ -135,7 +135,7 @@ class Schema:
         fused = tuple(replace(f, hf=move(f.hf), with_names={r: move(n) for r, n in f.with_names.items()})
                       for f in self.fused)
         return replace(self, model=tuple(map(moved, self.model)), layer=tuple(map(moved, self.layer)), fused=fused,
-                       layer_prefix={**self.layer_prefix, "hf": move(self.layer_prefix["hf"])},
+                       per_layer_inputs=tuple(map(moved, self.per_layer_inputs)), layer_prefix={**self.layer_prefix, "hf": move(self.layer_prefix["hf"])},
                        not_run=self.not_run + not_run)
 
     def norm_shift(self, kind: str) -> float:

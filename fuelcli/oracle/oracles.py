@@ -19,7 +19,6 @@ process, and a peer that crashes is one error line (exit 5), not fuel's death.
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import numpy as np
