@@ -25,10 +25,6 @@ class RecurrentState:
         self.checkpoints = [{} for _ in range(slots)]  # slot -> {position: (rec, conv)}
         self.verified = [None] * slots  # slot -> (position, rec, conv, tokens) before its last verify
 
-    @property
-    def nbytes(self) -> int:
-        return int(self.rec.nbytes + self.conv.nbytes) if self.layers else 0
-
     def save(self, slot: int, pos: int):
         if not self.layers or pos == 0:
             return

@@ -8,14 +8,16 @@ token x tok/s / bandwidth is the fraction of the roofline reached."""
 import os
 
 from ..families.schema import EXPERT_ROLES
+from ..model.sizes import attention_layers, state_bytes
 from ..weights.build import layer_vectors
 
 
 def bytes_per_token(cfg, weights, ctx: float, kv_value_bytes: int = 4, seqs: int = 1) -> int:
     """Bytes one decode step reads, per token it makes: every matrix it multiplies by (the embedding
     contributes one row unless it is also the output; MoE experts at k of n), norms and biases, read
-    once for the step's `seqs` tokens, and each sequence's K and V of ctx cached positions
-    (kv_value_bytes each: 4 for f32, 2 for f16)."""
+    once for the step's `seqs` tokens, each sequence's K and V of ctx cached positions of its
+    attention layers (kv_value_bytes each: 4 for f32, 2 for f16) and its linear-attention layers'
+    state, read and written."""
     embed_row = 0 if weights.output is weights.embed else weights.embed.nbytes // weights.embed.shape[0]
     total = embed_row + int(weights.final_norm.nbytes)
     total += sum(t.nbytes for t in weights.tensors() if t is not weights.embed or t is weights.output)
@@ -24,7 +26,8 @@ def bytes_per_token(cfg, weights, ctx: float, kv_value_bytes: int = 4, seqs: int
         if experts:  # only k of n experts are read
             total -= sum(t.nbytes for t in experts) * (1 - cfg.experts_per_tok / cfg.num_experts)
         total += sum(int(v.nbytes) for v in layer_vectors(layer))
-    return int(total / seqs + 2 * cfg.num_layers * ctx * cfg.kv_dim * kv_value_bytes)
+    # each sequence's K and V of its attention layers, and its linear layers' state read and written
+    return int(total / seqs + 2 * attention_layers(cfg) * ctx * cfg.kv_dim * kv_value_bytes + 2 * state_bytes(cfg))
 
 
 def measure_bandwidth(nbytes: int, threads: int) -> float:

@@ -154,8 +154,8 @@ class CpuEngine(Engine):
         rotary = next((b.attention.rotary_dim for b in cfg.blocks if b.attention.rotary_dim), 0)
         self.cos, self.sin = cos_sin_tables(ropes, cfg.head_dim, self.n_ctx, rotary)
         self.state = RecurrentState(lin, len(linear_layers), slots)
-        self.kv = KVCache(len(attending), self.n_ctx, cfg.num_kv_heads, cfg.head_dim, key_block=KEY_BLOCK, cache_type=cache_type,
-                          slots=slots)
+        self.kv = KVCache(len(attending), self.n_ctx, cfg.num_kv_heads, cfg.head_dim, key_block=KEY_BLOCK,
+                          cache_type=cache_type, slots=slots)
         self.n_batch = max(1, min(n_batch, self.n_ctx * slots))
         # decode-kernel rows: every slot's next token in a step, or one slot's verify (verify)
         self.act = allocate(cfg, self.n_batch, planes=use_amx, slots=max(slots, min(VERIFY_ROWS, self.n_batch)),
@@ -230,11 +230,6 @@ class CpuEngine(Engine):
             self.state.save(0, self.pos)
         logits = logits if all_logits else logits.copy()
         return (logits, hidden_out) if hidden else logits
-
-    @property
-    def state_bytes(self) -> int:
-        """Bytes of the linear-attention layers' state (every slot's)."""
-        return self.state.nbytes
 
     def reset(self, slot: int | None = None):
         super().reset(slot)
