@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
+import time
 
 import numpy as np
 import openai
@@ -137,8 +139,6 @@ def test_dimensions_truncate_and_renormalise(client):
 
 def test_embeddings_beside_generation(client):
     """A chat request and an embeddings request together: both answered, the vector unchanged."""
-    import threading
-
     before = vectors(client.embeddings.create(model=MODEL, input=TEXTS[1], encoding_format="float"))
     chat = []
     t = threading.Thread(target=lambda: chat.append(client.completions.create(
@@ -237,3 +237,89 @@ def test_model_pooling_resolution(tmp_path):
         (tmp_path / "modules.json").write_text(bad)
         with pytest.raises(InputError, match="modules.json"):
             model_pooling("dir", tmp_path, None, None)
+
+
+# --- in process, over test_serve_worker's scripted engine: how embeddings share the engine ----------
+
+H = 8
+
+
+def scripted_hidden_engine(**kw):
+    from test_serve_worker import ScriptedEngine
+
+    class HiddenEngine(ScriptedEngine):
+        """ScriptedEngine whose prefill also gives a residual stream: row t is token t's one-hot
+        (mod H) plus the position."""
+
+        def prefill(self, tokens, all_logits=False, hidden=False):
+            start = self.pos
+            logits = super().prefill(tokens, all_logits)
+            if not hidden:
+                return logits
+            ids = np.asarray(tokens).reshape(-1)
+            states = np.zeros((1, len(ids), H), np.float32)
+            states[0, np.arange(len(ids)), ids % H] = 1.0
+            states[0, :, 0] += start + np.arange(len(ids))
+            return logits, states
+
+    return HiddenEngine(**kw)
+
+
+@pytest.fixture
+def scripted():
+    from fuelcli.serve.pooling import Embedder, Pooling
+    from test_serve_worker import Served
+
+    made = []
+
+    def make(mode="last", **kw):
+        made.append(Served(scripted_hidden_engine(**kw), metrics=True))
+        made[-1].model.embedder = Embedder(np.ones(H, np.float32), 1e-6, Pooling(mode, "test"), H)
+        return made[-1]
+
+    yield make
+    for s in made:
+        s.close()
+
+
+def test_unsupported_pooling_is_a_400_naming_the_option(scripted):
+    s = scripted(mode="rank")
+    err = assert_error_shape(*raw(s.port, "POST", "/v1/embeddings", json.dumps({"model": "scripted", "input": "a"}))[::2],
+                             400, "--pooling", "rank")
+    assert err["param"] == "model"
+
+
+def test_each_input_from_an_empty_cache_after_the_generation_on_slot_0(scripted):
+    """An embeddings request that arrives during a generation waits for it, both are answered, and each
+    input starts at position 0 (the vectors of equal inputs are equal, whatever ran before)."""
+    s = scripted(delay_s=0.02)
+    replies = []
+    t = threading.Thread(target=lambda: replies.append(s.client.chat.completions.create(
+        model="scripted", messages=[{"role": "user", "content": "hi"}], max_tokens=20, temperature=0)))
+    t.start()
+    wait_for_running(s)
+    out = s.client.embeddings.create(model="scripted", input=["abc", "abc", [5, 6]], encoding_format="float")
+    t.join(30)
+    assert replies and replies[0].choices[0].finish_reason == "length" and len(replies[0].choices[0].message.content) == 20
+    got = vectors(out)
+    np.testing.assert_array_equal(got[0], got[1])
+    assert out.usage.prompt_tokens == 4 + 4 + 2
+    assert s.engine.pos == 0  # slot 0 left empty: the next chat prefills its whole prompt
+
+
+def wait_for_running(s, timeout=10.0):
+    end = time.monotonic() + timeout
+    while not s.worker.running:
+        assert time.monotonic() < end, "the chat never started"
+        time.sleep(0.005)
+
+
+def test_engine_failure_is_a_500_and_the_server_goes_on(scripted):
+    s = scripted(fail_on_call=1)
+    err = assert_error_shape(*raw(s.port, "POST", "/v1/embeddings",
+                                  json.dumps({"model": "scripted", "input": "a"}))[::2], 500, "embeddings failed")
+    assert err["type"] == "server_error"
+    assert len(s.client.embeddings.create(model="scripted", input="a").data) == 1
+    text = raw(s.port, "GET", "/metrics")[2].decode()
+    assert 'fuel_requests_total{endpoint="embeddings",finish_reason="error"} 1' in text
+    assert 'fuel_requests_total{endpoint="embeddings",finish_reason="stop"} 1' in text
