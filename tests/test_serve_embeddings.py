@@ -226,6 +226,8 @@ def test_model_pooling_resolution(tmp_path):
         meta = {"general.architecture": "qwen3", "qwen3.pooling_type": value}
         assert model_pooling("gguf", tmp_path / "m.gguf", meta, None).mode == mode
     assert model_pooling("gguf", tmp_path / "m.gguf", {"general.architecture": "llama"}, None).mode == "last"
+    odd = {"general.architecture": "qwen3", "qwen3.pooling_type": "mean"}
+    assert not model_pooling("gguf", tmp_path / "m.gguf", odd, None).supported
     st_modules(tmp_path, "cls")
     assert model_pooling("dir", tmp_path, None, None).mode == "cls"
     assert model_pooling("dir", tmp_path, None, "mean").mode == "mean"

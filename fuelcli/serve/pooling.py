@@ -75,7 +75,8 @@ def model_pooling(source_kind: str, path: Path, gguf_meta: dict | None, override
         arch = gguf_meta.get("general.architecture")
         value = gguf_meta.get(f"{arch}.pooling_type")
         if value is not None:
-            return Pooling(GGUF_POOLING.get(int(value), f"type {value}"), f"{arch}.pooling_type")
+            mode = GGUF_POOLING.get(value, f"type {value!r}") if isinstance(value, int) else f"type {value!r}"
+            return Pooling(mode, f"{arch}.pooling_type")
     elif source_kind == "dir":
         found = _sentence_transformers(Path(path))
         if found is not None:
