@@ -325,3 +325,21 @@ def test_engine_failure_is_a_500_and_the_server_goes_on(scripted):
     text = raw(s.port, "GET", "/metrics")[2].decode()
     assert 'fuel_requests_total{endpoint="embeddings",finish_reason="error"} 1' in text
     assert 'fuel_requests_total{endpoint="embeddings",finish_reason="stop"} 1' in text
+
+
+def test_hub_download_fetches_the_pooling(fake_hub_server, hf_home):
+    """A hub model's modules.json and 1_Pooling/config.json come with it (and another module's do not)."""
+    from fuelcli.serve.pooling import model_pooling
+    from fuelcli.sources.source import resolve
+
+    repo, commit = "fuel-test/tiny-embedding", "89abcdef0123456789abcdef0123456789abcdef"
+    files = {"config.json": b'{"model_type": "qwen3"}', "tokenizer.json": b"{}",
+             "model.safetensors": b"\x08\x00\x00\x00\x00\x00\x00\x00{}      ",
+             "modules.json": json.dumps([{"idx": 1, "name": "1", "path": "1_Pooling",
+                                          "type": "sentence_transformers.models.Pooling"}]).encode(),
+             "1_Pooling/config.json": json.dumps({"pooling_mode_cls_token": True}).encode(),
+             "2_Dense/config.json": b"{}"}
+    fake_hub_server.repos[repo] = (commit, files)
+    src = resolve(repo)
+    assert (src.path / "1_Pooling" / "config.json").is_file() and not (src.path / "2_Dense").exists()
+    assert model_pooling(src.kind, src.path, None, None).mode == "cls"
