@@ -36,6 +36,9 @@ def serve(
     reasoning_format: str = typer.Option("auto", "--reasoning-format", help="auto: a reply's <think>...</think> "
                                          "goes to reasoning_content (models whose template knows <think>); none: "
                                          "it stays in content. A request's reasoning_format wins"),
+    pooling: Optional[str] = typer.Option(None, "--pooling", help="/v1/embeddings' pooling: mean, cls or last "
+                                          "(default: the model's own: GGUF pooling_type, sentence-transformers' "
+                                          "1_Pooling/config.json, else last token as Qwen3-Embedding)"),
     draft_model: Optional[str] = DraftModel,
     lookup_decoding: bool = LookupDecoding,
     draft_max: Optional[int] = DraftMax,
@@ -46,7 +49,7 @@ def serve(
     hf_file: Optional[str] = HfFile,
 ):
     """Serve MODEL over HTTP with OpenAI's API: /v1/chat/completions, /v1/completions, /v1/responses,
-    /v1/models; Anthropic's: /v1/messages, /v1/messages/count_tokens (and /metrics with --metrics).
+    /v1/embeddings, /v1/models; Anthropic's: /v1/messages, /v1/messages/count_tokens (and /metrics with --metrics).
 
     --draft-model or --lookup-decoding: speculative decoding as in fuel run (with --parallel 1);
     a reply's usage then carries completion_tokens_details.accepted_prediction_tokens and
@@ -68,6 +71,8 @@ def serve(
         raise InputError(f"--parallel must be between 1 and 64, got {parallel}")
     if log_level.lower() not in ("debug", "info", "warning", "error"):
         raise InputError(f"--log-level must be debug, info, warning or error, got {log_level!r}")
+    if pooling is not None and pooling not in ("mean", "cls", "last"):
+        raise InputError(f"--pooling must be mean, cls or last, got {pooling!r}")
     if reasoning_format not in ("auto", "none", "deepseek"):
         raise InputError(f"--reasoning-format must be auto, deepseek or none, got {reasoning_format!r}")
     api_key = api_key if api_key is not None else os.environ.get("FUEL_API_KEY") or None
@@ -79,6 +84,7 @@ def serve(
                          f"{parallel}")
 
     from ..serve.jobs import ServedModel
+    from ..serve.pooling import Embedder, model_pooling
     from ..serve.server import bind, run, url
     from ..serve.worker import EngineWorker
     from ..assembly.loader import open_model
@@ -107,7 +113,11 @@ def serve(
     spec = speculating.build(m, SamplerParams(), n_ctx, device, cache_type)  # each request's settings: start()
     served = ServedModel(id=m.source.name, names={m.source.name, model}, tokenizer=tok, n_ctx=n_ctx,
                          vocab_size=m.cfg.vocab_size, eos_ids=m.eos_ids(), created=int(time.time()),
-                         template_kwargs=kwargs, reasoning_format=reasoning_format)
+                         template_kwargs=kwargs, reasoning_format=reasoning_format,
+                         embedder=Embedder(m.weights.final_norm, m.cfg.rms_norm_eps,
+                                           model_pooling(m.source.kind, m.source.path,
+                                                         m.gguf.meta if m.gguf is not None else None, pooling),
+                                           m.cfg.hidden_size))
     worker = EngineWorker(engine, tok, served.eos_ids, queue_size=queue, threads=threads, speculation=spec)
     slots = f"{parallel} slots of {n_ctx} tokens" if parallel > 1 else f"context {n_ctx} tokens"
     err(f"fuel serve: {served.id} on {url(sock)} ({slots}" + (f", speculative: {spec.name}" if spec else "")

@@ -1,6 +1,6 @@
 """The app (starlette): the route table, auth and error handling around the handlers.
 
-The handlers live by API (openai_api.py, anthropic_api.py) and take the app's state. Every route
+The handlers live by API (openai_api.py, responses_api.py, embeddings_api.py, anthropic_api.py) and take the app's state. Every route
 answers errors in its API's shape and never lets an exception reach the server: an unexpected one
 becomes a 500 with one line in the log, not a traceback. With an API key set, every route but
 /health needs `Authorization: Bearer KEY` or `x-api-key: KEY` (401 otherwise). The paths also
@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.routing import Route
 
-from . import anthropic_api, openai_api, responses_api
+from . import anthropic_api, embeddings_api, openai_api, responses_api
 from .anthropic_format import error_body as anthropic_error
 from .errors import APIError
 from .jobs import ServedModel
@@ -98,6 +98,7 @@ def routes(state: AppState) -> list[Route]:
             route(f"{prefix}/chat/completions", openai_api.chat, "POST"),
             route(f"{prefix}/completions", openai_api.completions, "POST"),
             route(f"{prefix}/responses", responses_api.responses, "POST"),
+            route(f"{prefix}/embeddings", embeddings_api.embeddings, "POST"),
             route(f"{prefix}/messages", anthropic_api.messages, "POST", error_body=anthropic_error),
             route(f"{prefix}/messages/count_tokens", anthropic_api.count_tokens, "POST", error_body=anthropic_error),
         ]

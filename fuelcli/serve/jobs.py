@@ -38,6 +38,7 @@ class ServedModel:
     created: int
     template_kwargs: dict | None = None  # fuel serve --chat-template-kwargs: each request's defaults
     reasoning_format: str = "auto"  # fuel serve --reasoning-format: "auto" splits <think> out, "none" keeps it
+    embedder: object = None  # pooling.Embedder: what /v1/embeddings pools the hidden states with
 
 
 @dataclass

@@ -40,6 +40,8 @@ HUB_PATTERNS = [
     "tokenizer.json",
     "tokenizer_config.json",
     "chat_template.jinja",
+    "modules.json",  # sentence-transformers' modules: the pooling fuel serve's /v1/embeddings follows
+    "1_Pooling/config.json",
 ]
 
 # What `fuel inspect tokens` needs: no weights.
