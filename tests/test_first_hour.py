@@ -317,3 +317,15 @@ def test_rm_of_a_mistyped_name_offers_what_is_there(empty_caches, monkeypatch):
     with pytest.raises(ModelNotFound) as e:
         local_models.remove("smollm2-135")  # the control: close to an alias, but no alias is pulled
     assert str(e.value).endswith("(fuel ls lists them)")
+
+
+# ---------------------------------------------------------------- the stats line
+
+
+def test_the_stats_line_says_1_token():
+    from fuelcli.text.generate import Stats
+
+    one = Stats(prompt_tokens=1, prefill_s=0.5, generated=1, decode_steps=1, decode_s=0.5).line(0)
+    assert "prompt: 1 token, 2.0 tok/s" in one and "generated: 1 token, 2.0 tok/s" in one
+    two = Stats(prompt_tokens=3, cached_tokens=1, prefill_s=1.0, generated=0, decode_steps=0).line(0)
+    assert "prompt: 2 tokens (+1 cached)" in two and "generated: 0 tokens" in two
