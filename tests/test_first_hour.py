@@ -329,3 +329,93 @@ def test_the_stats_line_says_1_token():
     assert "prompt: 1 token, 2.0 tok/s" in one and "generated: 1 token, 2.0 tok/s" in one
     two = Stats(prompt_tokens=3, cached_tokens=1, prefill_s=1.0, generated=0, decode_steps=0).line(0)
     assert "prompt: 2 tokens (+1 cached)" in two and "generated: 0 tokens" in two
+
+
+# ---------------------------------------------------------------- threads on a busy machine
+
+
+class _Busy:
+    """A fake /proc/stat where other processes keep `others` of `cpus` busy; sleeping advances it."""
+
+    def __init__(self, cpus, others):
+        self.cpus, self.others, self.t, self.busy, self.slept = cpus, others, 0.0, 0.0, 0.0
+
+    def sleep(self, s):
+        self.slept += s
+        self.t += s
+        self.busy += self.others * s
+
+    def free(self, pool):
+        from fuelcli.backends.cpu.free_cpus import FreeCpus
+
+        return FreeCpus(pool, stat=lambda: (self.cpus, self.busy), own=lambda: 0.0, clock=lambda: self.t,
+                        sleep=self.sleep)
+
+
+def _cpu_mask():
+    import os
+
+    return not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) != os.cpu_count()
+
+
+@pytest.mark.skipif(_cpu_mask(), reason="a CPU mask: FreeCpus stays off")
+def test_the_first_forward_runs_on_the_free_cpus():
+    """The first decision (a prompt's prefill) waits out FIRST seconds after the engine was built and
+    counts the busy CPUs; the control: an idle machine keeps the whole pool."""
+    import os
+
+    from fuelcli.backends.cpu import free_cpus as fc
+
+    busy = _Busy(os.cpu_count(), others=1)
+    f = busy.free(2)
+    assert f.threads() == 1 and busy.slept == pytest.approx(fc.FIRST)
+    idle = _Busy(os.cpu_count(), others=0)
+    assert idle.free(2).threads() == 2
+    late = _Busy(os.cpu_count(), others=1)
+    f = late.free(2)
+    late.sleep(1.0)  # a model load after the engine was built: the window is there, no wait
+    late.slept = 0.0
+    assert f.threads() == 1 and late.slept == 0.0
+
+
+@pytest.mark.parametrize("free, says", [(1, True), (2, False)])
+def test_threads_above_the_free_cpus_say_so_once(monkeypatch, capsys, free, says):
+    from fuelcli.backends.cpu import free_cpus as fc
+    from fuelcli.process import threads
+
+    if threads.pool_size() < 2:
+        pytest.skip("needs a pool of 2 threads")
+
+    class Probe:
+        on, pool = True, 2
+
+        def __init__(self, pool):
+            pass
+
+        def threads(self):
+            return free
+
+    monkeypatch.setattr(fc, "FreeCpus", Probe)
+    monkeypatch.setattr(threads, "_said_busy", False)
+    monkeypatch.setattr(threads, "_explicit", threads.explicit())
+    try:
+        threads.set_threads(2)
+        threads.set_threads(2)
+    finally:
+        threads.use(threads.pool_size())
+    lines = capsys.readouterr().err.splitlines()
+    if says:
+        assert lines == ["fuel: the CPUs are busy: other processes keep 1 of 2 busy; -t 2 waits for them at every "
+                         "step (-t 1, or no -t to follow the free CPUs, runs faster)"]
+    else:
+        assert lines == []
+
+
+def test_help_and_readme_agree_on_the_default_threads():
+    from fuelcli.cli.options import THREADS_DEFAULT
+
+    for command in ("run", "chat", "serve", "perplexity"):
+        out = " ".join(runner.invoke(app, [command, "--help"], env={"COLUMNS": "300"}).output.split())
+        assert f"default: {THREADS_DEFAULT}" in out, command
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert f"(default: {THREADS_DEFAULT};" in readme
