@@ -419,3 +419,58 @@ def test_help_and_readme_agree_on_the_default_threads():
         assert f"default: {THREADS_DEFAULT}" in out, command
     readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
     assert f"(default: {THREADS_DEFAULT};" in readme
+
+
+# ---------------------------------------------------------------- a base model's demo alias
+
+
+@pytest.fixture
+def base_demo(byte_model, tmp_path, monkeypatch):
+    """The byte model with a chat template, served under the demo alias `base-demo` of a base model."""
+    from fuelcli.sources import source
+    from fuelcli.sources.source import ModelSource
+
+    d = tmp_path / "templated"
+    shutil.copytree(byte_model, d)
+    (d / "chat_template.jinja").write_text("<user>{{ messages[-1]['content'] }}</user>", encoding="utf-8")
+    real = source._demo
+    monkeypatch.setattr(source, "_demo", lambda alias: ModelSource("dir", d, alias, base=True)
+                        if alias == "base-demo" else real(alias))
+    return d
+
+
+def _prompt_tokens(*args):
+    r = runner.invoke(app, ["run", *args, "hello", "-n", "1", "--temp", "0", "--json"])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)["stats"]["prompt_tokens"]
+
+
+def test_a_base_models_demo_runs_without_the_template_unless_asked(base_demo):
+    raw, templated = len("hello"), len("<user>hello</user>")
+    assert _prompt_tokens("base-demo") == raw
+    assert _prompt_tokens("base-demo", "--use-chat-template") == templated
+    assert _prompt_tokens("base-demo", "--chat-template", str(base_demo / "chat_template.jinja")) == templated
+    assert _prompt_tokens(str(base_demo)) == templated  # the control: the same files, not a base demo
+    assert _prompt_tokens(str(base_demo), "--no-chat-template") == raw
+
+
+def test_gemma_270m_is_the_base_demo(monkeypatch, tmp_path):
+    from fuelcli.sources import demo
+    from fuelcli.sources.source import resolve
+
+    assert [d.alias for d in demo.DEMOS.values() if d.base] == ["gemma3-270m"]
+    monkeypatch.setattr(demo, "lookup", lambda alias: tmp_path / "x.gguf" if alias in demo.DEMOS else None)
+    assert resolve("gemma3-270m").base and not resolve("smollm2-135m").base
+    monkeypatch.setenv("FUEL_HOME", str(tmp_path))
+    out = runner.invoke(app, ["pull", "--list"], env={"COLUMNS": "300"}).output
+    rows = {line.split()[1]: line for line in out.splitlines() if "-" in line and line.split()[1:2] != []}
+    assert "base model: `fuel run` sends raw text" in rows["gemma3-270m"]
+    assert "instruction-tuned" in rows["smollm2-135m"] and "base model" not in rows["smollm2-135m"]
+
+
+def test_chat_says_a_demo_is_a_base_model(base_demo, monkeypatch):
+    for model, says in (("base-demo", True), (str(base_demo), False)):
+        r = runner.invoke(app, ["chat", model, "-n", "1", "--temp", "0"], input="hi\n")
+        assert r.exit_code == 0, r.output
+        line = f"fuel chat: {model} is a base model, not tuned to chat"
+        assert (line in r.stderr) == says, r.stderr

@@ -93,6 +93,9 @@ def chat(
     session = ChatSession(engine, tok, sampler, m.eos_ids(), system, kwargs, [unescape(s) for s in stop],
                           max_tokens if max_tokens > 0 else None,
                           speculating.build(m, params, n_ctx, device, cache_type))
+    if m.source.base:
+        err(f"fuel chat: {m.source.name} is a base model, not tuned to chat: its replies may wander "
+            "(fuel pull --list says which demos are)")
     if interactive:
         _line_editing()
         err(f"fuel chat: {m.source.name}, context {n_ctx} tokens. /help for commands, Ctrl-D to leave.")

@@ -24,10 +24,11 @@ def pull(
     if list_ or not aliases:
         if not list_:
             raise InputError("give one or more aliases, or --list")
-        table = Table("alias", "model", "size", "pulled")
+        table = Table("alias", "model", "size", "chat", "pulled")
         for d in demo.DEMOS.values():
             pulled = str(demo.path_of(d.alias)) if demo.is_pulled(d.alias) else "no"
-            table.add_row(d.alias, d.description, f"{d.size / 1e6:.0f} MB", pulled)
+            chat = "base model: `fuel run` sends raw text (--use-chat-template)" if d.base else "instruction-tuned"
+            table.add_row(d.alias, d.description, f"{d.size / 1e6:.0f} MB", chat, pulled)
         console().print(table)
         return
     unknown = [a for a in aliases if a not in demo.DEMOS]

@@ -38,7 +38,10 @@ def run(
     grammar: Optional[Path] = GrammarFile,
     system: Optional[str] = System,
     system_file: Optional[Path] = SystemFile,
-    no_chat_template: bool = typer.Option(False, "--no-chat-template", help="send the prompt as raw text"),
+    use_chat_template: Optional[bool] = typer.Option(None, "--use-chat-template/--no-chat-template", help="apply "
+                                                     "the model's chat template, or send the prompt as raw text "
+                                                     "(default: the template, but raw text for a base model's demo "
+                                                     "alias; fuel pull --list says which)"),
     chat_template: Optional[Path] = ChatTemplate,
     chat_template_kwargs: Optional[str] = ChatTemplateKwargs,
     ctx_size: Optional[int] = ctx_size_option(f"the prompt + -n; with -n -1, {OPEN_ENDED_CTX} or the model's "
@@ -99,11 +102,13 @@ def run(
     kwargs = template_options(tok, chat_template, chat_template_kwargs)
     needs = [flag for flag, used in (("--system", system is not None), ("--chat-template-kwargs", kwargs is not None))
              if used]
-    if needs and (no_chat_template or not tok.chat_template):
+    if needs and (use_chat_template is False or not tok.chat_template):
         raise InputError(f"{needs[0]} needs the model's chat template" +
-                         (" (drop --no-chat-template)" if no_chat_template else "; this model has none"))
+                         (" (drop --no-chat-template)" if use_chat_template is False else "; this model has none"))
+    if use_chat_template is None:  # a base model's template is used only when asked for (a file, its features)
+        use_chat_template = not m.source.base or chat_template is not None or bool(needs)
     speculating.open(m)
-    ids = tok.encode_prompt(text, system=system, chat=not no_chat_template, template_kwargs=kwargs)
+    ids = tok.encode_prompt(text, system=system, chat=use_chat_template, template_kwargs=kwargs)
     unlimited = max_tokens == -1
     n_ctx = context_size(ctx_size, m.cfg.max_position, OPEN_ENDED_CTX if unlimited else len(ids) + max_tokens)
     if unlimited:

