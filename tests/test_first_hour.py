@@ -13,6 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from conftest import set_offline
 from typer.testing import CliRunner
 
 from fuelcli.cli import app
@@ -427,15 +428,16 @@ def test_help_and_readme_agree_on_the_default_threads():
 @pytest.fixture
 def base_demo(byte_model, tmp_path, monkeypatch):
     """The byte model with a chat template, served under the demo alias `base-demo` of a base model."""
-    from fuelcli.sources import source
+    from fuelcli.sources import demo, source
     from fuelcli.sources.source import ModelSource
 
     d = tmp_path / "templated"
     shutil.copytree(byte_model, d)
     (d / "chat_template.jinja").write_text("<user>{{ messages[-1]['content'] }}</user>", encoding="utf-8")
-    real = source._demo
-    monkeypatch.setattr(source, "_demo", lambda alias: ModelSource("dir", d, alias, base=True)
-                        if alias == "base-demo" else real(alias))
+    real, base = source._demo, demo.is_base
+    monkeypatch.setattr(source, "_demo", lambda alias: ModelSource("dir", d, alias) if alias == "base-demo"
+                        else real(alias))
+    monkeypatch.setattr(demo, "is_base", lambda src: src == ModelSource("dir", d, "base-demo") or base(src))
     return d
 
 
@@ -458,10 +460,14 @@ def test_gemma_270m_is_the_base_demo(monkeypatch, tmp_path):
     from fuelcli.sources import demo
     from fuelcli.sources.source import resolve
 
-    assert [d.alias for d in demo.DEMOS.values() if d.base] == ["gemma3-270m"]
-    monkeypatch.setattr(demo, "lookup", lambda alias: tmp_path / "x.gguf" if alias in demo.DEMOS else None)
-    assert resolve("gemma3-270m").base and not resolve("smollm2-135m").base
     monkeypatch.setenv("FUEL_HOME", str(tmp_path))
+    assert [d.alias for d in demo.DEMOS.values() if d.base] == ["gemma3-270m"]
+    monkeypatch.setattr(demo, "lookup", lambda alias: demo.path_of(alias) if alias in demo.DEMOS else None)
+    assert demo.is_base(resolve("gemma3-270m")) and not demo.is_base(resolve("smollm2-135m"))
+    (tmp_path / "gemma3-270m").mkdir()
+    (tmp_path / "gemma3-270m" / "config.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    assert not demo.is_base(resolve("gemma3-270m"))  # a directory of that name is not the demo
     out = runner.invoke(app, ["pull", "--list"], env={"COLUMNS": "300"}).output
     rows = {line.split()[1]: line for line in out.splitlines() if "-" in line and line.split()[1:2] != []}
     assert "base model: `fuel run` sends raw text" in rows["gemma3-270m"]
@@ -533,3 +539,76 @@ def test_run_without_a_terminal_says_the_pull_command(empty_caches, monkeypatch)
     r = runner.invoke(app, ["run", "smollm2-135m", "hi"], input="y\n")
     assert isinstance(r.exception, ModelNotFound) and "run `fuel pull smollm2-135m`" in str(r.exception)
     assert "pull it now" not in r.stderr
+
+
+# ---------------------------------------------------------------- fuel pull OWNER/REPO[:QUANT]
+
+
+@pytest.fixture
+def tiny_gguf_hub(fake_hub_server, tmp_path_factory):
+    """The fake hub (tests/fake_hub.py) with a repo of one tiny Q8_0 .gguf, and the file's bytes."""
+    import numpy as np
+    from test_gguf_model import _tiny_llama
+
+    path = tmp_path_factory.mktemp("pull-hub") / "tiny-Q8_0.gguf"
+    _tiny_llama(path, np.random.default_rng(5))
+    data = path.read_bytes()
+    fake_hub_server.repos["fuel-test/pull-GGUF"] = ("0123456789abcdef0123456789abcdef01234567",
+                                                    {"tiny-Q8_0.gguf": data, "README.md": b"not fetched"})
+    return fake_hub_server, data
+
+
+class _Bar:
+    """What the demo's rich bar is told: totals and bytes advanced, per task."""
+
+    def __init__(self, enabled):
+        self.enabled, self.tasks = enabled, {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+    def add_task(self, name, total=None):
+        self.tasks[name] = {"total": total, "done": 0}
+        return name
+
+    def update(self, task, total=None, **kw):
+        if total is not None:
+            self.tasks[task]["total"] = total
+
+    def advance(self, task, n):
+        self.tasks[task]["done"] += n
+
+
+def test_pull_fetches_a_hub_model_with_the_demos_bar(tiny_gguf_hub, hf_home, monkeypatch, tmp_path):
+    from fuelcli.sources import hub_progress
+    from fuelcli.sources.source import resolve
+
+    hub, data = tiny_gguf_hub
+    bars = []
+    monkeypatch.setattr(hub_progress, "progress_bar", lambda enabled: bars.append(_Bar(enabled)) or bars[-1])
+    monkeypatch.setenv("FUEL_HOME", str(tmp_path / "fuel"))
+    r = runner.invoke(app, ["pull", "fuel-test/pull-GGUF:Q8_0"])
+    assert r.exit_code == 0, r.output
+    path = hf_home / "hub" / "models--fuel-test--pull-GGUF" / "snapshots" / hub.repos["fuel-test/pull-GGUF"][0]
+    assert r.stdout.splitlines()[-1] == f"fuel-test/pull-GGUF:Q8_0: pulled {path / 'tiny-Q8_0.gguf'}"
+    assert [b.enabled for b in bars] == [True]
+    assert bars[0].tasks == {"fuel-test/pull-GGUF:Q8_0": {"total": len(data), "done": len(data)}}
+    assert [s for s in hub.served if "." in s.rsplit("/", 1)[-1]] == ["fuel-test/pull-GGUF/tiny-Q8_0.gguf"]
+    set_offline(monkeypatch, True)
+    assert resolve("fuel-test/pull-GGUF:Q8_0").path == path / "tiny-Q8_0.gguf"  # there for a later run, offline
+
+
+def test_pull_of_a_hub_model_quietly_and_its_refusals(tiny_gguf_hub, monkeypatch, tmp_path):
+    monkeypatch.setenv("FUEL_HOME", str(tmp_path / "fuel"))
+    r = runner.invoke(app, ["pull", "fuel-test/pull-GGUF:Q8_0", "-q"])
+    assert r.exit_code == 0 and r.stdout == ""
+    r = runner.invoke(app, ["pull", "fuel-test/pull-GGUF:Q8_0", "--force"])
+    assert isinstance(r.exception, InputError) and str(r.exception).startswith("--force fetches demos again")
+    r = runner.invoke(app, ["pull", "no-such-alias"])
+    assert isinstance(r.exception, InputError)
+    assert str(r.exception).startswith("unknown demo alias 'no-such-alias' (known: smollm2-135m")
+    r = runner.invoke(app, ["pull", "fuel-test/pull-GGUF:Q2_K"])
+    assert isinstance(r.exception, ModelNotFound) and "Q2_K" in str(r.exception)

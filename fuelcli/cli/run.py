@@ -84,6 +84,7 @@ def run(
     from ..assembly.loader import open_model
     from ..text.generate import Sampler, SamplerParams, Stats, generate
     from ..process.threads import set_threads
+    from ..sources.demo import is_base
     from .run_defaults import chat_instead, offer_pull
     from .textgen import (at_a_terminal, context_size, output_grammar, prompt_text, ready_engine, show_prompt,
                           SpeculationOptions, system_text, template_options)
@@ -114,7 +115,7 @@ def run(
         raise InputError(f"{needs[0]} needs the model's chat template" +
                          (" (drop --no-chat-template)" if use_chat_template is False else "; this model has none"))
     if use_chat_template is None:  # a base model's template is used only when asked for (a file, its features)
-        use_chat_template = not m.source.base or chat_template is not None or bool(needs)
+        use_chat_template = not is_base(m.source) or chat_template is not None or bool(needs)
     speculating.open(m)
     ids = tok.encode_prompt(text, system=system, chat=use_chat_template, template_kwargs=kwargs)
     unlimited = max_tokens == -1

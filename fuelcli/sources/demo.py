@@ -82,6 +82,12 @@ def is_pulled(alias: str) -> bool:
         return False
 
 
+def is_base(source) -> bool:
+    """Whether a resolved model (source.ModelSource) is the pulled file of a base model's demo alias."""
+    d = DEMOS.get(source.name)
+    return d is not None and d.base and source.path == path_of(d.alias)
+
+
 def lookup(alias: str) -> Path | None:
     """The pulled file of a demo alias; None when `alias` is not one."""
     if alias not in DEMOS:
@@ -108,7 +114,7 @@ def assemble(demo: Demo, out: Path, progress: bool = True) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(out.name + ".partial")
     h = hashlib.sha256()
-    bar = _progress(progress)
+    bar = progress_bar(progress)
     try:
         with bar, open(partial, "wb") as dst:
             task = bar.add_task(demo.alias, total=demo.size)
@@ -148,7 +154,8 @@ def pull(alias: str, progress: bool = True, force: bool = False) -> Path:
                          f"{e.strerror or e}") from None
 
 
-def _progress(enabled: bool):
+def progress_bar(enabled: bool):
+    """The bar `fuel pull` draws: what, bytes done of all, speed, time left."""
     from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
                                TransferSpeedColumn)
 
