@@ -612,3 +612,24 @@ def test_pull_of_a_hub_model_quietly_and_its_refusals(tiny_gguf_hub, monkeypatch
     assert str(r.exception).startswith("unknown demo alias 'no-such-alias' (known: smollm2-135m")
     r = runner.invoke(app, ["pull", "fuel-test/pull-GGUF:Q2_K"])
     assert isinstance(r.exception, ModelNotFound) and "Q2_K" in str(r.exception)
+
+
+# ---------------------------------------------------------------- the README says what the tests fetch
+
+
+def test_the_readme_lists_what_the_tests_fetch():
+    """Each file the fixtures of tests/conftest.py fetch or write into the test cache, with its size,
+    and that `fuel pull`'s files in FUEL_HOME are reused; the README stays at most 350 lines."""
+    from fuelcli.sources import demo
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    said = " ".join(text.split("**What the tests fetch**", 1)[1].split("\n\n", 1)[0].split())
+    demos = " + ".join(f"{d.size / 1e6:.0f}" for d in demo.DEMOS.values())
+    assert f"the three demo files ({demos} MB;" in said and len(demo.DEMOS) == 3
+    assert "`fuel pull` left in `FUEL_HOME` are used instead" in said and "`FUEL_TEST_CACHE`" in said
+    assert "llama-cpp-python's source (75 MB" in said and "bf16 SmolLM2 directory (260 MB)" in said
+    conftest = (ROOT / "tests" / "conftest.py").read_text(encoding="utf-8")
+    built = set(re.findall(r'cached\("([\w.-]+)"', conftest))
+    assert built == {"llama-cpp-convert-0.3.36", "smollm2-tokenizer", "smollm2-hf-bf16"}, built  # said above
+    assert "pulled_demo(" in conftest
+    assert len(text.splitlines()) <= 350
