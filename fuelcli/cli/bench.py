@@ -9,8 +9,8 @@ import typer
 
 from ..errors import InputError
 from .app import app
-from .options import (CacheType, Device, DraftMax, DraftModel, DraftPMin, HfFile, LookupDecoding, ModelArg,
-                      Revision, Threads)
+from .options import (BenchThreads, CacheType, Device, DraftMax, DraftModel, DraftPMin, HfFile, LookupDecoding,
+                      ModelArg, Revision)
 
 B_FIRST_PROMPT = "Write a Python function that reverses a string."
 
@@ -24,7 +24,7 @@ def bench(
     parallel: str = typer.Option("1", "--parallel", "-np", help="tg tests: sequences decoding side by side, "
                                  "comma list (as `serve --parallel`): tokens/s summed over them, and per sequence"),
     repetitions: int = typer.Option(5, "-r", "--repetitions", help="timed runs per test, after one untimed warm-up"),
-    threads: Optional[int] = Threads,
+    threads: Optional[int] = BenchThreads,
     output: str = typer.Option("md", "-o", "--output", help="md | json | csv"),
     compare: Optional[str] = typer.Option(None, "--compare", help="also run the tests on a peer, interleaved: "
                                           "llama.cpp (GGUF, needs llama-cpp-python) | transformers (float32)"),

@@ -71,6 +71,7 @@ def chat(
     from ..text.chat import ChatSession
     from ..text.generate import Sampler, SamplerParams
     from ..process.threads import set_threads
+    from ..sources.demo import is_base
     from .textgen import SpeculationOptions, context_size, ready_engine, system_text, template_options
 
     if max_tokens == 0 or max_tokens < -1:
@@ -93,6 +94,9 @@ def chat(
     session = ChatSession(engine, tok, sampler, m.eos_ids(), system, kwargs, [unescape(s) for s in stop],
                           max_tokens if max_tokens > 0 else None,
                           speculating.build(m, params, n_ctx, device, cache_type))
+    if is_base(m.source):
+        err(f"fuel chat: {m.source.name} is a base model, not tuned to chat: its replies may wander "
+            "(fuel pull --list says which demos are)")
     if interactive:
         _line_editing()
         err(f"fuel chat: {m.source.name}, context {n_ctx} tokens. /help for commands, Ctrl-D to leave.")

@@ -29,7 +29,11 @@ HfFile = typer.Option(None, "--hf-file", metavar="NAME", help="with a hub repo i
                       "run (a split file's first part), as llama.cpp's --hf-file")
 Device = typer.Option(None, "--device", help=f"cpu (default) or cuda ({pip_install('cuda')}); FUEL_DEVICE sets the default")
 Json = typer.Option(False, "--json", help="print JSON instead of tables")
-Threads = typer.Option(None, "-t", "--threads", metavar="N", help="compute threads (default: all cores, or FUEL_THREADS)")
+THREADS_DEFAULT = "the cores other processes leave free, all on an idle machine"  # README's Conventions say it too
+Threads = typer.Option(None, "-t", "--threads", metavar="N", help=f"compute threads (default: {THREADS_DEFAULT}; "
+                       "or FUEL_THREADS)")
+BenchThreads = typer.Option(None, "-t", "--threads", metavar="N", help="compute threads, the same through every "
+                            "run (default: all cores, or FUEL_THREADS)")
 CacheType = typer.Option("f32", "--cache-type", metavar="TYPE", help="KV cache values: f32, or f16 (half the memory "
                          "and of the bytes a decode step reads at depth, as llama.cpp's default cache; rounds each "
                          "K and V value once; cpu only)")

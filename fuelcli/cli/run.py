@@ -17,6 +17,7 @@ from .options import (OPEN_ENDED_CTX, CacheType, ChatTemplate, ChatTemplateKwarg
 
 @app.command(short_help="Generate text from a prompt, streamed.")
 def run(
+    ctx: typer.Context,
     model: str = ModelArg,
     prompt: Optional[str] = typer.Argument(None, metavar="PROMPT", help="the prompt (the user message when a chat "
                                            "template is applied); - reads it from stdin"),
@@ -38,7 +39,10 @@ def run(
     grammar: Optional[Path] = GrammarFile,
     system: Optional[str] = System,
     system_file: Optional[Path] = SystemFile,
-    no_chat_template: bool = typer.Option(False, "--no-chat-template", help="send the prompt as raw text"),
+    use_chat_template: Optional[bool] = typer.Option(None, "--use-chat-template/--no-chat-template", help="apply "
+                                                     "the model's chat template, or send the prompt as raw text "
+                                                     "(default: the template, but raw text for a base model's demo "
+                                                     "alias; fuel pull --list says which)"),
     chat_template: Optional[Path] = ChatTemplate,
     chat_template_kwargs: Optional[str] = ChatTemplateKwargs,
     ctx_size: Optional[int] = ctx_size_option(f"the prompt + -n; with -n -1, {OPEN_ENDED_CTX} or the model's "
@@ -57,7 +61,9 @@ def run(
     revision: Optional[str] = Revision,
     hf_file: Optional[str] = HfFile,
 ):
-    """Generate text from a prompt, streamed to stdout; a stats line goes to stderr.
+    """Generate text from a prompt, streamed to stdout; a stats line goes to stderr. At a terminal
+    without a prompt it starts `fuel chat`, as `ollama run` does, and a demo alias not pulled yet is
+    offered to be pulled.
 
     The prompt is PROMPT (or -p TEXT), stdin (PROMPT -) or --file; text piped in or read with
     --file goes before PROMPT, joined by a space (cat notes.txt | fuel run MODEL "Summarise:").
@@ -78,8 +84,10 @@ def run(
     from ..assembly.loader import open_model
     from ..text.generate import Sampler, SamplerParams, Stats, generate
     from ..process.threads import set_threads
-    from .textgen import (context_size, output_grammar, prompt_text, ready_engine, show_prompt, SpeculationOptions,
-                          system_text, template_options)
+    from ..sources.demo import is_base
+    from .run_defaults import chat_instead, offer_pull
+    from .textgen import (at_a_terminal, context_size, output_grammar, prompt_text, ready_engine, show_prompt,
+                          SpeculationOptions, system_text, template_options)
 
     if max_tokens == 0 or max_tokens < -1:
         raise InputError(f"--max-tokens must be at least 1, or -1 (no limit), got {max_tokens}")
@@ -87,6 +95,10 @@ def run(
         if prompt is not None:
             raise InputError("give the prompt as PROMPT or with -p/--prompt, not both")
         prompt = prompt_option
+    if at_a_terminal():
+        offer_pull(model)
+        if prompt is None and file is None:
+            return chat_instead(ctx)
     params = SamplerParams(temp, top_k, top_p, min_p, repeat_penalty, repeat_last_n, seed, min_keep)
     wanted = output_grammar(json_schema, grammar)
     speculating = SpeculationOptions(draft_model, lookup_decoding, draft_max, draft_p_min)
@@ -99,11 +111,13 @@ def run(
     kwargs = template_options(tok, chat_template, chat_template_kwargs)
     needs = [flag for flag, used in (("--system", system is not None), ("--chat-template-kwargs", kwargs is not None))
              if used]
-    if needs and (no_chat_template or not tok.chat_template):
+    if needs and (use_chat_template is False or not tok.chat_template):
         raise InputError(f"{needs[0]} needs the model's chat template" +
-                         (" (drop --no-chat-template)" if no_chat_template else "; this model has none"))
+                         (" (drop --no-chat-template)" if use_chat_template is False else "; this model has none"))
+    if use_chat_template is None:  # a base model's template is used only when asked for (a file, its features)
+        use_chat_template = not is_base(m.source) or chat_template is not None or bool(needs)
     speculating.open(m)
-    ids = tok.encode_prompt(text, system=system, chat=not no_chat_template, template_kwargs=kwargs)
+    ids = tok.encode_prompt(text, system=system, chat=use_chat_template, template_kwargs=kwargs)
     unlimited = max_tokens == -1
     n_ctx = context_size(ctx_size, m.cfg.max_position, OPEN_ENDED_CTX if unlimited else len(ids) + max_tokens)
     if unlimited:

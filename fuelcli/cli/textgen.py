@@ -27,6 +27,11 @@ def stdin_piped() -> bool:
     return sys.stdin is not None and not sys.stdin.isatty()
 
 
+def at_a_terminal() -> bool:
+    """Someone types at stdin and reads stderr: a question may be asked, a chat started."""
+    return sys.stdin is not None and sys.stdin.isatty() and sys.stderr.isatty()
+
+
 def _stdin_text() -> str:
     text = sys.stdin.read()
     return text[:-1] if text.endswith("\n") else text

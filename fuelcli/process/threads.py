@@ -8,8 +8,9 @@ workers through the kernel) measured decode 1.3-1.9x slower on 2 cores (figures:
 a user's OMP_WAIT_POLICY or GOMP_SPINCOUNT is honoured.
 FUEL_THREADS sets the pool's thread count: a whole number up to llama.cpp's GGML_MAX_N_THREADS (a
 million threads crash numba's pool; anything but a number makes numba warn and ignore it).
-`-t/--threads` sets the count per command (set_threads). Without either, a CPU engine runs each
-forward on the threads that the CPUs other processes leave free allow (backends/cpu/free_cpus.py).
+`-t/--threads` sets the count per command (set_threads), and says once where it is more than the
+CPUs other processes leave free. Without either, a CPU engine runs each forward on the threads that
+the CPUs other processes leave free allow (backends/cpu/free_cpus.py).
 
 The commands import numba here, without three optional probes fuel never needs (~50 ms of a warm
 start): PyYAML, read only for a .numba_config.yaml in the working directory (probed when there is
@@ -61,14 +62,40 @@ def set_threads(n: int | None) -> int:
     _explicit = _explicit or n is not None
     if n is not None and "numba" not in sys.modules:
         os.environ["NUMBA_NUM_THREADS"] = str(n)
-    numba = _import_numba()
+    probe = _free_cpus_probe() if n is not None and n > 1 and not _said_busy else None
+    numba = _import_numba()  # the probe's first window spans this import (~0.4 s): seldom a wait
 
     if n is not None:
         if n > numba.config.NUMBA_NUM_THREADS:
             raise InputError(f"-t {n} exceeds numba's pool of {numba.config.NUMBA_NUM_THREADS} threads "
                              "(set FUEL_THREADS to enlarge it)")
         numba.set_num_threads(n)
+        if probe is not None:
+            _say_if_busy(n, probe)
     return numba.get_num_threads()
+
+
+_said_busy = False  # the busy CPUs are said once a process
+
+
+def _free_cpus_probe():
+    """A reading of the CPUs other processes keep busy, started now (off where it cannot count them)."""
+    from ..backends.cpu.free_cpus import FreeCpus
+
+    probe = FreeCpus(os.cpu_count() or 1)
+    return probe if probe.on else None
+
+
+def _say_if_busy(n: int, probe) -> None:
+    """One line on stderr where -t asks for more threads than other processes leave CPUs free: each
+    parallel region waits for the thread that shares a busy core (decode fell to a twentieth)."""
+    global _said_busy
+    free = probe.threads()
+    if free < probe.pool and n > free:
+        _said_busy = True
+        print(f"fuel: the CPUs are busy: other processes keep {probe.pool - free} of {probe.pool} busy; "
+              f"-t {n} waits for them at every step (-t {free}, or no -t to follow the free CPUs, runs faster)",
+              file=sys.stderr, flush=True)
 
 
 def _import_numba():

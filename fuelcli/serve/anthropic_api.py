@@ -14,20 +14,13 @@ from starlette.responses import JSONResponse
 
 from .anthropic_format import AnthropicFrames, MessagesFormat
 from .anthropic_schemas import CountTokensRequest, MessagesRequest, to_chat
-from .jobs import chat_job, chat_prompt, model_not_found
+from .jobs import chat_job, chat_prompt
 from .request_io import answer, read_body
 from .schemas import parse
 
 
-async def _request(state, request: Request, schema):
-    req = parse(schema, await read_body(request))
-    if req.model not in state.model.names:
-        raise model_not_found(req.model)
-    return req
-
-
 async def messages(state, request: Request):
-    req = await _request(state, request, MessagesRequest)
+    req = parse(MessagesRequest, await read_body(request))
     job = chat_job(to_chat(req), state.model, asyncio.get_running_loop())
     job.kind = "messages"
     state.worker.submit(job)
@@ -36,6 +29,6 @@ async def messages(state, request: Request):
 
 
 async def count_tokens(state, request: Request):
-    req = await _request(state, request, CountTokensRequest)
+    req = parse(CountTokensRequest, await read_body(request))
     _, ids, _, _ = chat_prompt(to_chat(req), state.model)
     return JSONResponse({"input_tokens": len(ids)})

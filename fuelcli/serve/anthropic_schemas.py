@@ -61,7 +61,7 @@ class Metadata(Strict):
 class _Body(Strict):
     """The fields both routes take."""
 
-    model: str
+    model: str  # any name (the server has one model); Anthropic's API requires the field
     messages: list[AnthropicMessage] = Field(min_length=1)
     system: Any = None
     tools: list[AnthropicTool] | None = None

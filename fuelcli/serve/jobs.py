@@ -30,7 +30,7 @@ class ServedModel:
     """What the routes need to know of the one model this process serves."""
 
     id: str
-    names: set[str]  # model ids a request may use: the id and the MODEL argument as typed
+    names: set[str]  # the ids GET /v1/models/ID knows: the id and the MODEL argument as typed (a request may name any)
     tokenizer: object
     n_ctx: int
     vocab_size: int

@@ -40,8 +40,6 @@ async def get_model(state, request: Request):
 
 async def _complete(state, request: Request, schema, build, make_format):
     req = parse(schema, await read_body(request))
-    if req.model not in state.model.names:
-        raise model_not_found(req.model)
     job = build(req, state.model, asyncio.get_running_loop())
     state.worker.submit(job)
     include_usage = req.stream_options is not None and req.stream_options.include_usage

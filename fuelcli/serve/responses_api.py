@@ -14,7 +14,7 @@ from collections import OrderedDict
 from starlette.requests import Request
 
 from .errors import APIError
-from .jobs import chat_job, model_not_found
+from .jobs import chat_job
 from .request_io import answer, read_body
 from .responses_api_format import ResponsesFormat, ResponsesFrames
 from .responses_api_schemas import ResponsesRequest, to_chat
@@ -62,8 +62,6 @@ def _echo(req: ResponsesRequest) -> dict:
 
 async def responses(state, request: Request):
     req = parse(ResponsesRequest, await read_body(request))
-    if req.model not in state.model.names:
-        raise model_not_found(req.model)
     history = state.responses.get(req.previous_response_id) if req.previous_response_id else []
     chat, conversation = to_chat(req, history)
     job = chat_job(chat, state.model, asyncio.get_running_loop())

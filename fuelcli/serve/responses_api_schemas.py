@@ -57,7 +57,7 @@ class Reasoning(Strict):
 
 
 class ResponsesRequest(Strict):
-    model: str
+    model: str | None = None  # any name, or none: the server has one model
     input: Any  # a string or items: checked in to_chat, which names the item's field
     instructions: str | None = None
     tools: list[FunctionTool] | None = None

@@ -166,7 +166,7 @@ class StreamOptions(Strict):
 class _Sampling(Strict):
     """Fields both endpoints share."""
 
-    model: str
+    model: str | None = None  # any name, or none: the server has one model, as llama-server
     stream: bool = False
     stream_options: StreamOptions | None = None
     max_tokens: int | None = Field(None, ge=1)

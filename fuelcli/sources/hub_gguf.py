@@ -85,7 +85,8 @@ def _listing(models: list[str]) -> str:
     return f" (it has: {', '.join(tags[:12])}{', ...' if len(tags) > 12 else ''})"
 
 
-def fetch(repo: str, quant: str | None, hf_file: str | None, revision: str | None, what: str) -> Path:
+def fetch(repo: str, quant: str | None, hf_file: str | None, revision: str | None, what: str,
+          tqdm_class=None) -> Path:
     """Download (or find in the cache) the chosen .gguf file(s); the path of the first part.
 
     The file list comes from the hub (model_info) or, offline or when the hub cannot be reached,
@@ -111,7 +112,8 @@ def fetch(repo: str, quant: str | None, hf_file: str | None, revision: str | Non
         chosen = pick(files, quant, hf_file, repo)
         # the branch name, not the commit, so that refs/<branch> is written for later offline use
         folder = Path(huggingface_hub.snapshot_download(repo, revision=revision,
-                                                        allow_patterns=[glob.escape(f) for f in chosen]))
+                                                        allow_patterns=[glob.escape(f) for f in chosen],
+                                                        tqdm_class=tqdm_class))
     for f in chosen:
         if not (folder / f).is_file():
             raise ModelNotFound(f"{what}: {f} is not in the local hub cache")

@@ -60,9 +60,10 @@ class ModelSource:
 
 
 def resolve(model: str, revision: str | None = None, hf_file: str | None = None,
-            tokenizer_only: bool = False) -> ModelSource:
+            tokenizer_only: bool = False, tqdm_class=None) -> ModelSource:
     """tokenizer_only: a directory needs only tokenizer.json, and a hub repo gives only its tokenizer
-    files (a GGUF repo still its one .gguf file)."""
+    files (a GGUF repo still its one .gguf file). tqdm_class: huggingface_hub's progress bars
+    (hub_progress.py; None: its own)."""
     try:
         path = Path(model).expanduser()
     except RuntimeError:  # ~user of no such user: the name as given
@@ -74,15 +75,21 @@ def resolve(model: str, revision: str | None = None, hf_file: str | None = None,
     if demo is not None:
         _no_hf_file(hf_file, model)
         return demo
-    repo, _, quant = model.partition(":")
-    if _REPO_ID.match(repo) and not repo.endswith(".gguf") and (not quant or _QUANT_TAG.match(quant)):
+    if is_hub_id(model):
+        repo, _, quant = model.partition(":")
         if quant and hf_file:
             raise InputError(f"give {model} or --hf-file, not both")
         if quant or hf_file:
-            return _hub_gguf(repo, quant or None, hf_file, revision)
-        return _hub(repo, revision, tokenizer_only)
+            return _hub_gguf(repo, quant or None, hf_file, revision, tqdm_class)
+        return _hub(repo, revision, tokenizer_only, tqdm_class)
     raise ModelNotFound(f"{model}: no such file or directory, demo alias or hub repo id (owner/name)"
                         + did_you_mean(model, known_names()))
+
+
+def is_hub_id(model: str) -> bool:
+    """OWNER/REPO or OWNER/REPO:QUANT as the hub spells them."""
+    repo, _, quant = model.partition(":")
+    return bool(_REPO_ID.match(repo)) and not repo.endswith(".gguf") and (not quant or bool(_QUANT_TAG.match(quant)))
 
 
 def _no_hf_file(hf_file: str | None, model: str):
@@ -147,7 +154,7 @@ def _hub_errors(what: str, name: str):
         raise ModelNotFound(f"{what}: hub error: {type(e).__name__}: {first}") from e
 
 
-def _hub(repo_id: str, revision: str | None, tokenizer_only: bool = False) -> ModelSource:
+def _hub(repo_id: str, revision: str | None, tokenizer_only: bool = False, tqdm_class=None) -> ModelSource:
     # Imported here: it is slow to import and only this path needs it.
     import huggingface_hub
 
@@ -155,22 +162,24 @@ def _hub(repo_id: str, revision: str | None, tokenizer_only: bool = False) -> Mo
     patterns = TOKENIZER_PATTERNS if tokenizer_only else HUB_PATTERNS
     with _hub_errors(what, repo_id):
         # huggingface_hub itself honours HF_HOME / HF_HUB_CACHE / HF_HUB_OFFLINE / HF_ENDPOINT / HF_TOKEN.
-        folder = Path(huggingface_hub.snapshot_download(repo_id, revision=revision, allow_patterns=patterns))
+        folder = Path(huggingface_hub.snapshot_download(repo_id, revision=revision, allow_patterns=patterns,
+                                                        tqdm_class=tqdm_class))
     if tokenizer_only and (folder / "tokenizer.json").is_file():
         return ModelSource("dir", folder, repo_id)
     if tokenizer_only and (folder / "config.json").is_file():
         raise ModelNotFound(f"{what}: the repo has no tokenizer.json")
     if not (folder / "config.json").is_file():
         # a repo of GGUF files: llama.cpp's default quant, as `llama-cli -hf owner/name` would take
-        return _hub_gguf(repo_id, None, None, revision)
+        return _hub_gguf(repo_id, None, None, revision, tqdm_class)
     return ModelSource("dir", folder, repo_id)
 
 
-def _hub_gguf(repo_id: str, quant: str | None, hf_file: str | None, revision: str | None) -> ModelSource:
+def _hub_gguf(repo_id: str, quant: str | None, hf_file: str | None, revision: str | None,
+              tqdm_class=None) -> ModelSource:
     from .hub_gguf import fetch, quant_tag
 
     what = repo_id + (f":{quant}" if quant else "") + (f" (revision {revision})" if revision else "")
     with _hub_errors(what, repo_id + (f":{quant}" if quant else "")):
-        path = fetch(repo_id, quant, hf_file, revision, what)
+        path = fetch(repo_id, quant, hf_file, revision, what, tqdm_class)
     name = f"{repo_id}:{quant or quant_tag(path.name) or path.name}" if hf_file is None else f"{repo_id}/{hf_file}"
     return ModelSource("gguf", path, name)

@@ -139,6 +139,10 @@ class Sampler:
             self.constraint.accept(token)
 
 
+def _tokens(n: int) -> str:
+    return f"{n} token" if n == 1 else f"{n} tokens"
+
+
 @dataclass
 class Stats:
     prompt_tokens: int = 0  # the whole prompt, cached tokens included
@@ -166,7 +170,7 @@ class Stats:
         pp = self.prefilled / self.prefill_s if self.prefill_s else 0.0
         tg = self.decode_steps / self.decode_s if self.decode_s else 0.0
         cached = f" (+{self.cached_tokens} cached)" if self.cached_tokens else ""
-        return (f"prompt: {self.prefilled} tokens{cached}, {pp:.1f} tok/s | generated: {self.generated} tokens, "
+        return (f"prompt: {_tokens(self.prefilled)}{cached}, {pp:.1f} tok/s | generated: {_tokens(self.generated)}, "
                 f"{tg:.1f} tok/s | peak memory: {peak_bytes / 2**20:.0f} MiB"
                 + (f" | {self.speculation}: {self.accepted}/{self.drafted} drafted accepted"
                    + (f" ({self.acceptance:.0%})" if self.drafted else "") if self.speculation else "")
