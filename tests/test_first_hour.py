@@ -347,7 +347,7 @@ class _Busy:
         self.busy += self.others * s
 
     def free(self, pool):
-        from fuelcli.backends.cpu.free_cpus import FreeCpus
+        from fuelcli.process.free_cpus import FreeCpus
 
         return FreeCpus(pool, stat=lambda: (self.cpus, self.busy), own=lambda: 0.0, clock=lambda: self.t,
                         sleep=self.sleep)
@@ -365,7 +365,7 @@ def test_the_first_forward_runs_on_the_free_cpus():
     counts the busy CPUs; the control: an idle machine keeps the whole pool."""
     import os
 
-    from fuelcli.backends.cpu import free_cpus as fc
+    from fuelcli.process import free_cpus as fc
 
     busy = _Busy(os.cpu_count(), others=1)
     f = busy.free(2)
@@ -381,7 +381,7 @@ def test_the_first_forward_runs_on_the_free_cpus():
 
 @pytest.mark.parametrize("free, says", [(1, True), (2, False)])
 def test_threads_above_the_free_cpus_say_so_once(monkeypatch, capsys, free, says):
-    from fuelcli.backends.cpu import free_cpus as fc
+    from fuelcli.process import free_cpus as fc
     from fuelcli.process import threads
 
     if threads.pool_size() < 2:

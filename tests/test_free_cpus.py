@@ -1,4 +1,4 @@
-"""The default thread count follows the CPUs that other processes leave free (backends/cpu/free_cpus.py),
+"""The default thread count follows the CPUs that other processes leave free (process/free_cpus.py),
 and a step's logits do not depend on how many threads run it."""
 
 import os
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from fuelcli.backends import make_engine
-from fuelcli.backends.cpu import free_cpus as fc
+from fuelcli.process import free_cpus as fc
 from fuelcli.backends.cpu.activations import attention_splits
 from fuelcli.backends.cpu.attention import KEY_BLOCK, MIN_SPLIT_BLOCKS
 from fuelcli.process import threads

@@ -10,7 +10,7 @@ FUEL_THREADS sets the pool's thread count: a whole number up to llama.cpp's GGML
 million threads crash numba's pool; anything but a number makes numba warn and ignore it).
 `-t/--threads` sets the count per command (set_threads), and says once where it is more than the
 CPUs other processes leave free. Without either, a CPU engine runs each forward on the threads that
-the CPUs other processes leave free allow (backends/cpu/free_cpus.py).
+the CPUs other processes leave free allow (process/free_cpus.py).
 
 The commands import numba here, without three optional probes fuel never needs (~50 ms of a warm
 start): PyYAML, read only for a .numba_config.yaml in the working directory (probed when there is
@@ -80,7 +80,7 @@ _said_busy = False  # the busy CPUs are said once a process
 
 def _free_cpus_probe():
     """A reading of the CPUs other processes keep busy, started now (off where it cannot count them)."""
-    from ..backends.cpu.free_cpus import FreeCpus
+    from .free_cpus import FreeCpus
 
     probe = FreeCpus(os.cpu_count() or 1)
     return probe if probe.on else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...process import threads  # configures numba's threading before numba is imported
+from ...process.free_cpus import FreeCpus
 from ...families.schema import EXPERT_ROLES, MATRICES, VECTORS
 from ...model.block import rope_variants
 from ...model.config import ModelConfig
@@ -22,7 +23,6 @@ from ..recurrent_state import RecurrentState
 from . import amx
 from .activations import allocate
 from .attention import KEY_BLOCK
-from .free_cpus import FreeCpus
 from .jit import load_cached
 from .kernels import is_quant
 from .llvm import host_isa
