@@ -29,6 +29,7 @@ def pull(
         if not list_:
             raise InputError("give one or more aliases, or --list")
         table = Table("alias", "model", "size", "chat", "pulled")
+        table.columns[0].no_wrap = True  # the name to type stays whole, however narrow the output
         for d in demo.DEMOS.values():
             pulled = str(demo.path_of(d.alias)) if demo.is_pulled(d.alias) else "no"
             chat = "base model: `fuel run` sends raw text (--use-chat-template)" if d.base else "instruction-tuned"
