@@ -4,6 +4,9 @@ kernels whatever the rows beside it), and of the one-sequence engine's prefill (
 batching) within float noise, in fewer forwards. Float weights (a tiny Qwen3) and quantized ones
 (SmolLM2's Q4_1/Q8_0)."""
 
+import threading
+import time
+
 import numpy as np
 import pytest
 
@@ -89,3 +92,87 @@ def test_cancelled_job_stops_and_empties_its_slots(qwen3):
     j.cancel()
     assert j.run(e, [0, 1], 256) is None
     assert e.positions == [0, 0]
+
+
+# --- in the worker, over a scripted engine of several slots (test_serve_worker's harness) ------------
+
+
+def slotted_engine(slots, delay_s=0.0):
+    """test_serve_embeddings' scripted engine with sequences as a dimension: step runs each entry as
+    that engine's prefill would on its own slot, and records the slots of each step."""
+    from test_serve_embeddings import scripted_hidden_engine
+
+    e = scripted_hidden_engine(delay_s=delay_s)
+    e.slots, e.positions, e.steps = slots, [0] * slots, []
+
+    def step(batch, hidden=False):
+        e.steps.append([slot for slot, _ in batch])
+        out, p = [], e.positions
+        for slot, tokens in batch:
+            p[0], p[slot] = p[slot], p[0]  # the slot's position where prefill reads and advances it
+            got = type(e).prefill(e, tokens, hidden=hidden)
+            p[0], p[slot] = p[slot], p[0]
+            out.append((got[0][0], got[1]) if hidden else got[0])
+        return out
+
+    e.step = step
+    return e
+
+
+@pytest.fixture
+def served_slots():
+    from fuelcli.serve.pooling import Embedder, Pooling
+    from test_serve_embeddings import H
+    from test_serve_worker import Served
+
+    made = []
+
+    def make(slots, **kw):
+        made.append(Served(slotted_engine(slots, **kw), metrics=True))
+        made[-1].model.embedder = Embedder(np.ones(H, np.float32), 1e-6, Pooling("last", "test"), H)
+        return made[-1]
+
+    yield make
+    for s in made:
+        s.close()
+
+
+def embedded(s, inputs):
+    out = s.client.embeddings.create(model="scripted", input=inputs, encoding_format="float")
+    return np.array([d.embedding for d in sorted(out.data, key=lambda d: d.index)])
+
+
+def test_the_worker_packs_a_request_onto_the_free_slots(served_slots):
+    """Five inputs on three idle slots: two forwards (three inputs, then two), every slot left empty;
+    the vectors are those of the inputs sent one at a time."""
+    s = served_slots(3)
+    inputs = ["abc", "hello", [5, 6], "abc", "x"]
+    got = embedded(s, inputs)
+    assert [sorted(st) for st in s.engine.steps] == [[0, 1, 2], [0, 1]]
+    assert s.engine.positions == [0, 0, 0]
+    alone = np.concatenate([embedded(s, [x]) for x in inputs])
+    np.testing.assert_array_equal(got, alone)
+    assert any("5 inputs on 3 slots in 2 forwards" in r.getMessage() for r in s.records)
+
+
+def test_a_generation_keeps_its_slot_while_embeddings_use_the_others(served_slots):
+    """A chat generating on one slot of two: the embeddings request runs on the other at once (one
+    input a forward there), between the chat's steps; the chat's reply is the one it gives alone."""
+    s = served_slots(2, delay_s=0.02)
+    replies = []
+    t = threading.Thread(target=lambda: replies.append(s.client.chat.completions.create(
+        model="scripted", messages=[{"role": "user", "content": "hi"}], max_tokens=60, temperature=0)))
+    t.start()
+    while not s.worker.running:
+        time.sleep(0.005)
+    (chat_slot,) = s.worker.running
+    got = embedded(s, ["abc", "abc", [5, 6]])
+    still = bool(s.worker.running)
+    t.join(30)
+    np.testing.assert_array_equal(got[0], got[1])
+    assert still  # answered while the chat was generating: it did not wait for the chat's slot
+    embed_steps = [st for st in s.engine.steps if chat_slot not in st]
+    assert embed_steps == [[1 - chat_slot]] * 3
+    alone = s.client.chat.completions.create(model="scripted", messages=[{"role": "user", "content": "hi"}],
+                                             max_tokens=60, temperature=0)
+    assert replies[0].choices[0].message.content == alone.choices[0].message.content
