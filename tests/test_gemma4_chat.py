@@ -8,8 +8,9 @@ same template (render_jinja_template, what apply_chat_template runs):
   reads OpenAI's role:tool messages after a tool call.
 
 A system message becomes the system turn, the tools its `<|tool>declaration:...<tool|>` blocks, a
-call `<|tool_call>call:NAME{...}<tool_call|>`, enable_thinking the `<|think|>` token; the turn and
-tool markers tokenize as single tokens.
+call `<|tool_call>call:NAME{...}<tool_call|>`, its results `<|tool_response>` blocks on the same
+model turn (for the first template fuel folds OpenAI's tool messages into it, as llama.cpp does),
+enable_thinking the `<|think|>` token; the turn and tool markers tokenize as single tokens.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from conftest import cached, llama_cpp_sdist
 from test_tokenizer_vectors import tokenizer, vocab_dir  # noqa: F401 (a fixture)
 
 from fuelcli.serve.schemas import Message
+from fuelcli.text.gemma4_messages import folds_tool_results
 
 SYSTEM = "You are a weather assistant. Answer in one sentence.  "
 TOOLS = [{"type": "function", "function": {
@@ -81,10 +83,47 @@ def test_a_system_message_alone_and_thinking(gguf_tok):
     assert plain == "<bos><|turn>user\nWeather in Paris?<turn|>\n<|turn>model\n<|channel>thought\n<channel|>"
 
 
-def test_a_tool_call_renders_as_transformers(gguf_tok):
+def test_a_tool_call_and_its_result_render_on_the_model_turn(gguf_tok):
+    """The first template reads a call's results from `tool_responses` on the calling turn: fuel
+    folds OpenAI's tool message and the answer after it into that turn, as llama.cpp does; the text
+    is transformers' rendering of the conversation so folded (written out here)."""
     text = gguf_tok.render_chat(as_served(WITH_CALL), tools=TOOLS)
-    assert text == transformers_render(gguf_tok.chat_template, as_served(WITH_CALL), TOOLS)
-    assert "<|turn>model\n<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>,units:<|\"|>celsius<|\"|>}<tool_call|>" in text
+    folded = as_served(CHAT) + [
+        {"role": "assistant", "tool_calls": [as_served(WITH_CALL)[2]["tool_calls"][0]],
+         "tool_responses": [{"name": "get_weather", "response": {"temperature": 21, "sky": "clear"}}],
+         "content": "It is 21 °C and clear."},
+        {"role": "user", "content": "And tomorrow?"}]
+    assert text == transformers_render(gguf_tok.chat_template, folded, TOOLS)
+    assert ("<|turn>model\n<|tool_call>call:get_weather{city:<|\"|>Paris<|\"|>,units:<|\"|>celsius<|\"|>}<tool_call|>"
+            "<|tool_response>response:get_weather{sky:<|\"|>clear<|\"|>,temperature:21}<tool_response|>"
+            "It is 21 °C and clear.<turn|>\n<|turn>user\nAnd tomorrow?") in text
+
+
+def test_negative_control_unfolded_results_form_a_tool_turn(gguf_tok):
+    """The comparison sees the fold: the same messages as they come give a "tool" turn."""
+    unfolded = transformers_render(gguf_tok.chat_template, as_served(WITH_CALL), TOOLS)
+    assert "<turn|>\n<|turn>tool\n" in unfolded
+    assert unfolded != gguf_tok.render_chat(as_served(WITH_CALL), tools=TOOLS)
+
+
+def test_the_fold_as_llama_cpp(gguf_tok):
+    """Parallel calls take their results' names in order, a result that is not JSON stays text, a
+    result past the calls is named by its tool_call_id; a turn that ends at the results leaves the
+    model's turn open (the template writes no generation prompt after them)."""
+    from fuelcli.text.gemma4_messages import for_template
+
+    calls = [{"id": f"c{k}", "type": "function", "function": {"name": n, "arguments": {}}}
+             for k, n in enumerate(["a", "b"])]
+    msgs = [{"role": "user", "content": "go"}, {"role": "assistant", "content": "", "tool_calls": calls},
+            {"role": "tool", "tool_call_id": "c0", "content": "[1, 2]"},
+            {"role": "tool", "tool_call_id": "c1", "content": "not json"},
+            {"role": "tool", "tool_call_id": "c9", "content": "3"}]
+    (user, turn) = for_template(msgs)
+    assert user == msgs[0] and turn == {"role": "assistant", "tool_calls": calls, "tool_responses": [
+        {"name": "a", "response": [1, 2]}, {"name": "b", "response": "not json"}, {"name": "c9", "response": 3}]}
+    assert for_template(msgs[:1]) == msgs[:1]
+    text = gguf_tok.render_chat(msgs)
+    assert text.endswith("<|tool_response>response:c9{value:3}<tool_response|><|channel>thought\n<channel|>")
 
 
 def test_negative_control_arguments_as_a_string(gguf_tok):
@@ -99,6 +138,7 @@ def test_newer_template_reads_openai_tool_messages(gguf_tok, newer_template):
     text = _with_template(gguf_tok, newer_template).render_chat(as_served(WITH_CALL), tools=TOOLS)
     assert text == transformers_render(newer_template, as_served(WITH_CALL), TOOLS)
     assert "<|tool_response>response:get_weather{" in text and "<turn|>\n<|turn>tool" not in text
+    assert not folds_tool_results(newer_template) and folds_tool_results(gguf_tok.chat_template)
 
 
 def test_the_prompt_tokenizes_with_single_marker_tokens(gguf_tok):
