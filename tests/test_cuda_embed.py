@@ -2,7 +2,7 @@
 one sequence: the job falls back to its inputs one after another on slot 0 (base.Engine.step with
 hidden=True runs that slot's prefill), and the vectors are the CPU engine's within float noise."""
 
-import cuda_sim  # noqa: F401  (first: numba.cuda on the simulator)
+import cuda_sim  # first: numba.cuda on the simulator
 import numpy as np
 
 from fuelcli.assembly.loader import open_model
