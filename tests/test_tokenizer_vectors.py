@@ -27,9 +27,9 @@ from fuelcli.weights.gguf import read_gguf
 SDIST = LLAMA_CPP_SDIST
 SEP = "\n__ggml_vocab_test__\n"
 # every vocabulary with vectors in that sdist, accepted (matched case for case) or refused
-ACCEPTED = ["command-r", "deepseek-coder", "deepseek-llm", "falcon", "gpt-2", "llama-bpe", "llama-spm", "mpt",
-            "phi-3", "qwen2", "qwen35", "refact", "starcoder"]
-REFUSED = {"bert-bge": "'bert'", "gemma-4": "'gemma4'"}
+ACCEPTED = ["command-r", "deepseek-coder", "deepseek-llm", "falcon", "gemma-4", "gpt-2", "llama-bpe", "llama-spm",
+            "mpt", "phi-3", "qwen2", "qwen35", "refact", "starcoder"]
+REFUSED = {"bert-bge": "'bert'"}
 # pre-tokenizers llama.cpp has no vectors for, each checked against its maker's own tokenizer instead
 OTHER_ORACLES = {"tekken": "test_tekken.py"}  # mistral-common's Tekkenizer on a real Tekken vocabulary
 
@@ -52,7 +52,10 @@ def vocab_dir() -> Path:
 
 def cases(vocab_dir: Path, name: str) -> list:
     f = vocab_dir / f"ggml-vocab-{name}.gguf"
-    inp = (f.parent / (f.name + ".inp")).read_text(encoding="utf-8").split(SEP)
+    text = (f.parent / (f.name + ".inp")).read_text(encoding="utf-8")
+    if not text.endswith(SEP):  # gemma-4's file lacks the last separator (test-tokenizer-0 reads it the same)
+        text += SEP
+    inp = text.split(SEP)
     out = (f.parent / (f.name + ".out")).read_text(encoding="utf-8").split("\n")
     assert inp[-1] == "" and len(out) > len(inp) - 1  # the file ends with the separator
     return [(text, [int(x) for x in ids.split()]) for text, ids in zip(inp[:-1], out)]
@@ -119,6 +122,27 @@ def test_wrong_split_fails(vocab_dir):
     """Llama-3's vocabulary split by Qwen2's regex (every digit alone, not in threes): the number cases fail."""
     bad = failures(tokenizer(vocab_dir, "llama-bpe", **{"tokenizer.ggml.pre": "qwen2"}), cases(vocab_dir, "llama-bpe"))
     assert "333" in [t for t, _ in bad]
+
+
+def test_gemma4_runs_bpe_over_the_whole_text(vocab_dir):
+    """Gemma 4's merges join across spaces ("▁▁Hello"): the same vocabulary split into words at each
+    ▁ first (SentencePiece's Metaspace) fails the cases with runs of spaces."""
+    from tokenizers import pre_tokenizers
+
+    tok = tokenizer(vocab_dir, "gemma-4")
+    tok._tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="never", split=True)
+    bad = [t for t, _ in failures(tok, cases(vocab_dir, "gemma-4"))]
+    assert "   Hello" in bad and "    Hello\n    Hello" in bad
+
+
+def test_gemma4_adds_bos_whatever_the_file_says(vocab_dir):
+    """llama.cpp adds BOS for a gemma4 vocabulary even where add_bos_token is false; bytes outside the
+    vocabulary fall back to <0xNN> tokens and decode back."""
+    tok = tokenizer(vocab_dir, "gemma-4", **{"tokenizer.ggml.add_bos_token": False})
+    assert tok.encode("Hello world") == [2, 9259, 1902]
+    assert tok.decode(tok.encode(" Hello\n\n\nworld  \U0001F999 x"), skip_special_tokens=True) == \
+        " Hello\n\n\nworld  \U0001F999 x"
+    assert tok.encode("<|turn>user", add_special_tokens=False) == [105, tok.encode("user", add_special_tokens=False)[0]]
 
 
 # ---------------------------------------------------------------- fuel inspect tokens

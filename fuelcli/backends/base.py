@@ -115,12 +115,16 @@ class Engine(ABC):
         """Run the tokens after what slot 0's cache holds; logits [1 or T, vocab] float32 of the last
         (or every) token; with hidden=True also the residual stream [L+1, T, H]."""
 
-    def step(self, batch: list) -> list:
+    def step(self, batch: list, hidden: bool = False) -> list:
         """One forward over several sequences: batch is [(slot, token ids)], each slot at most once,
-        each continuing what its slot holds; the logits [vocab] of each entry's last token, in order.
-        A backend without sequences as a dimension runs slot 0 alone."""
+        each continuing what its slot holds; the logits [vocab] of each entry's last token, in order
+        (with hidden=True, per entry (logits, its rows' residual stream [L+1, tokens, H]), as
+        prefill's). A backend without sequences as a dimension runs slot 0 alone."""
         if len(batch) != 1 or batch[0][0] != 0:
             raise InputError(f"the {self.device} backend runs one sequence at a time")
+        if hidden:
+            logits, states = self.prefill(batch[0][1], hidden=True)
+            return [(logits[0], states)]
         return [self.prefill(batch[0][1])[0]]
 
     def verify(self, tokens, slot: int = 0) -> np.ndarray:

@@ -20,10 +20,11 @@ chunks, oldest job first; a long prompt thus enters over several steps while the
 generating. Every row of a step runs the same kernels whatever the rows beside it (the engine's
 tiles with several slots), so a request's reply does not depend on the requests it was served with.
 
-An embeddings job (embed_job.py) runs whole between two steps on slot 0, where the engine's prefill
-returns the hidden states: its inputs one after another, each from an empty cache, while the other
-slots' jobs wait; slot 0's prompt cache is dropped. While a generation holds slot 0 the embeddings
-job waits for it, and the jobs queued behind it wait too (arrival order).
+An embeddings job (embed_job.py) takes free slots as a generation does, and runs whole between two
+steps while the other slots' jobs wait: its inputs packed several to a forward, one per free slot
+(the engine's step returns each one's hidden states), each from an empty cache. It takes as many
+free slots as it has inputs, empty ones first, then the least recently used, whose prompt caches it
+drops. With every slot held it waits for one, and the jobs queued behind it wait too (arrival order).
 """
 
 from __future__ import annotations
@@ -185,7 +186,6 @@ class EngineWorker:
         self.token_bytes = TokenBytes(tokenizer)
         self.stopping = False
         self.outbox = Outbox()  # the running jobs' events, sent once a step
-        self._embedding: EmbedJob | None = None  # one waiting for slot 0
         self._job_seconds = 1.0  # running mean of a job's duration, for Retry-After
         self._thread = threading.Thread(target=self._run, name="fuel-engine", daemon=True)
 
@@ -255,22 +255,15 @@ class EngineWorker:
                 self.outbox.flush()
         for r in list(self.running.values()):  # stopping: the jobs left end as cancelled
             self._end(r, "cancelled")
-        if self._embedding is not None:
-            self._embedding.emit(Done("cancelled", Stats()))
         self.outbox.flush()
 
     def _admit(self) -> bool:
         """Takes waiting jobs into free slots (waits for one when nothing runs); False once stopped."""
         while len(self.running) < self.engine.slots:
-            if self._embedding is not None:
-                if 0 in self.running:
-                    return True
-                job, self._embedding = self._embedding, None
-            else:
-                try:
-                    job = self.jobs.get(block=not self.running)
-                except queue.Empty:
-                    return True
+            try:
+                job = self.jobs.get(block=not self.running)
+            except queue.Empty:
+                return True
             if job is None:
                 return False
             if job.cancelled:
@@ -278,9 +271,6 @@ class EngineWorker:
                 job.emit(Done("cancelled", Stats()))
                 continue
             if isinstance(job, EmbedJob):
-                if 0 in self.running:
-                    self._embedding = job
-                    return True
                 self._embed(job)
                 continue
             slot = self._slot_for(job.prompt_ids)
@@ -294,22 +284,28 @@ class EngineWorker:
 
     def _embed(self, job: EmbedJob) -> None:
         started = time.perf_counter()
-        self.cached[0] = []
+        free = [s for s in range(self.engine.slots) if s not in self.running]
+        slots = sorted(free, key=lambda s: (bool(self.cached[s]), self._used[s]))[:len(job.inputs)]
+        for s in slots:
+            self.cached[s] = []
         try:
-            out = job.run(self.engine)
-        except Exception as e:  # as a failed step: the engine state is unknown, start slot 0 afresh
+            out = job.run(self.engine, slots, self.prefill_chunk)
+        except Exception as e:  # as a failed step; the job left its slots empty
             log.error("embeddings failed: %s: %s", type(e).__name__, e)
             log.debug("the failure in full", exc_info=True)
-            self.engine.reset(0)
             self.metrics.finished(job.kind, "error", Stats(), time.perf_counter() - job.arrived)
             job.emit(Failed(APIError(500, f"embeddings failed: {type(e).__name__}: {e}", type="server_error")))
+            return
+        if out is None:  # the client went away
+            self.metrics.finished(job.kind, "cancelled", Stats(), time.perf_counter() - job.arrived)
+            job.emit(Done("cancelled", Stats()))
             return
         seconds = time.perf_counter() - started
         self.metrics.finished(job.kind, "stop", Stats(prompt_tokens=out.prompt_tokens, prefill_s=seconds),
                               time.perf_counter() - job.arrived)
         job.emit(out)
-        log.info("embeddings: %d inputs, %d tokens at %.1f tok/s", len(job.inputs), out.prompt_tokens,
-                 out.prompt_tokens / seconds if seconds else 0.0)
+        log.info("embeddings: %d inputs on %d slots in %d forwards, %d tokens at %.1f tok/s", len(job.inputs),
+                 len(slots), out.forwards, out.prompt_tokens, out.prompt_tokens / seconds if seconds else 0.0)
 
     def _slot_for(self, ids: list[int]) -> int:
         """A free slot for a prompt: one whose tokens the prompt continues (its conversation's earlier

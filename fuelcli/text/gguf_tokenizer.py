@@ -1,6 +1,6 @@
 """A `tokenizers.Tokenizer` built from GGUF `tokenizer.ggml.*` metadata, matching llama.cpp.
 
-Two vocabulary types (`tokenizer.ggml.model`):
+Three vocabulary types (`tokenizer.ggml.model`):
 
   gpt2   byte-level BPE (Llama-3, Qwen, SmolLM, StarCoder, ...). The split regexes are not in the
          file: `tokenizer.ggml.pre` names them, and PRE_TOKENIZERS below has llama.cpp's
@@ -11,6 +11,9 @@ Two vocabulary types (`tokenizer.ggml.model`):
          default on) and BOS added by default. The file has no merges; they are rebuilt from the
          scores (a pair merges when the piece it forms is in the vocabulary; higher score first),
          which is what llama.cpp's SPM tokenizer does symbol pair by symbol pair.
+  gemma4 BPE over the file's merges on the text's own UTF-8 with `▁` for spaces (Gemma 4's
+         tokenizer.json: no pre-tokenizer, no prefix space), byte fallback to `<0xNN>` tokens;
+         BOS always added (llama.cpp overrides the file's add_bos_token for it).
 
 Every accepted name passes llama.cpp's tokenizer test vectors (`models/ggml-vocab-*.gguf` with
 `.inp`/`.out`, whose ids come from HF tokenizers): see tests/test_tokenizer_vectors.py; tekken, which
@@ -87,7 +90,7 @@ PRE_TOKENIZERS = {
 }
 # the pre-tokenizers llama.cpp adds BOS for by default (the file's add_bos_token overrides)
 _ADD_BOS = ("llama-bpe", "llama3", "llama-v3", "tekken")
-MODELS = ("gpt2 (byte-level BPE)", "llama (SentencePiece)")
+MODELS = ("gpt2 (byte-level BPE)", "llama (SentencePiece)", "gemma4 (BPE on ▁-spaced text)")
 
 NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
 
@@ -254,6 +257,39 @@ def _sentencepiece(meta: dict) -> tuple[tokenizers.Tokenizer, list, list]:
     return tok, special, user
 
 
+def _spaced_bpe(meta: dict) -> tuple[tokenizers.Tokenizer, list, list]:
+    """gemma4: BPE over the file's merges, spaces as ▁, unknown characters as <0xNN> bytes."""
+    tokens = _tokens(meta)
+    types = _types(meta, len(tokens))
+    if len(types) != len(tokens):
+        raise InputError(f"GGUF tokenizer.ggml.token_type has {len(types)} entries for {len(tokens)} tokens")
+    merges = meta.get("tokenizer.ggml.merges")
+    if merges is None:
+        raise InputError("GGUF metadata lacks tokenizer.ggml.merges (a gemma4 vocabulary needs them)")
+    vocab = {}
+    for i, t in enumerate(tokens):
+        vocab.setdefault(t, i)
+    unk = meta.get("tokenizer.ggml.unknown_token_id")
+    unk = tokens[unk] if isinstance(unk, int) and 0 <= unk < len(tokens) else None
+    pairs = []
+    for m in merges:  # split at the first space after the first character, as llama.cpp reads them
+        cut = m.find(" ", 1)
+        pairs.append((m[:cut], m[cut + 1:]) if cut > 0 else (m, ""))
+    try:  # tokenizers panics on a merge whose result is no token: diagnose after, not on every start
+        bpe = call_quietly(models.BPE, vocab=vocab, merges=pairs, dropout=None, unk_token=unk, fuse_unk=True,
+                           byte_fallback=True)
+    except RuntimeError as e:
+        check_merges(vocab, merges)
+        raise InputError(f"GGUF tokenizer metadata cannot be built into a BPE tokenizer: {e}") from None
+    tok = tokenizers.Tokenizer(bpe)
+    tok.normalizer = normalizers.Replace(" ", "▁")
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
+    special = [AddedToken(t, normalized=False, special=True)
+               for t, ty in zip(tokens, types) if ty in (CONTROL, UNKNOWN)]
+    user = [AddedToken(t, normalized=False, special=False) for t, ty in zip(tokens, types) if ty == USER_DEFINED]
+    return tok, special, user
+
+
 def _template(text):
     """tokenizer.chat_template as a Jinja template. A file converted with --mistral-format names one
     of llama.cpp's built-in templates instead ("mistral-v3-tekken"): rendering that name as Jinja
@@ -273,6 +309,9 @@ def tokenizer_from_gguf(meta: dict) -> Tokenizer:
     elif model == "llama":
         tok, special, user = _sentencepiece(meta)
         add_bos_default = True  # llama.cpp's default for SentencePiece vocabularies
+    elif model == "gemma4":
+        tok, special, user = _spaced_bpe(meta)
+        add_bos_default = True
     else:
         raise InputError(f"unsupported GGUF tokenizer model {model!r} (supported: {', '.join(MODELS)})")
     tok.add_special_tokens(special)
@@ -288,6 +327,7 @@ def tokenizer_from_gguf(meta: dict) -> Tokenizer:
         chat_template=_template(meta.get("tokenizer.chat_template")),
         bos_token=token("bos_token_id"),
         eos_token=token("eos_token_id"),
-        add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", add_bos_default)),
+        # llama.cpp adds BOS for Gemma 4 whatever the file says (its models fail without it)
+        add_bos=model == "gemma4" or bool(meta.get("tokenizer.ggml.add_bos_token", add_bos_default)),
         add_eos=bool(meta.get("tokenizer.ggml.add_eos_token", False)),
     )

@@ -19,6 +19,7 @@ from ..errors import InputError
 from ..process.panic_guard import call_quietly
 from ..fileio.files import is_present, open_regular, read_regular
 from ..fileio.jsondoc import MAX_BYTES, kind, read_object
+from .gemma4_messages import folds_tool_results, for_template
 
 _REPLACEMENT = "\ufffd"  # what the decoders emit for an incomplete UTF-8 sequence
 
@@ -249,7 +250,8 @@ class Tokenizer:
                     template_kwargs: dict | None = None, tools: list[dict] | None = None) -> str:
         """`template_kwargs`: extra template variables (transformers' apply_chat_template **kwargs,
         llama-server's chat_template_kwargs), e.g. Qwen3's enable_thinking; they win over the
-        special-token strings. `tools`: OpenAI's tool definitions, as transformers passes them."""
+        special-token strings. `tools`: OpenAI's tool definitions, as transformers passes them.
+        The first Gemma 4 template gets the tool results on the calling turn (gemma4_messages.py)."""
         reserved = {"messages", "add_generation_prompt", "tools"} & set(template_kwargs or {})
         if reserved:
             raise InputError(f"chat template kwargs cannot set {', '.join(sorted(reserved))}")
@@ -257,6 +259,8 @@ class Tokenizer:
             raise InputError("the model has no chat template (use --no-chat for a raw prompt)")
         import jinja2
 
+        if folds_tool_results(self.chat_template):
+            messages = for_template(messages)
         try:
             template = _jinja_env().from_string(self.chat_template)
             return template.render(

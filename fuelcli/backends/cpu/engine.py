@@ -279,11 +279,12 @@ class CpuEngine(Engine):
             add_wide(self.kern, self.codes, self._isa)
             self._wide = True
 
-    def step(self, batch: list) -> list:
+    def step(self, batch: list, hidden: bool = False) -> list:
         """One forward over the new tokens of several sequences (base.Engine.step): every product
         runs over all rows at once (each sequence's next token on the decode kernels, a weight row
         read once for all of them; prompt chunks on the tiles), each sequence's attention over its
-        own slot. Up to n_batch rows a call; a longer batch is refused (the caller chunks prompts)."""
+        own slot. Up to n_batch rows a call; a longer batch is refused (the caller chunks prompts).
+        hidden=True: also each entry's residual stream (the embeddings of several texts in one forward)."""
         slots = [slot for slot, _ in batch]
         if not batch or len(set(slots)) != len(slots):
             raise InputError(f"a step takes each sequence at most once, got slots {slots}")
@@ -296,13 +297,17 @@ class CpuEngine(Engine):
         order = sorted(range(len(batch)), key=lambda i: len(ids[i]) > 1)  # one-token sequences first
         segs = self._segs([(slots[i], self.positions[slots[i]], len(ids[i])) for i in order])
         logits = self._last[:len(batch)]
-        self._run(*self._args(np.concatenate([ids[i] for i in order]), segs, False, logits,
-                                  np.empty((0, 1, 1), np.float32)))
+        cfg = self.cfg
+        states = np.empty((cfg.num_layers + 1, T, cfg.hidden_size) if hidden else (0, 1, 1), np.float32)
+        self._run(*self._args(np.concatenate([ids[i] for i in order]), segs, False, logits, states))
         for slot, t in zip(slots, ids):
             self.positions[slot] += len(t)
             if len(t) > 1:
                 self.state.save(slot, self.positions[slot])
-        out = [None] * len(batch)
+        out, r0 = [None] * len(batch), 0
         for row, i in enumerate(order):
             out[i] = logits[row].copy()
+            if hidden:
+                out[i] = (out[i], states[:, r0:r0 + len(ids[i])])
+                r0 += len(ids[i])
         return out
