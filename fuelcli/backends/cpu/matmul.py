@@ -180,7 +180,7 @@ def attention_splits(T, pos0, window, n_kv, max_splits):
 
 
 @helper()
-def attention(q, k_cache, v_cache, pos0, window, n_heads, n_kv, out, part, core, sinks):
+def attention(q, k_cache, v_cache, pos0, window, n_heads, n_kv, out, part, core, sinks=0):
     """Causal attention of T queries at pos0.. over one layer's cache ([n_ctx, n_kv, head_dim]);
     window w > 0 keeps keys j with p - w < j <= p (transformers' sliding-window direction). part:
     scratch for a decode step's key runs (attention_splits): MAX_SPLITS * n_heads * part_stride floats.
