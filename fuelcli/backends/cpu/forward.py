@@ -288,9 +288,9 @@ def shared_expert(h, act, mats, mi, fn, kern, core, quant, out, n_dec):
 
 
 def ffn(exp_idx, l, h, act, mats, mi, fn, dims, kern, core, quant, gate, up, out, n_dec, ex):
-    """The FFN of layer l (fn: its activation; ex: its MoE variants, moe_extras). exp_idx is None for a model without MoE layers: a
-    type, so a dense model's forward holds no MoE code (and the call from Python stays on numba's
-    fast path)."""
+    """The FFN of layer l (fn: its activation; ex: its MoE variants, moe_extras). exp_idx is None for
+    a model without MoE layers: a type, so a dense model's forward holds no MoE code (and the call
+    from Python stays on numba's fast path)."""
 
 
 @overload(ffn, jit_options=OWN_FLAGS)
