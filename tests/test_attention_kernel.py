@@ -214,3 +214,68 @@ def test_nan_in_one_run_reaches_the_output(splits):
     got = run(isa, q, k, v, pos0, 0, nkv, splits=splits)
     assert np.isnan(got[0, 3:, 7]).all()
     assert np.isfinite(got[0, :3]).all()
+
+
+def _with_sinks(isa, q, k, v, pos0, window, nkv, sinks, splits=1):
+    """run()'s attention with each head's sink logit: in the attention kernel's denominator with one
+    key run (SINKS in `splits`, the sinks where `part` goes), in the combine kernel's with several."""
+    from fuelcli.backends.cpu.attention import SINKS
+
+    store, attend = _kernels(isa, q.shape[2])
+    T, nh, hd = q.shape
+    n = k.shape[0]
+    cache = KVCache(1, n + 3, nkv, hd, key_block=KEY_BLOCK)
+    kc, vc = cache.k[0], cache.v[0]
+    rows_k, rows_v = np.ascontiguousarray(k.reshape(n, -1)), np.ascontiguousarray(v.reshape(n, -1))
+    for t in range(n):
+        _call(store, t, _p(rows_k), _p(rows_v), _p(kc), _p(vc), 0, nkv * hd)
+    out = np.full((T, nh, hd), -7.0, np.float32)
+    part = np.full(splits * T * nh * part_stride(hd), np.nan, np.float32)
+    qc = np.ascontiguousarray(q)
+    for task in range(-(-T // 16) * nkv * splits):
+        _call(attend, task, _p(qc), _p(kc), _p(vc), _p(out), pos0, window, nh, nkv, T,
+              splits | SINKS if splits == 1 else splits, _p(sinks) if splits == 1 else _p(part))
+    if splits > 1:
+        comb = _combine(isa, hd)
+        for r in range(T * nh):
+            _call(comb, r, _p(part), _p(out), splits, T * nh, _p(sinks), nh)
+    return out
+
+
+def reference_with_sinks(q, k, v, pos0, window, group, sinks):
+    """float64 as reference(), each head's sink logit joining its softmax's denominator (gpt-oss)."""
+    T, nh, hd = q.shape
+    out = np.empty((T, nh, hd))
+    for t in range(T):
+        p = pos0 + t
+        lo = max(0, p - window + 1) if window > 0 else 0
+        for h in range(nh):
+            s = k[lo:p + 1, h // group].astype(np.float64) @ q[t, h].astype(np.float64) / np.sqrt(hd)
+            top = max(s.max(), float(sinks[h]))
+            w = np.exp(s - top)
+            out[t, h] = w @ v[lo:p + 1, h // group].astype(np.float64) / (w.sum() + np.exp(sinks[h] - top))
+    return out
+
+
+SINK_CASES = [  # (T, pos0, nh, nkv, window, splits): prefill chunks, decode steps, windows, key runs
+    (40, 0, 4, 2, 8, 1), (23, 37, 8, 1, 0, 1), (1, 200, 4, 2, 0, 1), (1, 200, 4, 2, 0, 3), (1, 150, 8, 2, 37, 2),
+    (16, 300, 4, 4, 128, 1),
+]
+
+
+@pytest.mark.parametrize("isa", ISA_NAMES)
+@pytest.mark.parametrize("hd", [64, 16])
+@pytest.mark.parametrize("case", SINK_CASES, ids=lambda c: "T{}-pos{}-h{}-kv{}-w{}-s{}".format(*c))
+def test_sinks_match_float64(isa, hd, case):
+    """Attention sinks (gpt-oss), with sink logits around the scores and well above them (a head
+    whose weights all but vanish: max(scores, sink) keeps the exps finite). Negative control: the
+    sinks left out of the denominator miss by > 100 TOL."""
+    T, pos0, nh, nkv, window, splits = case
+    rng = np.random.default_rng(hash(case) % 2**32 + hd)
+    q, k, v = _inputs(rng, T, pos0, nh, nkv, hd)
+    sinks = rng.standard_normal(nh).astype(np.float32) * 2
+    sinks[0] = 60.0
+    want = reference_with_sinks(q, k, v, pos0, window, nh // nkv, sinks)
+    got = _with_sinks(isa, q, k, v, pos0, window, nkv, sinks, splits)
+    assert np.abs(got - want).max() < TOL
+    assert np.abs(got - reference(q, k, v, pos0, window, nh // nkv)).max() > 100 * TOL

@@ -536,6 +536,41 @@ def test_glu(isa, act):
         assert not np.allclose(g, other, rtol=1e-3, atol=1e-3)
 
 
+@njit(cache=True)
+def clamped_glu(gate, up, limit_bits, alpha_bits, core):
+    M.clamped_glu(gate, up, limit_bits, alpha_bits, core)
+
+
+def _f32_bits(x):
+    return int(np.float32(x).view(np.int32))
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_clamped_glu(isa):
+    """gpt-oss's clamped SwiGLU, (clip(up, ±limit) + 1) · g · sigmoid(alpha g) with g = min(gate,
+    limit), against float64 within 1e-6 relative plus, as test_glu's, float32's rounding of the
+    exponential's argument alpha g, 6e-8 |alpha g| relative (values on both sides of both clamps); a
+    NaN gate or up gives NaN (torch's min and clamp keep it). Negative control: without the clamps it
+    is far off."""
+    _, core = _kern(isa, [])
+    rng = np.random.default_rng(3)
+    limit, alpha = 7.0, 1.702
+    for n in (128, 100):  # a vector tail
+        g = (rng.standard_normal((3, n)) * 8).astype(np.float32)
+        u = (rng.standard_normal((3, n)) * 8).astype(np.float32)
+        g[0, :3], u[1, :2] = [-100.0, 100.0, np.nan], [np.nan, -50.0]
+        g64, u64 = g.astype(np.float64), u.astype(np.float64)
+        gl = np.minimum(g64, limit)
+        ref = (np.clip(u64, -limit, limit) + 1) * gl / (1 + np.exp(-float(np.float32(alpha)) * gl))
+        unclamped = (u64 + 1) * g64 / (1 + np.exp(-alpha * g64))
+        clamped_glu(g, u, _f32_bits(limit), _f32_bits(alpha), core)
+        nan = np.isnan(ref)
+        assert nan.sum() == 2 and np.isnan(g[nan]).all()
+        arg = np.abs(alpha * gl[~nan])
+        assert np.all(np.abs(g[~nan] - ref[~nan]) <= (1e-6 + 1e-7 * arg) * np.abs(ref[~nan]) + 1e-30)
+        assert not np.allclose(g[~nan], unclamped[~nan], rtol=1e-3, atol=1e-3)
+
+
 def _attention_ref(q, k, v, pos0, window, nh, nkv):
     T, hd = q.shape[0], k.shape[-1]
     out = np.zeros((T, nh * hd))

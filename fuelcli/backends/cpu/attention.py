@@ -44,6 +44,7 @@ MAX_SPLITS = 16  # key runs of one decode step's attention at most (activations.
 MIN_SPLIT_BLOCKS = 8  # key blocks a run takes at least: shorter runs cost more to combine than they save
 
 
+SINKS = 1 << 32  # in attention's `splits`: one run, and `part` holds the sink logits (the module's docstring)
 PART_EXTRA = 2  # a slot's row of `part`: its unnormalised output (hd floats), then its max and sum
 
 
@@ -190,7 +191,9 @@ def attention(mod, name, hd, task_args, L, E=F32T):
     chunk = {Q: _chunk(mod, f"{name}_q{Q}", hd, Q, L, E) for Q in chunks}
     B, W, SM = KEY_BLOCK, _width(hd), _slots(hd)
     fn, bd = func(mod, name, task_args)
-    task, q_, k_, v_, out_, pos0, window, nh, nkv, T, splits, part_ = fn.args[:12]
+    task, q_, k_, v_, out_, pos0, window, nh, nkv, T, splits_arg, part_ = fn.args[:12]
+    splits = bd.and_(splits_arg, c64(SINKS - 1))
+    has_sinks = bd.icmp_unsigned("!=", bd.and_(splits_arg, c64(SINKS)), c64(0))
     q, out, part = (ptr_to(bd, a, F32T) for a in (q_, out_, part_))
     kc, vc = ptr_to(bd, k_, E), ptr_to(bd, v_, E)
     with bd.goto_entry_block():
@@ -268,9 +271,11 @@ def attention(mod, name, hd, task_args, L, E=F32T):
         with Loop(bd, 0, n) as i:
             ls = bd.load(bd.bitcast(bd.gep(lsum, [bd.mul(i, c64(B))]), vec(F32T, B).as_pointer()), align=4)
             total = hsum(bd, ls)
-            # one run: the normalised output; several: this run's share, normalised by the combine kernel
-            inv = splat(bd, bd.select(whole, bd.fdiv(ir.Constant(F32T, 1.0), total), ir.Constant(F32T, 1.0)), W)
             row = bd.udiv(bd.load(bd.gep(qoff, [i])), c64(hd))  # the slot's (token, head) row
+            # one run: the normalised output; several: this run's share, normalised by the combine kernel
+            one = bd.fdiv(ir.Constant(F32T, 1.0), total)
+            sunk = _with_sink(bd, bd.load(bd.gep(m, [i])), total, bd.gep(part, [bd.urem(row, nh)]), has_sinks)
+            inv = splat(bd, bd.select(whole, bd.select(has_sinks, sunk, one), ir.Constant(F32T, 1.0)), W)
             prow = bd.gep(part, [bd.mul(bd.add(bd.mul(split, bd.mul(T, nh)), row), c64(part_stride(hd)))])
             orow = bd.select(whole, bd.gep(out, [bd.mul(row, c64(hd))]), prow)
             with Loop(bd, 0, hd, W) as c:
@@ -282,14 +287,30 @@ def attention(mod, name, hd, task_args, L, E=F32T):
     bd.ret_void()
 
 
+def _with_sink(bd, m, total, sink_at, has_sinks):
+    """1 / the denominator of a query whose keys' weights e^(s - m) sum to `total`, with the head's sink
+    logit (at sink_at, read when has_sinks) joining it, relative to max(m, sink) so that neither exp
+    overflows: exp(m - M) / (total exp(m - M) + exp(sink - M))."""
+    sink = Var(bd, ir.Constant(F32T, -math.inf))
+    with bd.if_then(has_sinks):
+        sink.set(bd.load(sink_at))
+    top = fmax(bd, m, sink.get())
+    e = vexp(bd, bd.insert_element(bd.insert_element(ir.Constant(vec(F32T, 2), None), bd.fsub(m, top),
+                                                     ir.Constant(I32, 0)), bd.fsub(sink.get(), top),
+                                   ir.Constant(I32, 1)))
+    scale, sink_w = (bd.extract_element(e, ir.Constant(I32, j)) for j in range(2))
+    return bd.fdiv(scale, fmuladd(bd, total, scale, sink_w))
+
+
 def combine(mod, name, hd, task_args):
-    """combine(task, part, out, splits, rows): row `task` of out (rows = T * n_heads rows of hd, the
-    attention's output) from its runs' rows in part: each run's share scaled by exp(its max - the
-    largest), over their scaled sums. A run that saw no key (max -inf, sum 0) adds 0; a NaN in any
-    run reaches out (0 * NaN)."""
+    """combine(task, part, out, splits, rows, sinks, n_heads): row `task` of out (rows = T * n_heads
+    rows of hd, the attention's output) from its runs' rows in part: each run's share scaled by
+    exp(its max - the largest), over their scaled sums. A run that saw no key (max -inf, sum 0) adds
+    0; a NaN in any run reaches out (0 * NaN). sinks != 0: the address of the heads' sink logits
+    (f32 [n_heads]); the row's head's joins the largest and the sum."""
     W = _width(hd)
     fn, bd = func(mod, name, task_args)
-    r, part_, out_, splits, rows = fn.args[:5]
+    r, part_, out_, splits, rows, sinks_, nh = fn.args[:7]
     part, out = ptr_to(bd, part_, F32T), ptr_to(bd, out_, F32T)
     wt = vec(F32T, W)
     orow = bd.gep(out, [bd.mul(r, c64(hd))])
@@ -301,6 +322,10 @@ def combine(mod, name, hd, task_args):
     with Loop(bd, 0, splits) as s:
         mx.set(call_intrinsic(bd, "llvm.maxnum.f32", F32T, [mx.get(), bd.load(bd.gep(prow(s), [c64(hd)]))]))
     den = Var(bd, ir.Constant(F32T, 0.0))
+    with bd.if_then(bd.icmp_signed("!=", sinks_, c64(0))):
+        sink = bd.load(bd.gep(ptr_to(bd, sinks_, F32T), [bd.urem(r, nh)]))
+        mx.set(call_intrinsic(bd, "llvm.maxnum.f32", F32T, [mx.get(), sink]))
+        den.set(bd.extract_element(vexp(bd, splat(bd, bd.fsub(sink, mx.get()), W)), ir.Constant(ir.IntType(32), 0)))
     accs = [Var(bd, splat_c(F32T, 0.0, W)) for _ in range(hd // W)]
     with Loop(bd, 0, splits) as s:
         p = prow(s)

@@ -6,7 +6,8 @@ runs `n` of them in one parallel loop (matmul.run_tasks) or calls one directly.
   quantize(t, x, ldx, K, xq, xs, xf, xp, xz, n_dec)   row t of x -> int16 per 32-block (matmul.py
                                            says why) and its 16-element sums; t < n_dec: also the
                                            layout the decode kernels read (int8 planes or int16 words)
-  silu_mul(t, gate, up, n)                 gate[t] <- silu(gate[t]) * up[t]
+  silu_mul(t, gate, up, n, limit, alpha)   gate[t] <- silu(gate[t]) * up[t]; limit != 0: gpt-oss's
+                                           clamped SwiGLU (_glu)
   gelu_mul(t, gate, up, n)                 gate[t] <- gelu_tanh(gate[t]) * up[t]
   rmsnorm(t, x, y, w, out, n, eps)         x[t] += y[t] (the residual), out[t] = RMSNorm(x[t]) * w
   rope(t, x, bias, norm, nh, hd, pos0, cos, sin, eps, scale)   + bias, per-head RMSNorm, rotate-half
@@ -112,30 +113,49 @@ def _quantize(isa, mod, name):
 
 def _glu(isa, mod, name, act):
     """glu(t, gate, up, n): gate[t] <- act(gate[t]) * up[t]; act silu: g / (1 + e^-g), gelu_tanh:
-    g / (1 + e^-2y) with y = sqrt(2/pi) (g + 0.044715 g^3) (that is 0.5 g (1 + tanh y), exactly)."""
+    g / (1 + e^-2y) with y = sqrt(2/pi) (g + 0.044715 g^3) (that is 0.5 g (1 + tanh y), exactly).
+    silu's kernel also takes (limit, alpha) as f32 bits: limit != 0 makes it gpt-oss's clamped
+    SwiGLU, g = min(gate, limit), u = clip(up, ±limit), gate <- (u + 1) · g / (1 + e^(-alpha g))."""
     fn, bd = func(mod, name, TASK_ARGS)
-    t, g_, u_, n = fn.args[:4]
+    t, g_, u_, n, limit_bits, alpha_bits = fn.args[:6]
     L = isa.lanes
     g, u = bd.gep(ptr_to(bd, g_, F32T), [bd.mul(t, n)]), bd.gep(ptr_to(bd, u_, F32T), [bd.mul(t, n)])
 
-    def step(i, w):
+    def step(i, w, clamped):
         vt = vec(F32T, w)
         gp, up = bd.bitcast(bd.gep(g, [i]), vt.as_pointer()), bd.bitcast(bd.gep(u, [i]), vt.as_pointer())
-        gv = bd.load(gp, align=4)
-        if act == "silu":
+        gv, uv = bd.load(gp, align=4), bd.load(up, align=4)
+        if clamped:  # a NaN passes both clamps (torch's clamp and min propagate it)
+            lim = splat(bd, _eps(bd, limit_bits), w)
+            gv = bd.select(bd.fcmp_ordered(">", gv, lim), lim, gv)
+            uv = bd.select(bd.fcmp_ordered(">", uv, lim), lim, uv)
+            neg = bd.fsub(splat_c(F32T, 0.0, w), lim)
+            uv = bd.fadd(bd.select(bd.fcmp_ordered("<", uv, neg), neg, uv), splat_c(F32T, 1.0, w))
+            arg = bd.fmul(gv, splat(bd, _eps(bd, alpha_bits), w))
+        elif act == "silu":
             arg = gv
         else:
             cube = bd.fmul(bd.fmul(gv, gv), gv)
             inner = fmuladd(bd, cube, splat_c(F32T, 0.044715, w), gv)
             arg = bd.fmul(inner, splat_c(F32T, 2 * math.sqrt(2 / math.pi), w))
         e = vexp(bd, bd.fsub(splat_c(F32T, 0.0, w), arg))
-        bd.store(bd.fmul(bd.fdiv(gv, bd.fadd(splat_c(F32T, 1.0, w), e)), bd.load(up, align=4)), gp, align=4)
+        bd.store(bd.fmul(bd.fdiv(gv, bd.fadd(splat_c(F32T, 1.0, w), e)), uv), gp, align=4)
 
-    nv = bd.mul(bd.udiv(n, c64(L)), c64(L))
-    with Loop(bd, 0, nv, L) as i:
-        step(i, L)
-    with Loop(bd, nv, n) as i:
-        step(i, 1)
+    def loops(clamped):
+        nv = bd.mul(bd.udiv(n, c64(L)), c64(L))
+        with Loop(bd, 0, nv, L) as i:
+            step(i, L, clamped)
+        with Loop(bd, nv, n) as i:
+            step(i, 1, clamped)
+
+    if act == "silu":
+        with bd.if_else(bd.icmp_signed("!=", limit_bits, c64(0))) as (clamp, plain):
+            with clamp:
+                loops(True)
+            with plain:
+                loops(False)
+    else:
+        loops(False)
     bd.ret_void()
 
 

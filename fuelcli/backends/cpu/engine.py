@@ -26,7 +26,7 @@ from .attention import KEY_BLOCK
 from .jit import load_cached
 from .kernels import is_quant
 from .llvm import host_isa
-from .matmul import ACTIVATION_CODES, N_KERNEL_COLS, add_wide
+from .matmul import ACT_CLAMPED_SWIGLU, ACTIVATION_CODES, N_KERNEL_COLS, add_wide
 from .tables import KernelTables
 
 N_BATCH = 512  # tokens per forward call of a long prefill
@@ -144,6 +144,11 @@ class CpuEngine(Engine):
             # q times scale * sqrt(head_dim): the attention kernel divides by sqrt(head_dim)
             self.lay[l, F.L_QSCALE] = 0 if a.scale is None else _bits(a.scale * np.sqrt(cfg.head_dim), 1.0)
             self.lay[l, F.L_ACT] = ACTIVATION_CODES[b.ffn.activation]
+            if b.ffn.moe and b.ffn.swiglu_limit > 0:
+                self.lay[l, F.L_ACT] = ACT_CLAMPED_SWIGLU
+                self.lay[l, F.L_SWIGLU_LIMIT] = _bits(b.ffn.swiglu_limit, 0.0)
+                self.lay[l, F.L_SWIGLU_ALPHA] = int(np.float32(b.ffn.swiglu_alpha).view(np.int32))
+            self.lay[l, F.L_TOPK_SOFTMAX] = b.ffn.moe and b.ffn.router == "topk_softmax"
             self.lay[l, F.L_LINEAR] = b.linear is not None
             self.lay[l, F.L_ROTARY] = a.rotary_dim
         attending = [l for l, b in enumerate(cfg.blocks) if b.linear is None]

@@ -14,7 +14,8 @@ weights and the blocks, model/block.py) say what a layer reads and does:
   absent: no bias, no QK-norm, no post-norms); exp_idx[l, e, 0..2] -> gate/up/down of expert e
   (the columns: the roles' places in the weight schema);
   lay[l, L_*]: the window, the RoPE table (-1: no RoPE), the attention scale folded into q (f32
-  bits, 0: 1/sqrt(head_dim)) and the FFN activation (matmul.ACT_*).
+  bits, 0: 1/sqrt(head_dim)), the FFN activation (matmul.ACT_*) and a MoE layer's router rule and
+  clamped SwiGLU (moe_extras). A layer's sink logits (vec_idx V_SINKS) join its softmax denominators.
 
 NaN and inf in a weight or an activation reach the logits on every path, never an exception (jit.py:
 numpy's error model, fast-math without nnan/ninf); the callers check the logits (model/finite.py).
@@ -31,6 +32,7 @@ from .llvm import args11, ptr
 from .linear_mixer import add_gated, conv_silu, delta_rule, gate_rows, partial_rope
 from .matmul import (C_KV_STORE, C_RMSNORM, C_ROPE, C_SPLIT, attention, batch, dequant_row, describe_product, glu,
                      matmul, quantize_for, split_rows, tasks)
+from .matmul import ACT_CLAMPED_SWIGLU, clamped_glu
 
 # the slot tables' columns: a role's place in the schema's order (families/schema.py)
 M_Q, M_K, M_V, M_O, M_GATE, M_UP, M_DOWN, M_ROUTER = map(MATRICES.index, ("q", "k", "v", "o", "gate", "up", "down",
@@ -43,11 +45,17 @@ V_ATTN_NORM, V_FFN_NORM, V_QB, V_KB, V_VB, V_OB, V_QN, V_KN, V_POST_ATTN, V_POST
     "attn_norm", "ffn_norm", "q_bias", "k_bias", "v_bias", "o_bias", "q_norm", "k_norm", "post_attn_norm",
     "post_ffn_norm"))
 V_LCONV, V_LDT, V_LALOG, V_LNORM = map(VECTORS.index, ("lin_conv", "lin_dt_bias", "lin_a_log", "lin_norm"))
+V_SINKS, V_ROUTER_BIAS, V_GATE_EXPS_BIAS, V_UP_EXPS_BIAS, V_DOWN_EXPS_BIAS = map(VECTORS.index, (
+    "sinks", "router_bias", "gate_exps_bias", "up_exps_bias", "down_exps_bias"))
 N_VECS = len(VECTORS)
 # L_LINEAR: 1 for a linear-attention layer; L_CACHE: the layer's index in the KV cache (attention) or
 # in the recurrent state (linear); L_ROTARY: the leading dimensions of a head RoPE rotates (0: all)
 L_WINDOW, L_ROPE, L_QSCALE, L_ACT, L_LINEAR, L_CACHE, L_ROTARY = range(7)
-N_LAY = 7
+# a MoE layer's softmax over its top-k logits only (1), its clamped SwiGLU's limit and alpha (f32 bits)
+L_TOPK_SOFTMAX, L_SWIGLU_LIMIT, L_SWIGLU_ALPHA = range(7, 10)
+N_LAY = 10
+# moe_extras' fields
+X_TOPK_SOFTMAX, X_ROUTER_BIAS, X_GATE_BIAS, X_UP_BIAS, X_DOWN_BIAS, X_LIMIT, X_ALPHA = range(7)
 SEG_SLOT, SEG_POS, SEG_ROWS = range(3)  # segs[] columns
 # dims[] layout; D_QUANT: 1 when some matrix is a block format (its inputs get quantised);
 # D_EMBED_SCALE, D_SOFTCAP: f32 bits of the embedding scale and the final logit softcap (0: none)
@@ -187,22 +195,83 @@ def route(logits, k, renorm, experts, weights):
             weights[j] /= total
 
 
+@helper(fastmath=False)
+def route_topk_softmax(logits, k, experts, weights):
+    """the top k logits (ties to the lower index, like torch.topk), softmax over those k only in f32
+    (gpt-oss's router)."""
+    n = logits.shape[0]
+    for j in range(k):
+        best = -1
+        for i in range(n):
+            taken = False
+            for jj in range(j):
+                taken = taken or experts[jj] == i
+            if not taken and (best < 0 or logits[i] > logits[best]):
+                best = i
+        experts[j] = best
+    m = logits[experts[0]]
+    s = np.float32(0.0)
+    for j in range(k):
+        weights[j] = np.exp(logits[experts[j]] - m)
+        s += weights[j]
+    for j in range(k):
+        weights[j] /= s
+
+
 @helper()
-def moe(h, act, mats, router_i, exp_idx_l, k, renorm, fn, kern, core, quant, out, n_dec):
-    """Sparse FFN of one layer, token by token; act's router/expert buffers are the engine's."""
+def moe_extras(vecs, vec_tab, vi, lay_l):
+    """A MoE layer's variants as moe reads them (X_*): whether its softmax is over the top-k only,
+    the addresses of its router's and experts' biases (0: none), its clamped SwiGLU's limit and
+    alpha (f32 bits)."""
+    return (lay_l[L_TOPK_SOFTMAX], vaddr(vecs, vec_tab, vi[V_ROUTER_BIAS]), vaddr(vecs, vec_tab, vi[V_GATE_EXPS_BIAS]),
+            vaddr(vecs, vec_tab, vi[V_UP_EXPS_BIAS]), vaddr(vecs, vec_tab, vi[V_DOWN_EXPS_BIAS]),
+            lay_l[L_SWIGLU_LIMIT], lay_l[L_SWIGLU_ALPHA])
+
+
+@helper()
+def expert(h, act, mats, e, j, fn, ex, kern, core, quant, gate, up, out):
+    """out = expert j's GLU of one row h (prepared; e: its gate/up/down matrices), with its biases
+    (ex: moe_extras) added where its products are written, and the clamped SwiGLU when fn says."""
+    r = describe_linear(h, act, mats, e[0], kern, core, gate, 0, 0, 1)
+    r = describe_linear(h, act, mats, e[1], kern, core, up, r, 1, 1)
+    batch(act.desc, r, core, False)
+    width, H = gate.shape[1], out.shape[1]
+    if ex[X_GATE_BIAS] != 0:
+        add_bias(gate, ex[X_GATE_BIAS] + 4 * j * width, core)
+    if ex[X_UP_BIAS] != 0:
+        add_bias(up, ex[X_UP_BIAS] + 4 * j * width, core)
+    if fn == ACT_CLAMPED_SWIGLU:
+        clamped_glu(gate, up, ex[X_LIMIT], ex[X_ALPHA], core)
+    else:
+        glu(gate, up, fn, core)
+    prepare(gate, act, quant, core, 1)
+    linear(gate, act, mats, e[2], kern, core, out, 1)
+    if ex[X_DOWN_BIAS] != 0:
+        add_bias(out, ex[X_DOWN_BIAS] + 4 * j * H, core)
+
+
+@helper()
+def moe(h, act, mats, router_i, exp_idx_l, k, renorm, fn, kern, core, quant, out, n_dec, ex):
+    """Sparse FFN of one layer, token by token; act's router/expert buffers are the engine's; ex:
+    the layer's routing and expert variants (moe_extras)."""
     T, H = h.shape
     logits = act.router[:T]
     linear(h, act, mats, router_i, kern, core, logits, n_dec)
+    if ex[X_ROUTER_BIAS] != 0:
+        add_bias(logits, ex[X_ROUTER_BIAS], core)
     experts, weights = act.experts, act.expert_w
     for t in range(T):
         for j in range(H):
             out[t, j] = 0.0
-        route(logits[t], k, renorm, experts, weights)
+        if ex[X_TOPK_SOFTMAX] != 0:
+            route_topk_softmax(logits[t], k, experts, weights)
+        else:
+            route(logits[t], k, renorm, experts, weights)
         ht = h[t : t + 1]
         for i in range(k):
             prepare(ht, act, quant, core, 1)  # the previous expert's down projection overwrote it
             e = exp_idx_l[experts[i]]
-            gated(ht, act, mats, e[0], e[1], e[2], fn, kern, core, quant, act.egate, act.eup, act.ey, 1)
+            expert(ht, act, mats, e, experts[i], fn, ex, kern, core, quant, act.egate, act.eup, act.ey)
             for j in range(H):
                 out[t, j] += weights[i] * act.ey[0, j]
 
@@ -218,23 +287,23 @@ def shared_expert(h, act, mats, mi, fn, kern, core, quant, out, n_dec):
     add_gated(out, act.sy[:T], act.sgl[:T])
 
 
-def ffn(exp_idx, l, h, act, mats, mi, fn, dims, kern, core, quant, gate, up, out, n_dec):
-    """The FFN of layer l (fn: its activation). exp_idx is None for a model without MoE layers: a
-    type, so a dense model's forward holds no MoE code (and the call from Python stays on numba's
-    fast path)."""
+def ffn(exp_idx, l, h, act, mats, mi, fn, dims, kern, core, quant, gate, up, out, n_dec, ex):
+    """The FFN of layer l (fn: its activation; ex: its MoE variants, moe_extras). exp_idx is None for
+    a model without MoE layers: a type, so a dense model's forward holds no MoE code (and the call
+    from Python stays on numba's fast path)."""
 
 
 @overload(ffn, jit_options=OWN_FLAGS)
-def _ffn(exp_idx, l, h, act, mats, mi, fn, dims, kern, core, quant, gate, up, out, n_dec):
+def _ffn(exp_idx, l, h, act, mats, mi, fn, dims, kern, core, quant, gate, up, out, n_dec, ex):
     if isinstance(exp_idx, types.NoneType):
-        def dense(exp_idx, l, h, act, mats, mi, fn, dims, kern, core, quant, gate, up, out, n_dec):
+        def dense(exp_idx, l, h, act, mats, mi, fn, dims, kern, core, quant, gate, up, out, n_dec, ex):
             gated(h, act, mats, mi[M_GATE], mi[M_UP], mi[M_DOWN], fn, kern, core, quant, gate, up, out, n_dec)
         return dense
 
-    def sparse_or_dense(exp_idx, l, h, act, mats, mi, fn, dims, kern, core, quant, gate, up, out, n_dec):
+    def sparse_or_dense(exp_idx, l, h, act, mats, mi, fn, dims, kern, core, quant, gate, up, out, n_dec, ex):
         if mi[M_ROUTER] >= 0:
             moe(h, act, mats, mi[M_ROUTER], exp_idx[l], dims[D_TOPK], dims[D_NORM_TOPK] != 0, fn, kern, core, quant,
-                out, n_dec)
+                out, n_dec, ex)
             if mi[M_SG] >= 0:
                 shared_expert(h, act, mats, mi, fn, kern, core, quant, out, n_dec)
         else:
@@ -351,7 +420,8 @@ def forward_body(tokens, segs, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, e
                     add_bias(vj, vaddr(vecs, vec_tab, vi[V_VB]), core)
                 kc, vc = k_cache[ci, slot], v_cache[ci, slot]
                 tasks(core[C_KV_STORE], r1 - r0, args11(ptr(kj), ptr(vj), ptr(kc), ptr(vc), pos0, nkv * hd))
-                attention(qj, kc, vc, pos0, lay[l, L_WINDOW], nh, nkv, att[r0:r1], act.part, core)
+                attention(qj, kc, vc, pos0, lay[l, L_WINDOW], nh, nkv, att[r0:r1], act.part, core,
+                          vaddr(vecs, vec_tab, vi[V_SINKS]))
                 r0 = r1
             if mi[M_QG] >= 0:
                 gate_rows(att, act.qg[:T])
@@ -363,7 +433,8 @@ def forward_body(tokens, segs, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, e
             rmsnorm(o, none, vaddr(vecs, vec_tab, vi[V_POST_ATTN]), eps, o, core)
         rmsnorm(x, o, vaddr(vecs, vec_tab, vi[V_FFN_NORM]), eps, h, core)
         prepare(h, act, quant, core, n_dec)
-        ffn(exp_idx, l, h, act, mats, mi, lay[l, L_ACT], dims, kern, core, quant, gate, up, o, n_dec)
+        ffn(exp_idx, l, h, act, mats, mi, lay[l, L_ACT], dims, kern, core, quant, gate, up, o, n_dec,
+            moe_extras(vecs, vec_tab, vi, lay[l]))
         if vi[V_POST_FFN] >= 0:
             rmsnorm(o, none, vaddr(vecs, vec_tab, vi[V_POST_FFN]), eps, o, core)
         nxt = vec_idx[l + 1, V_ATTN_NORM] if l + 1 < L else final_norm_i

@@ -25,7 +25,7 @@ from ...formats import ACTIVATION_BLOCK as AB
 from .jit import PARALLEL, helper
 from .amx import AMX_MIN_TOKENS
 from .amx import ROWS as AMX_ROWS
-from .attention import ATT_TOKENS, KEY_BLOCK, MIN_SPLIT_BLOCKS, PART_EXTRA
+from .attention import ATT_TOKENS, KEY_BLOCK, MIN_SPLIT_BLOCKS, PART_EXTRA, SINKS
 from .kernels_decode import DECODE_ROWS, DECODE_WIDTHS
 from .kernels_prefill import TASK_ROWS
 from .llvm import args11, kcall, ptr, stack_counter, stack_counters, take, thread_count
@@ -150,12 +150,20 @@ def split_rows(x, planes, core):
 
 ACT_SILU, ACT_GELU_TANH = 0, 1  # the activation codes of forward.py's layer table
 ACTIVATION_CODES = {"silu": ACT_SILU, "gelu_tanh": ACT_GELU_TANH}  # block.ACTIVATIONS' names
+ACT_CLAMPED_SWIGLU = 2  # gpt-oss's experts (block.Ffn.swiglu_limit): clamped_glu, not glu
 
 
 @helper()
 def glu(gate, up, act, core):
     """gate <- act(gate) * up, row by row (C-contiguous [T, n]); act: ACT_SILU or ACT_GELU_TANH."""
     tasks(core[C_GELU if act == ACT_GELU_TANH else C_SILU], gate.shape[0], args11(ptr(gate), ptr(up), gate.shape[1]))
+
+
+@helper()
+def clamped_glu(gate, up, limit_bits, alpha_bits, core):
+    """gate <- (clip(up, ±limit) + 1) · g · sigmoid(alpha · g) with g = min(gate, limit), row by row
+    (ACT_CLAMPED_SWIGLU; limit and alpha as f32 bits, limit != 0)."""
+    tasks(core[C_SILU], gate.shape[0], args11(ptr(gate), ptr(up), gate.shape[1], limit_bits, alpha_bits))
 
 
 @helper()
@@ -172,18 +180,22 @@ def attention_splits(T, pos0, window, n_kv, max_splits):
 
 
 @helper()
-def attention(q, k_cache, v_cache, pos0, window, n_heads, n_kv, out, part, core):
+def attention(q, k_cache, v_cache, pos0, window, n_heads, n_kv, out, part, core, sinks=0):
     """Causal attention of T queries at pos0.. over one layer's cache ([n_ctx, n_kv, head_dim]);
     window w > 0 keeps keys j with p - w < j <= p (transformers' sliding-window direction). part:
-    scratch for a decode step's key runs (attention_splits): MAX_SPLITS * n_heads * part_stride floats."""
+    scratch for a decode step's key runs (attention_splits): MAX_SPLITS * n_heads * part_stride floats.
+    sinks: the address of the heads' sink logits (f32 [n_heads]; 0: none), in each softmax's
+    denominator: the attention kernel's with one key run, the combine kernel's with several."""
     T = q.shape[0]
     hd = q.shape[1] // n_heads
     splits = attention_splits(T, pos0, window, n_kv, part.shape[0] // (n_heads * (hd + PART_EXTRA)))
+    whole_sinks = splits == 1 and sinks != 0
     tasks(core[C_ATTENTION], (T + ATT_TOKENS - 1) // ATT_TOKENS * n_kv * splits,
-          args11(ptr(q), ptr(k_cache), ptr(v_cache), ptr(out), pos0, window, n_heads, n_kv, T, splits, ptr(part)),
+          args11(ptr(q), ptr(k_cache), ptr(v_cache), ptr(out), pos0, window, n_heads, n_kv, T,
+                 splits | SINKS if whole_sinks else splits, sinks if whole_sinks else ptr(part)),
           T > 1)
     if splits > 1:
-        tasks(core[C_COMBINE], T * n_heads, args11(ptr(part), ptr(out), splits, T * n_heads))
+        tasks(core[C_COMBINE], T * n_heads, args11(ptr(part), ptr(out), splits, T * n_heads, sinks, n_heads))
 
 
 @helper()
