@@ -28,6 +28,7 @@ from ...families.schema import MATRICES, VECTORS
 from .amx import AMX_MIN_TOKENS
 from .jit import FAST, OWN_FLAGS, helper
 from .llvm import args11, ptr
+from .delta_chunked import CHUNK, delta_rule_chunked
 from .linear_mixer import add_gated, conv_silu, delta_rule, gate_rows, partial_rope
 from .matmul import (C_KV_STORE, C_RMSNORM, C_ROPE, C_SPLIT, attention, batch, dequant_row, describe_product, glu,
                      matmul, quantize_for, split_rows, tasks)
@@ -259,8 +260,12 @@ def linear_mixer(h, segs, act, mats, mi, vecs, vec_tab, vi, dims, rec, conv_win,
     for j in range(segs.shape[0]):
         slot, pos0, r1 = segs[j, SEG_SLOT], segs[j, SEG_POS], r0 + segs[j, SEG_ROWS]
         conv_silu(lq[r0:r1], conv_w, dims[D_LTAPS], conv_win[slot], pos0, act.lc[r0:r1])
-        delta_rule(act.lc[r0:r1], lz[r0:r1], lb[r0:r1], la[r0:r1], a_log, dt_bias, norm_w, rec[slot], pos0,
-                   dims[D_LKH], dims[D_LDK], dims[D_LDV], f32_of(eps), act.lo[r0:r1])
+        if r1 - r0 >= CHUNK:  # a prompt: matrix products (delta_chunked.py); fewer rows: the recurrence
+            delta_rule_chunked(act.lc[r0:r1], lz[r0:r1], lb[r0:r1], la[r0:r1], a_log, dt_bias, norm_w, rec[slot],
+                               pos0, dims[D_LKH], dims[D_LDK], dims[D_LDV], f32_of(eps), act.lo[r0:r1])
+        else:
+            delta_rule(act.lc[r0:r1], lz[r0:r1], lb[r0:r1], la[r0:r1], a_log, dt_bias, norm_w, rec[slot], pos0,
+                       dims[D_LKH], dims[D_LDK], dims[D_LDV], f32_of(eps), act.lo[r0:r1])
         r0 = r1
 
 
