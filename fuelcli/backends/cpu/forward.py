@@ -29,7 +29,7 @@ from .amx import AMX_MIN_TOKENS
 from .jit import FAST, OWN_FLAGS, helper
 from .llvm import args11, ptr
 from .delta_chunked import CHUNK, delta_rule_chunked
-from .linear_mixer import add_gated, conv_silu, delta_rule, gate_rows, partial_rope
+from .linear_mixer import add_gated, conv_silu, delta_rule, gate_rows, gather_columns, partial_rope
 from .matmul import (C_KV_STORE, C_RMSNORM, C_ROPE, C_SPLIT, attention, batch, dequant_row, describe_product, glu,
                      matmul, quantize_for, split_rows, tasks)
 
@@ -46,9 +46,10 @@ V_ATTN_NORM, V_FFN_NORM, V_QB, V_KB, V_VB, V_OB, V_QN, V_KN, V_POST_ATTN, V_POST
 V_LCONV, V_LDT, V_LALOG, V_LNORM = map(VECTORS.index, ("lin_conv", "lin_dt_bias", "lin_a_log", "lin_norm"))
 N_VECS = len(VECTORS)
 # L_LINEAR: 1 for a linear-attention layer; L_CACHE: the layer's index in the KV cache (attention) or
-# in the recurrent state (linear); L_ROTARY: the leading dimensions of a head RoPE rotates (0: all)
-L_WINDOW, L_ROPE, L_QSCALE, L_ACT, L_LINEAR, L_CACHE, L_ROTARY = range(7)
-N_LAY = 7
+# in the recurrent state (linear); L_ROTARY: the leading dimensions of a head RoPE rotates (0: all);
+# L_LOUT_ORDER: 1 when the linear layer's out_proj keeps its columns in act.lo_order
+L_WINDOW, L_ROPE, L_QSCALE, L_ACT, L_LINEAR, L_CACHE, L_ROTARY, L_LOUT_ORDER = range(8)
+N_LAY = 8
 SEG_SLOT, SEG_POS, SEG_ROWS = range(3)  # segs[] columns
 # dims[] layout; D_QUANT: 1 when some matrix is a block format (its inputs get quantised);
 # D_EMBED_SCALE, D_SOFTCAP: f32 bits of the embedding scale and the final logit softcap (0: none)
@@ -327,6 +328,8 @@ def forward_body(tokens, segs, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, e
         if lay[l, L_LINEAR] != 0:
             linear_mixer(h, segs, act, mats, mi, vecs, vec_tab, vi, dims, rec[ci], conv_win[ci], kern, core, quant,
                          n_dec, eps)
+            if lay[l, L_LOUT_ORDER] != 0:
+                gather_columns(act.lo[:T], act.lo_order, act.lc)
             prepare(act.lo[:T], act, quant, core, n_dec)
             linear(act.lo[:T], act, mats, mi[M_LOUT], kern, core, o, n_dec)
         else:

@@ -146,6 +146,17 @@ def gate_rows(x, gate):
 
 
 @helper()
+def gather_columns(x, order, scratch):
+    """x[t] <- x[t, order], row by row (scratch: as many rows, at least as wide)."""
+    n = x.shape[1]
+    for t in range(x.shape[0]):
+        row = scratch[t, :n]
+        row[:] = x[t]
+        for j in range(n):
+            x[t, j] = row[order[j]]
+
+
+@helper()
 def add_gated(out, y, gate_logit):
     """out += sigmoid(gate_logit[t, 0]) * y, row by row (a shared expert)."""
     for t in range(out.shape[0]):
