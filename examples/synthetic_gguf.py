@@ -149,15 +149,156 @@ def write(path: str, shape: str, qtype: str, layers: int | None = None, seed: in
     w.close()
 
 
+# Qwen3.5 / 3.6 hybrids: three gated DeltaNet layers to each full-attention one (the fourth), as
+# llama.cpp's converter writes them (arch qwen35 / qwen35moe: the ssm_* tensors, attn_qkv and
+# attn_gate of the linear layers, q and its output gate in one attn_q, norms stored as 1 + w,
+# ssm_a = -exp(A_log), ffn_norm named post_attention_norm); no MTP layer (nextn_predict_layers 0).
+# arch, hidden, layers, heads, kv heads, head_dim, FFN (dense: intermediate; MoE: (experts, used,
+# expert intermediate, shared intermediate)), vocab, tied, linear (key heads, value heads, key dim,
+# value dim); Qwen3.5's published sizes as recalled, rope 1e7, 262144 context, partial rotary 1/4
+HYBRID_SHAPES = {
+    "qwen35-0.8b": ("qwen35", 1024, 24, 8, 2, 256, 3584, 248320, True, (16, 16, 128, 128)),
+    "qwen35-2b": ("qwen35", 2048, 24, 8, 2, 256, 6144, 248320, True, (16, 16, 128, 128)),
+    "qwen35-9b": ("qwen35", 4096, 32, 16, 4, 256, 12288, 248320, False, (16, 32, 128, 128)),
+    "qwen35moe-35b-a3b": ("qwen35moe", 2048, 40, 16, 2, 256, (256, 8, 512, 512), 248320, False, (16, 32, 128, 128)),
+}
+
+
+def hybrid_tensor_type(name: str, layer: int, n_layers: int, attn_layer: int, n_attn: int, qtype: str) -> str:
+    """tensor_type for a hybrid: under q4_k_m llama.cpp's attn_qkv rule (Q5_K) and attn_v's more bits
+    counted over the attention layers only; ffn_down's (routed, shared) over all layers."""
+    if qtype != "q4_k_m":
+        return qtype
+    if name == "attn_qkv":
+        return "q5_k"
+    if name == "attn_v":
+        return "q6_k" if _more_bits(attn_layer, n_attn) else "q4_k"
+    if name.startswith("ffn_down"):
+        return "q6_k" if _more_bits(layer, n_layers) else "q4_k"
+    return tensor_type(name, layer, n_layers, qtype)
+
+
+def _write_vocab(w, vocab: int, pre: str) -> None:
+    alphabet = _byte_alphabet()
+    pairs = [(a, b) for a in alphabet[:64] for b in alphabet[:64]][: min(4096, vocab - 256)]
+    tokens = alphabet + [a + b for a, b in pairs]
+    tokens += [f"<tok {i}>" for i in range(len(tokens), vocab)]
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre(pre)
+    w.add_token_list(tokens)
+    w.add_token_types([1] * vocab)
+    w.add_token_merges([f"{a} {b}" for a, b in pairs])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+    w.add_chat_template(CHATML)
+
+
+def write_hybrid(path: str, shape: str, qtype: str, layers: int | None = None, seed: int = 0) -> None:
+    import gguf
+
+    arch, H, L, nh, nkv, hd, ffn, vocab, tied, (kh, vh, dk, dv) = HYBRID_SHAPES[shape]
+    L = layers or L
+    moe = isinstance(ffn, tuple)
+    attention = [i % 4 == 3 for i in range(L)]  # full_attention_interval 4
+    n_attn = sum(attention)
+    conv_dim, inner = 2 * kh * dk + vh * dv, vh * dv
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(path, arch)
+    w.add_name(f"synthetic {shape} {qtype}")
+    w.add_block_count(L)
+    w.add_context_length(262144)
+    w.add_embedding_length(H)
+    w.add_head_count(nh)
+    w.add_head_count_kv(nkv)
+    w.add_key_length(hd)
+    w.add_value_length(hd)
+    w.add_rope_freq_base(1e7)
+    w.add_rope_dimension_count(hd // 4)
+    w.add_rope_dimension_sections([11, 11, 10, 0])
+    w.add_layer_norm_rms_eps(1e-6)
+    if moe:
+        experts, used, expert_ff, shared_ff = ffn
+        w.add_expert_count(experts)
+        w.add_expert_used_count(used)
+        w.add_expert_feed_forward_length(expert_ff)
+        w.add_expert_shared_feed_forward_length(shared_ff)
+    else:
+        w.add_feed_forward_length(ffn)
+    w.add_ssm_conv_kernel(4)
+    w.add_ssm_state_size(dk)
+    w.add_ssm_group_count(kh)
+    w.add_ssm_time_step_rank(vh)
+    w.add_ssm_inner_size(inner)
+    w.add_array(f"{arch}.attention.recurrent_layers", [not a for a in attention])  # no add_ method in older gguf
+    w.add_full_attention_interval(4)
+    w.add_nextn_predict_layers(0)
+    _write_vocab(w, vocab, "qwen35")
+
+    cache: dict = {}
+
+    def matrix(name, layer, rows, cols, experts=0):
+        kind = name.split(".")[-1]
+        attn_layer = sum(attention[:layer]) if layer >= 0 else 0
+        qt = hybrid_tensor_type(kind, layer, L, attn_layer, n_attn, qtype)
+        data, gt = _random_rows(qt, rows * max(experts, 1), cols, rng, cache)
+        if experts:
+            data = data.reshape(experts, rows, data.shape[1])
+        full = name if layer < 0 else f"blk.{layer}.{name}"
+        w.add_tensor(f"{full}.weight", data, raw_shape=data.shape, raw_dtype=gt)
+
+    def vector(name, shape, value=None, scale=0.02):
+        v = np.full(shape, value, np.float32) if value is not None else (scale * rng.standard_normal(shape)).astype(np.float32)
+        w.add_tensor(name, v)
+
+    matrix("token_embd", -1, vocab, H)
+    if not tied:
+        matrix("output", -1, vocab, H)
+    vector("output_norm.weight", H, 1.0)
+    for i in range(L):
+        blk = f"blk.{i}"
+        vector(f"{blk}.attn_norm.weight", H, 1.0)
+        vector(f"{blk}.post_attention_norm.weight", H, 1.0)
+        if attention[i]:
+            for name, rows, cols in (("attn_q", 2 * nh * hd, H), ("attn_k", nkv * hd, H), ("attn_v", nkv * hd, H),
+                                     ("attn_output", H, nh * hd)):
+                matrix(name, i, rows, cols)
+            vector(f"{blk}.attn_q_norm.weight", hd, 1.0)
+            vector(f"{blk}.attn_k_norm.weight", hd, 1.0)
+        else:
+            for name, rows, cols in (("attn_qkv", conv_dim, H), ("attn_gate", inner, H), ("ssm_alpha", vh, H),
+                                     ("ssm_beta", vh, H), ("ssm_out", H, inner)):
+                matrix(name, i, rows, cols)
+            vector(f"{blk}.ssm_conv1d.weight", (conv_dim, 4), scale=0.2)
+            vector(f"{blk}.ssm_a", vh, -1.0)  # A = -exp(A_log), A_log = 0
+            vector(f"{blk}.ssm_dt.bias", vh, 1.0)
+            vector(f"{blk}.ssm_norm.weight", dv, 1.0)
+        if moe:
+            vector(f"{blk}.ffn_gate_inp.weight", (experts, H))
+            vector(f"{blk}.ffn_gate_inp_shexp.weight", (1, H))
+            for name, rows, cols in (("ffn_gate_exps", expert_ff, H), ("ffn_up_exps", expert_ff, H),
+                                     ("ffn_down_exps", H, expert_ff)):
+                matrix(name, i, rows, cols, experts)
+            for name, rows, cols in (("ffn_gate_shexp", shared_ff, H), ("ffn_up_shexp", shared_ff, H),
+                                     ("ffn_down_shexp", H, shared_ff)):
+                matrix(name, i, rows, cols)
+        else:
+            for name, rows, cols in (("ffn_gate", ffn, H), ("ffn_up", ffn, H), ("ffn_down", H, ffn)):
+                matrix(name, i, rows, cols)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("out")
-    p.add_argument("--shape", choices=sorted(SHAPES), default="qwen2-1.5b")
+    p.add_argument("--shape", choices=sorted(SHAPES) + sorted(HYBRID_SHAPES), default="qwen2-1.5b")
     p.add_argument("--type", dest="qtype", choices=TYPES, default="q4_k_m")
     p.add_argument("--layers", type=int, default=None, help="fewer layers than the shape has (a smaller file)")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
-    write(a.out, a.shape, a.qtype, a.layers, a.seed)
+    (write_hybrid if a.shape in HYBRID_SHAPES else write)(a.out, a.shape, a.qtype, a.layers, a.seed)
     print(a.out, file=sys.stderr)
 
 

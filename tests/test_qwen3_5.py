@@ -4,8 +4,10 @@ controls that break one piece each and must fail the same comparison; the sequen
 window, recurrent matrix) through rewinds and parallel slots.
 
 The sequence is 80 tokens, so the reference's chunked delta rule (64 a chunk) crosses a chunk
-boundary; the engine runs the recurrence on every row. Measured on an AMD EPYC Zen 4 (family 25 model 17),
-max|Δ| against transformers f32 / against transformers float64 (experts_implementation="eager"):
+boundary; the engine's decode runs the recurrence, its prefill the chunked form (a segment of 64
+rows or more: test_qwen3_5_prefill, which has its figures; those below are the recurrence's).
+Measured on an AMD EPYC Zen 4 (family 25 model 17), max|Δ| against transformers f32 / against
+transformers float64 (experts_implementation="eager"):
   qwen3_5      decode 6.4e-5 / 5.1e-5, prefill 6.7e-5 / 6.8e-5, reference 5.0e-5 / 1.0e-4;
                transformers' own f32 is 9.0e-5 from its f64: TOL 5e-4 (the issue's);
   qwen3_5_moe  decode 1.0e-3 / 1.7e-3, prefill 7.8e-4 / 8.3e-4, reference 9.3e-4 / 6.8e-4;

@@ -114,6 +114,13 @@ CASES: dict[str, str] = {
         "a shared expert of 48), its linear layers' in_proj_qkvz and in_proj_ba interleaved per key head; "
         "an MTP head (mtp.*) as hub files carry (llama.cpp's converter wants one)"
     ),
+    "qwen3_5_square": (
+        "qwen3_5 with value heads of 8, the key heads' size, as llama.cpp's qwen35 loader requires (it sizes "
+        "attn_qkv with ssm.state_size for both): the llama.cpp oracle's file"
+    ),
+    "qwen3_5_moe_square": "qwen3_5_moe with value heads of 8, as qwen3_5_square",
+    "qwen3_5_square_wrapped": "qwen3_5_square in the hub's wrapper, as qwen3_5_wrapped (the converter wants its MTP head)",
+    "qwen3_5_moe_square_wrapped": "qwen3_5_moe_square in the MoE wrapper, as qwen3_5_moe_wrapped",
     "gemma4_e2b": (
         "Gemma 4 text shaped like E2B: 6 layers (local, local, global, local, local, global), hidden 64, 4 heads; "
         "local layers 2 kv heads of 16 (window 4, RoPE θ 100), global ones 2 kv heads of 32 (proportional RoPE "
@@ -132,7 +139,8 @@ CASES: dict[str, str] = {
 }
 
 # wrapper case -> the text case whose weights it holds
-WRAPPED = {"qwen3_5_wrapped": "qwen3_5", "qwen3_5_moe_wrapped": "qwen3_5_moe"}
+WRAPPED = {"qwen3_5_wrapped": "qwen3_5", "qwen3_5_moe_wrapped": "qwen3_5_moe", "qwen3_5_square_wrapped": "qwen3_5_square",
+           "qwen3_5_moe_square_wrapped": "qwen3_5_moe_square"}
 
 # Common small sizes.
 _BASE = dict(
@@ -255,13 +263,14 @@ def _config(case: str):
         return Qwen2Config(**_BASE, num_hidden_layers=2, num_key_value_heads=2, tie_word_embeddings=False,
                            rope_parameters={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8,
                                             "rope_theta": 10000.0})
-    if case in ("qwen3_5", "qwen3_5_moe"):
+    if case in ("qwen3_5", "qwen3_5_moe", "qwen3_5_square", "qwen3_5_moe_square"):
         from transformers import Qwen3_5MoeTextConfig, Qwen3_5TextConfig
 
         hybrid = dict(**_BASE, num_hidden_layers=4, num_key_value_heads=2, head_dim=16, linear_conv_kernel_dim=4,
-                      linear_key_head_dim=8, linear_num_key_heads=2, linear_value_head_dim=12,
+                      linear_key_head_dim=8, linear_num_key_heads=2,
+                      linear_value_head_dim=8 if case.endswith("_square") else 12,
                       linear_num_value_heads=4, tie_word_embeddings=False)
-        if case == "qwen3_5":
+        if case in ("qwen3_5", "qwen3_5_square"):
             return Qwen3_5TextConfig(**hybrid)
         return Qwen3_5MoeTextConfig(**hybrid, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
                                     shared_expert_intermediate_size=48)
@@ -364,7 +373,8 @@ def _randomize(model, seed: int, expert_scale: float = 0.3) -> None:
 _SEED_ORDER = ["llama2", "llama31", "qwen2_window", "qwen2_window_legacy", "qwen3_bias_headdim", "qwen3_moe_norm_false",
                "qwen3_moe_norm_true", "gemma3", "mistral", "mixtral", "smollm3", "qwen2_yarn", "gemma3_6layers", "phi3", "phi3_longrope",
                "qwen3_5", "qwen3_5_moe", "gpt_oss", "qwen3_5_wrapped", "qwen3_next", "qwen3_5_moe_wrapped",
-               "gemma4_e2b", "gemma4_moe"]
+               "gemma4_e2b", "gemma4_moe", "qwen3_5_square", "qwen3_5_moe_square",
+               "qwen3_5_square_wrapped", "qwen3_5_moe_square_wrapped"]
 
 
 def _seed_for(case: str) -> int:
@@ -431,7 +441,8 @@ def write_tiny(
             cfg = _config(case)
             torch.manual_seed(_seed_for(case))
             model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", dtype=torch.float32)
-            _randomize(model, _seed_for(case), expert_scale=0.1 if case in ("qwen3_5_moe", "qwen3_next", "gpt_oss", "gpt_oss_limit7") else 0.3)
+            _randomize(model, _seed_for(case), expert_scale=0.1 if case in ("qwen3_5_moe", "qwen3_next", "gpt_oss", "gpt_oss_limit7",
+                                                                     "qwen3_5_moe_square") else 0.3)
             if cfg.tie_word_embeddings:
                 model.tie_weights()
             model.to(getattr(torch, dtype))

@@ -23,6 +23,8 @@ def rows(t: Tensor, ids) -> np.ndarray:
 
 
 def linear(x: np.ndarray, t: Tensor, bias: np.ndarray | None = None) -> np.ndarray:
+    if t.columns is not None:
+        x = x[..., t.columns]
     y = x @ dequantize(t).T
     return y if bias is None else y + bias
 

@@ -204,7 +204,7 @@ def _take_units(a: np.ndarray, axis: int, start: int, unit: int, order) -> np.nd
 def _regroup(value, r: Regroup, cfg):
     """Undo a Regroup on a stored Tensor (rows are independent byte rows in every format; columns
     move as whole blocks where units align with the format's blocks, else the matrix is widened to
-    f32) or on an f32 array."""
+    f32: the loader moves the input instead, _input_order) or on an f32 array."""
     order = np.asarray(r.order(cfg))
     if (order == np.arange(len(order))).all():
         return value
@@ -223,9 +223,29 @@ def _regroup(value, r: Regroup, cfg):
     return Tensor(value.name, value.fmt, value.shape, data)
 
 
+def _input_order(t: Tensor, r: Regroup, cfg) -> Tensor:
+    """A column regroup whose units split the format's blocks (Qwen3.5's ssm_out: heads of 128
+    columns, K-quant blocks of 256) undone on the input instead: the weight stays as stored, in its
+    format, and says which input column each stored column takes (Tensor.columns)."""
+    taken = _take_units(np.arange(t.shape[-1]), 0, r.start(cfg), r.unit(cfg), np.asarray(r.order(cfg)))
+    columns = np.argsort(taken)  # taken[m]: the stored column of model column m
+    columns.flags.writeable = False
+    return Tensor(t.name, t.fmt, t.shape, t.data, columns)
+
+
+def _splits_blocks(value, r: Regroup, cfg) -> bool:
+    """A column regroup of a stored matrix whose units are not whole blocks of its format."""
+    if not isinstance(value, Tensor) or r.axis != 1:
+        return False
+    order, block = np.asarray(r.order(cfg)), value.format.block_elems
+    return not (order == np.arange(len(order))).all() and (r.unit(cfg) % block != 0 or r.start(cfg) % block != 0)
+
+
 def _undo(value, step, cfg):
     if isinstance(step, Elementwise):
         return np.ascontiguousarray(step.undo(value), dtype=np.float32)
+    if _splits_blocks(value, step, cfg):
+        return _input_order(value, step, cfg)
     return _regroup(value, step, cfg)
 
 

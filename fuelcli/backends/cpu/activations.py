@@ -70,6 +70,9 @@ class Activations(NamedTuple):
     sgate: np.ndarray  # [rows, shared I] its gate and up
     sup: np.ndarray  # [rows, shared I]
     sy: np.ndarray  # [rows, H] its output
+    # out_proj's stored column order where it is not the model's (weights/tensor.Tensor.columns), the
+    # same for every linear layer that has one (lay[l, L_LOUT_ORDER])
+    lo_order: np.ndarray = np.zeros(0, np.int64)
 
 
 def attention_splits(cfg: ModelConfig, pool: int) -> int:

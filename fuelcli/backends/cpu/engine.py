@@ -137,6 +137,7 @@ class CpuEngine(Engine):
         self.moe_idx = self.exp_idx if cfg.num_experts else None  # None: numba compiles no MoE code
         ropes = rope_variants(cfg)
         self.lay = np.zeros((L, F.N_LAY), np.int64)
+        lo_order = np.zeros(0, np.int64)
         for l, b in enumerate(cfg.blocks):
             a = b.attention
             self.lay[l, F.L_WINDOW] = a.window
@@ -151,6 +152,10 @@ class CpuEngine(Engine):
             self.lay[l, F.L_TOPK_SOFTMAX] = b.ffn.moe and b.ffn.router == "topk_softmax"
             self.lay[l, F.L_LINEAR] = b.linear is not None
             self.lay[l, F.L_ROTARY] = a.rotary_dim
+            lin_out = weights.layers[l].lin_out
+            if lin_out is not None and lin_out.columns is not None:  # one order: the config's
+                self.lay[l, F.L_LOUT_ORDER] = 1
+                lo_order = np.asarray(lin_out.columns, np.int64)
         attending = [l for l, b in enumerate(cfg.blocks) if b.linear is None]
         linear_layers = [l for l, b in enumerate(cfg.blocks) if b.linear is not None]
         for layers in (attending, linear_layers):
@@ -164,7 +169,7 @@ class CpuEngine(Engine):
         self.n_batch = max(1, min(n_batch, self.n_ctx * slots))
         # decode-kernel rows: every slot's next token in a step, or one slot's verify (verify)
         self.act = allocate(cfg, self.n_batch, planes=use_amx, slots=max(slots, min(VERIFY_ROWS, self.n_batch)),
-                            pool=threads.pool_size())
+                            pool=threads.pool_size())._replace(lo_order=lo_order)
         self._last = np.empty((slots, cfg.vocab_size), np.float32)
 
     @property

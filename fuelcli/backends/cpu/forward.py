@@ -29,7 +29,8 @@ from ...families.schema import MATRICES, VECTORS
 from .amx import AMX_MIN_TOKENS
 from .jit import FAST, OWN_FLAGS, helper
 from .llvm import args11, ptr
-from .linear_mixer import add_gated, conv_silu, delta_rule, gate_rows, partial_rope
+from .delta_chunked import CHUNK, delta_rule_chunked
+from .linear_mixer import add_gated, conv_silu, delta_rule, gate_rows, gather_columns, partial_rope
 from .matmul import (C_KV_STORE, C_RMSNORM, C_ROPE, C_SPLIT, attention, batch, dequant_row, describe_product, glu,
                      matmul, quantize_for, split_rows, tasks)
 from .matmul import ACT_CLAMPED_SWIGLU, clamped_glu
@@ -49,11 +50,12 @@ V_SINKS, V_ROUTER_BIAS, V_GATE_EXPS_BIAS, V_UP_EXPS_BIAS, V_DOWN_EXPS_BIAS = map
     "sinks", "router_bias", "gate_exps_bias", "up_exps_bias", "down_exps_bias"))
 N_VECS = len(VECTORS)
 # L_LINEAR: 1 for a linear-attention layer; L_CACHE: the layer's index in the KV cache (attention) or
-# in the recurrent state (linear); L_ROTARY: the leading dimensions of a head RoPE rotates (0: all)
-L_WINDOW, L_ROPE, L_QSCALE, L_ACT, L_LINEAR, L_CACHE, L_ROTARY = range(7)
+# in the recurrent state (linear); L_ROTARY: the leading dimensions of a head RoPE rotates (0: all);
+# L_LOUT_ORDER: 1 when the linear layer's out_proj keeps its columns in act.lo_order
+L_WINDOW, L_ROPE, L_QSCALE, L_ACT, L_LINEAR, L_CACHE, L_ROTARY, L_LOUT_ORDER = range(8)
 # a MoE layer's softmax over its top-k logits only (1), its clamped SwiGLU's limit and alpha (f32 bits)
-L_TOPK_SOFTMAX, L_SWIGLU_LIMIT, L_SWIGLU_ALPHA = range(7, 10)
-N_LAY = 10
+L_TOPK_SOFTMAX, L_SWIGLU_LIMIT, L_SWIGLU_ALPHA = range(8, 11)
+N_LAY = 11
 # moe_extras' fields
 X_TOPK_SOFTMAX, X_ROUTER_BIAS, X_GATE_BIAS, X_UP_BIAS, X_DOWN_BIAS, X_LIMIT, X_ALPHA = range(7)
 SEG_SLOT, SEG_POS, SEG_ROWS = range(3)  # segs[] columns
@@ -328,8 +330,12 @@ def linear_mixer(h, segs, act, mats, mi, vecs, vec_tab, vi, dims, rec, conv_win,
     for j in range(segs.shape[0]):
         slot, pos0, r1 = segs[j, SEG_SLOT], segs[j, SEG_POS], r0 + segs[j, SEG_ROWS]
         conv_silu(lq[r0:r1], conv_w, dims[D_LTAPS], conv_win[slot], pos0, act.lc[r0:r1])
-        delta_rule(act.lc[r0:r1], lz[r0:r1], lb[r0:r1], la[r0:r1], a_log, dt_bias, norm_w, rec[slot], pos0,
-                   dims[D_LKH], dims[D_LDK], dims[D_LDV], f32_of(eps), act.lo[r0:r1])
+        if r1 - r0 >= CHUNK:  # a prompt: matrix products (delta_chunked.py); fewer rows: the recurrence
+            delta_rule_chunked(act.lc[r0:r1], lz[r0:r1], lb[r0:r1], la[r0:r1], a_log, dt_bias, norm_w, rec[slot],
+                               pos0, dims[D_LKH], dims[D_LDK], dims[D_LDV], f32_of(eps), act.lo[r0:r1])
+        else:
+            delta_rule(act.lc[r0:r1], lz[r0:r1], lb[r0:r1], la[r0:r1], a_log, dt_bias, norm_w, rec[slot], pos0,
+                       dims[D_LKH], dims[D_LDK], dims[D_LDV], f32_of(eps), act.lo[r0:r1])
         r0 = r1
 
 
@@ -391,6 +397,8 @@ def forward_body(tokens, segs, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, e
         if lay[l, L_LINEAR] != 0:
             linear_mixer(h, segs, act, mats, mi, vecs, vec_tab, vi, dims, rec[ci], conv_win[ci], kern, core, quant,
                          n_dec, eps)
+            if lay[l, L_LOUT_ORDER] != 0:
+                gather_columns(act.lo[:T], act.lo_order, act.lc)
             prepare(act.lo[:T], act, quant, core, n_dec)
             linear(act.lo[:T], act, mats, mi[M_LOUT], kern, core, o, n_dec)
         else:

@@ -3,8 +3,8 @@ projections: the causal conv over the conv window, the delta rule over each sequ
 state, the gated norm. Plain numba loops, the value heads in parallel: per token and layer the rule
 reads and writes the state once (v_heads * k_head_dim * v_head_dim values).
 
-The recurrence runs for every row, prompt rows too: the prefill's chunked form (assembly/delta_rule.py)
-is the same maths in another order, within f32 rounding of it.
+The recurrence runs for decode steps and short segments; a prompt's segment of CHUNK rows or more
+runs the chunked form (delta_chunked.py), the same maths in another order, within f32 rounding of it.
 """
 
 import numpy as np
@@ -56,12 +56,13 @@ def conv_silu(x, w, taps, window, pos0, out):
 
 @helper()
 def _l2norm_scaled(x, start, n, scale, out):
+    v = x[start:start + n]  # indexed from 0: x[start + i] would test each index for negative, unvectorised
     s = np.float32(0.0)
     for i in range(n):
-        s += x[start + i] * x[start + i]
+        s += v[i] * v[i]
     inv = scale / np.sqrt(s + np.float32(1e-6))
     for i in range(n):
-        out[i] = x[start + i] * inv
+        out[i] = v[i] * inv
 
 
 @njit(**PARALLEL)
@@ -107,13 +108,18 @@ def _delta_head(qkv, z, b, a, a_log, dt_bias, norm_w, S, h, group, key_dim, dk, 
             for j in range(dv):
                 S[i, j] += kh[i] * u[j]
                 o[j] += S[i, j] * qh[i]
-        ss = np.float32(0.0)
-        for j in range(dv):
-            ss += o[j] * o[j]
-        inv = np.float32(1.0) / np.sqrt(ss / dv + eps)
-        for j in range(dv):
-            zj = z[t, h * dv + j]
-            o[j] = o[j] * inv * norm_w[j] * (zj / (np.float32(1.0) + np.exp(-zj)))
+        _gated_norm(o, z[t, h * dv:(h + 1) * dv], norm_w, dv, eps)
+
+
+@helper()
+def _gated_norm(o, z, norm_w, dv, eps):
+    """o = RMSNorm(o) w silu(z), one head's row."""
+    ss = np.float32(0.0)
+    for j in range(dv):
+        ss += o[j] * o[j]
+    inv = np.float32(1.0) / np.sqrt(ss / dv + eps)
+    for j in range(dv):
+        o[j] = o[j] * inv * norm_w[j] * (z[j] / (np.float32(1.0) + np.exp(-z[j])))
 
 
 @helper()
@@ -137,6 +143,17 @@ def gate_rows(x, gate):
     for t in range(x.shape[0]):
         for i in range(x.shape[1]):
             x[t, i] *= np.float32(1.0) / (np.float32(1.0) + np.exp(-gate[t, i]))
+
+
+@helper()
+def gather_columns(x, order, scratch):
+    """x[t] <- x[t, order], row by row (scratch: as many rows, at least as wide)."""
+    n = x.shape[1]
+    for t in range(x.shape[0]):
+        row = scratch[t, :n]
+        row[:] = x[t]
+        for j in range(n):
+            x[t, j] = row[order[j]]
 
 
 @helper()
