@@ -203,3 +203,18 @@ def test_the_template_is_harmony(gpt_oss_template):
     assert is_harmony(gpt_oss_template) and not is_harmony("<|im_start|>{{ m.content }}<|im_end|>")
     assert turn_end_ids(tok) == {tok.backend.token_to_id("<|return|>"), tok.backend.token_to_id("<|call|>")}
     assert turn_end_ids(Tokenizer(tok.backend, "{{ messages }}", None, None)) == set()
+
+
+def test_random_token_soup_never_raises():
+    """A random model's reply (the tiny checkpoint's): any mix of markers, JSON bits and text is parsed
+    without an exception, into the same parts however it is cut, and loses no text outside markers."""
+    pieces = ["<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|call|>", "<|return|>",
+              "assistant", "analysis", "final", "commentary", " to=functions.f", " to=", "json", "{", "}", '"a"',
+              ":", "1", " ", "x", "<", "|", "<|", "\n"]
+    rng = random.Random(1)
+    for _ in range(1000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 30)))
+        whole_parts = joined(parts(text))
+        cuts = sorted(set(rng.sample(range(1, len(text)), min(rng.randint(1, 12), len(text) - 1)))) if len(text) > 1 else []
+        assert joined(parts(text, cuts)) == whole_parts, (text, cuts)
+        assert joined(parts(text, cuts, reasoning=False)) == joined(parts(text, reasoning=False))

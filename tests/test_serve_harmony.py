@@ -19,6 +19,7 @@ from types import SimpleNamespace
 import numpy as np
 import openai
 import pytest
+from serve_helpers import assert_error_shape, raw
 from test_harmony import SPECIALS, WEATHER, gpt_oss_template, harmony_tokenizer  # noqa: F401 (a fixture)
 
 from fuelcli.backends.base import Engine
@@ -27,7 +28,6 @@ from fuelcli.serve.jobs import ServedModel
 from fuelcli.serve.server import bind, make_server, url
 from fuelcli.serve.worker import EngineWorker
 from fuelcli.text.harmony import turn_end_ids
-from serve_helpers import assert_error_shape, raw
 
 N_CTX = 8192
 REPLIES = {  # the user's word -> the model's reply (its turn-ending token is the EOS)
@@ -235,9 +235,10 @@ def test_the_tiny_gpt_oss_checkpoint(tiny, gpt_oss_template, tmp_path):
     """The tiny random gpt-oss with a harmony vocabulary and gpt-oss's template, served for real: a random
     model writes no harmony, so this checks the path (prompt, tokens with their specials, the parser
     on whatever comes) answers 200 with the OpenAI fields, whole and streamed."""
+    from serve_helpers import ServerProcess, with_tokenizer
+
     from fuelcli.assembly.loader import open_model
     from fuelcli.backends import make_engine
-    from serve_helpers import ServerProcess, with_tokenizer
 
     m = open_model(str(tiny("gpt_oss")))
     try:
@@ -255,7 +256,7 @@ def test_the_tiny_gpt_oss_checkpoint(tiny, gpt_oss_template, tmp_path):
                                            reasoning_effort="low", tools=[WEATHER])
         assert r.choices[0].finish_reason in ("stop", "length", "tool_calls")
         assert isinstance(r.choices[0].message.content, str) or r.choices[0].message.tool_calls
-        content, reasoning, calls, finish, _ = joined(client.chat.completions.create(
+        *_, finish, _ = joined(client.chat.completions.create(
             model="m", messages=[{"role": "user", "content": "Hi"}], max_tokens=12, stream=True, temperature=0))
         assert finish in ("stop", "length", "tool_calls")
     finally:

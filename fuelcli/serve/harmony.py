@@ -26,7 +26,7 @@ import json
 import re
 
 from ..errors import InputError
-from ..text.harmony import BODY_ENDS, CHANNEL, MESSAGE
+from ..text.harmony import BODY_ENDS, CHANNEL, MESSAGE, START
 from .tools import openai_call
 
 HEADER_MAX = 256  # characters before <|message|>: past this the text is no header
@@ -50,6 +50,7 @@ class HarmonyParser:
         self.header = ""  # the current message's header, as written
         self.kind = "content"  # the body's: "reasoning" | "content" | "call" | "raw" (content, markers kept)
         self.name = ""  # the function a call body is for
+        self.skip_first = False  # the body opens at a marker that does not end it
         self.calls: list[dict] = []
 
     @property
@@ -75,17 +76,18 @@ class HarmonyParser:
         return [p for p in out if p[1] != ""]
 
     def _header(self, out, final):
+        s = self.buf.lstrip()
+        could_be = s.startswith("<|") or "<|".startswith(s)  # a header opens with a marker
         at = self.buf.find(MESSAGE)
-        if at >= 0 and at <= HEADER_MAX:
+        if could_be and 0 <= at <= HEADER_MAX:
             self.header, self.buf = self.buf[:at + len(MESSAGE)], self.buf[at + len(MESSAGE):]
             self._open(out)
             return
-        s = self.buf.lstrip()
-        undecided = not final and len(self.buf) <= HEADER_MAX and (s.startswith("<|") or "<|".startswith(s))
-        if undecided:
+        if could_be and not final and len(self.buf) <= HEADER_MAX:
             return  # a header still coming (or nothing yet)
-        # no header: the text (if any) is content as written, up to the next message
-        self.header, self.kind, self.state = "", "raw", "body"
+        # no header: the text (if any) is content as written, up to the next message; a marker it
+        # opens with (a cut-off header's) ends nothing there
+        self.header, self.kind, self.state, self.skip_first = "", "raw", "body", True
 
     def _open(self, out):
         channel = _CHANNEL.search(self.header)
@@ -102,8 +104,7 @@ class HarmonyParser:
             out.append(("content", self.header))
 
     def _body(self, out, final):
-        # text that is no header may open with a marker (a cut-off header): it ends no body there
-        first = 1 if self.kind == "raw" and not self.header else 0
+        first, self.skip_first = int(self.skip_first), False
         ends = [(self.buf.find(m, first), m) for m in BODY_ENDS]
         at, marker = min(((i, m) for i, m in ends if i >= 0), default=(-1, ""))
         if self.kind == "call":
@@ -112,15 +113,20 @@ class HarmonyParser:
             body = self.buf if at < 0 else self.buf[:at]
             self._call(out, body, marker)
         elif at >= 0:
-            out.append((self._part(), self.buf[:at] + (marker if self.kind == "raw" and marker != "<|start|>" else "")))
+            out.append((self._part(), self.buf[:at] + (self._written(marker) if self.kind == "raw" else "")))
         else:
             keep = 0 if final else _held(self.buf)
             out.append((self._part(), self.buf[: len(self.buf) - keep]))
             self.buf = self.buf[len(self.buf) - keep:]
             return
         # the message has ended: <|start|> opens the next one and stays for its header
-        self.buf = "" if at < 0 else self.buf[at + (0 if marker == "<|start|>" else len(marker)):]
+        self.buf = "" if at < 0 else self.buf[at + len(self._written(marker)):]
         self.state, self.kind = "header", "content"
+
+    @staticmethod
+    def _written(marker: str) -> str:
+        """The end marker as part of the message it ends (<|start|> belongs to the next one)."""
+        return "" if marker == START else marker
 
     def _part(self) -> str:
         return "reasoning" if self.kind == "reasoning" else "content"
@@ -130,8 +136,8 @@ class HarmonyParser:
             arguments = json.loads(body)
         except ValueError:
             arguments = None
-        if not isinstance(arguments, dict) or not self.name:  # not a call after all: it stays text, as it was written
-            out.append(("content", self.header + body + (marker if marker != "<|start|>" else "")))
+        if not isinstance(arguments, dict) or not self.name:  # not a call after all: text, as it was written
+            out.append(("content", self.header + body + self._written(marker)))
             return
         call = openai_call(self.name, arguments)
         self.calls.append(call)
