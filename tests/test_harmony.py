@@ -1,4 +1,4 @@
-"""The harmony format (gpt-oss) read back from a reply (fuelcli/serve/harmony.py): analysis as the
+"""The harmony format (gpt-oss) read back from a reply (fuelcli/text/harmony.py, with serve's call dicts): analysis as the
 reasoning, final as the content, a message to functions.NAME as a call; the same parts whichever way
 the streamed text is cut; what does not fit stays text and never raises. Then gpt-oss's own chat
 template (HF's chat_template.jinja, as llama.cpp keeps it in models/templates/openai-gpt-oss-120b.jinja)
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import LLAMA_CPP_SDIST, cached, llama_cpp_sdist
 
-from fuelcli.serve.harmony import HarmonyParser
+from fuelcli.serve.harmony import parser
 from fuelcli.serve.reply import whole
 from fuelcli.text.harmony import is_harmony, turn_end_ids
 from fuelcli.text.tokenizer import Tokenizer
@@ -30,7 +30,7 @@ CALL_RECIPIENT_FIRST = '<|start|>assistant to=functions.get_weather<|channel|>co
 
 def parts(text: str, cuts: list[int] | None = None, **kw) -> list:
     """The parser's parts for `text` fed in pieces ending at `cuts`, then finished."""
-    p = HarmonyParser(**kw)
+    p = parser(**kw)
     out, at = [], 0
     for cut in (cuts or []) + [len(text)]:
         out += p.feed(text[at:cut])
@@ -45,11 +45,11 @@ def joined(ps: list) -> tuple[str, str, list]:
 
 
 def test_analysis_then_final():
-    assert whole(HarmonyParser(), ANALYSIS + FINAL) == ("Hello! How can I help?", "The user greets; answer briefly.", [])
+    assert whole(parser(), ANALYSIS + FINAL) == ("Hello! How can I help?", "The user greets; answer briefly.", [])
 
 
 def test_a_call_after_the_analysis():
-    content, reasoning, calls = whole(HarmonyParser(), ANALYSIS + CALL)
+    content, reasoning, calls = whole(parser(), ANALYSIS + CALL)
     assert content is None and reasoning == "The user greets; answer briefly."
     assert [(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in calls] == \
         [("get_weather", {"city": "Paris", "unit": "celsius"})]
@@ -60,7 +60,7 @@ def test_a_call_after_the_analysis():
 
 
 def test_no_analysis():
-    assert whole(HarmonyParser(), "<|channel|>final<|message|>Just the answer.") == ("Just the answer.", None, [])
+    assert whole(parser(), "<|channel|>final<|message|>Just the answer.") == ("Just the answer.", None, [])
 
 
 def test_preamble_and_call():
@@ -84,7 +84,7 @@ def test_any_cut_gives_the_same_parts(text):
 
 def test_streamed_reasoning_comes_before_the_end():
     """Reasoning is sent as it comes, not held to the message's end; a marker's start is held back."""
-    p = HarmonyParser()
+    p = parser()
     assert p.feed("<|channel|>analysis<|mes") == []
     assert p.feed("sage|>Thinking about") == [("reasoning", "Thinking about")]
     assert p.feed(" it<|e") == [("reasoning", " it")]
@@ -114,14 +114,14 @@ def test_what_does_not_fit_stays_text(text, content):
 
 def test_reasoning_off_keeps_the_messages_as_written():
     """reasoning_format none: the reply is content as the model wrote it; calls are still calls."""
-    assert whole(HarmonyParser(reasoning=False), ANALYSIS + FINAL) == (ANALYSIS + FINAL, None, [])
-    content, reasoning, calls = whole(HarmonyParser(reasoning=False), ANALYSIS + CALL)
+    assert whole(parser(reasoning=False), ANALYSIS + FINAL) == (ANALYSIS + FINAL, None, [])
+    content, reasoning, calls = whole(parser(reasoning=False), ANALYSIS + CALL)
     assert content == ANALYSIS and reasoning is None and len(calls) == 1
 
 
 def test_two_analysis_messages_and_a_final():
     text = ANALYSIS + "<|start|>assistant<|channel|>analysis<|message|> More.<|end|>" + FINAL
-    assert whole(HarmonyParser(), text) == ("Hello! How can I help?", "The user greets; answer briefly. More.", [])
+    assert whole(parser(), text) == ("Hello! How can I help?", "The user greets; answer briefly. More.", [])
 
 
 # --- the chat template ---------------------------------------------------------------------------

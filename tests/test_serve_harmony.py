@@ -262,3 +262,25 @@ def test_the_tiny_gpt_oss_checkpoint(tiny, gpt_oss_template, tmp_path):
     finally:
         assert s.stop() == 130
     assert "Traceback" not in s.log
+
+
+def test_run_and_chat_show_the_reasoning_and_keep_the_answer(gpt_oss_template):
+    """`fuel run` and `fuel chat` (generate with a harmony.Readable, ChatSession): the reasoning shown
+    between <think> and </think>, then the answer; the conversation keeps the answer as the content and
+    the analysis as `thinking`, so the next turn renders the earlier reply as gpt-oss's template wants."""
+    from fuelcli.text.chat import ChatSession
+    from fuelcli.text.generate import Sampler, SamplerParams, Stats
+
+    tok = harmony_tokenizer(gpt_oss_template)
+    engine = HarmonyEngine(tok)
+    session = ChatSession(engine, tok, Sampler(SamplerParams(temp=0)), turn_end_ids(tok))
+    shown = "".join(session.reply(session.prepare("greet"), Stats()))
+    assert shown == "<think>\nThe user says hello. Reply kindly.\n</think>\n\nHello! How can I help?"
+    assert session.messages[-1] == {"role": "assistant", "content": "Hello! How can I help?",
+                                    "thinking": "The user says hello. Reply kindly."}
+    shown = "".join(session.reply(session.prepare("and the weather?"), Stats()))
+    assert shown == ('<think>\nNeed the weather: call the tool.\n</think>\n\n'
+                     'get_weather({"city": "Paris", "unit": "celsius"})')
+    assert ("<|start|>user<|message|>greet<|end|><|start|>assistant<|channel|>final<|message|>"
+            "Hello! How can I help?<|end|><|start|>user<|message|>and the weather?") in engine.prompts[-1]
+    assert "Reply kindly" not in engine.prompts[-1]  # earlier analysis is dropped by the template

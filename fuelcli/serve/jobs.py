@@ -20,7 +20,7 @@ from ..text.generate import SamplerParams, Stats
 from ..text.harmony import is_harmony
 from . import tools as tool_formats
 from .errors import APIError, bad_request
-from .harmony import HarmonyParser, HarmonyTools
+from .harmony import HarmonyTools, parser as harmony_parser
 from .reply import END_THINK, THINK, ReplyParser
 from .schemas import ChatRequest, CompletionRequest, NamedToolChoice
 
@@ -96,8 +96,9 @@ class Job:
     def cancelled(self) -> bool:
         return self._cancelled.is_set()
 
-    def parser(self) -> ReplyParser | HarmonyParser:
-        return HarmonyParser(**self.reply) if self.harmony else ReplyParser(**self.reply)
+    def parser(self):
+        """A reply.ReplyParser, or for a harmony reply a text.harmony.HarmonyParser: the same interface."""
+        return harmony_parser(**self.reply) if self.harmony else ReplyParser(**self.reply)
 
 
 class Outbox:
