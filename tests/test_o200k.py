@@ -4,9 +4,10 @@ the vocabulary (200k tokens) ships in no package here, so two oracles stand in:
 
 - the split itself against tiktoken's o200k_base pattern applied by the `regex` module (tiktoken's
   reference implementation, _educational.py, splits with regex.findall), piece for piece;
-- ids against an HF `tokenizers` tokenizer built from gpt-oss's tokenizer.json shape (a Split with
-  the o200k pattern, Isolated, then ByteLevel without its own regex; BPE; the harmony specials as
-  added tokens), on a byte-level BPE vocabulary trained here on the same texts with that split, whose
+- ids against an HF `tokenizers` tokenizer built from gpt-oss's tokenizer.json shape, as transformers'
+  TikTokenConverter writes it (a Split with the o200k pattern, Isolated, then ByteLevel without its
+  own regex; BPE with ignore_merges, tiktoken's whole-piece lookup; the harmony specials as added
+  tokens), on a byte-level BPE vocabulary trained here on the same texts with that split, whose
   tokens, merges and token types are handed to fuel as GGUF metadata.
 
 The texts: code, numbers, CJK, emoji, contractions in all cases, runs of capitals before a word
@@ -90,7 +91,7 @@ def gpt_oss_tokenizer_json(vocab: dict, merges: list) -> str:
         "post_processor": None,
         "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
         "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": True,
                   "vocab": vocab, "merges": [list(m) for m in merges]}})
 
 
@@ -149,3 +150,22 @@ def test_other_splits_differ(pair, other):
                                     + [pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     differ = [t for t in TEXTS if [p for p, _ in wrong.pre_tokenize_str(t)] != fuel_pieces(fuel, t)]
     assert len(differ) > 100
+
+
+# llama.cpp's rewrite of the pattern for its regex engine (llama-vocab.cpp, LLAMA_VOCAB_PRE_TYPE_GPT4O)
+LLAMA_CPP_REWRITE = (r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+"
+                     r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?"
+                     r"|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*"
+                     r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])?"
+                     r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+@pytest.mark.parametrize("text", ["नमस्ते दुनिया", "ที่นี่", "עִבְרִית", "e\u0301te"])
+def test_combining_marks_stay_in_their_word(pair, text):
+    """tiktoken's letter classes hold the combining marks (\\p{M}); llama.cpp's rewrite cuts there, so
+    fuel follows the model's own tokenizer and not llama.cpp on these scripts."""
+    fuel, _ = pair
+    want = [spelled(p) for p in regex.findall(TIKTOKEN_O200K, text)]
+    rewrite = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(LLAMA_CPP_REWRITE), "isolated"),
+                                       pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    assert fuel_pieces(fuel, text) == want != [p for p, _ in rewrite.pre_tokenize_str(text)]
