@@ -218,3 +218,59 @@ def test_random_token_soup_never_raises():
         cuts = sorted(set(rng.sample(range(1, len(text)), min(rng.randint(1, 12), len(text) - 1)))) if len(text) > 1 else []
         assert joined(parts(text, cuts)) == whole_parts, (text, cuts)
         assert joined(parts(text, cuts, reasoning=False)) == joined(parts(text, reasoning=False))
+
+
+# --- grammars on a harmony reply (serve/harmony.py) ------------------------------------------------
+
+def refused(grammar, text: str) -> str | None:
+    """The reply up to the first token the grammar refuses (None: all of it allowed), and whether only
+    a turn end may follow."""
+    import numpy as np
+
+    from fuelcli.text.grammar import Constraint
+
+    tok = harmony_tokenizer("<|start|><|channel|><|message|>")
+    eos = {tok.backend.token_to_id("<|return|>"), tok.backend.token_to_id("<|call|>")}
+    c = Constraint(grammar, tok, 256, eos)
+    ids = tok.encode(text, add_special_tokens=False)
+    for k, i in enumerate(ids):
+        scores = np.zeros(256)
+        c.mask(scores)
+        if not np.isfinite(scores[i]):
+            return tok.decode(ids[:k + 1])
+        c.accept(i)
+    return None
+
+
+CALLED = ANALYSIS + CALL
+
+
+@pytest.mark.parametrize("lazy", [False, True], ids=["demanded", "strict under auto"])
+def test_the_call_grammar(lazy):
+    pytest.importorskip("llguidance")
+    from fuelcli.serve.harmony import HarmonyTools
+    from fuelcli.serve.tools import Function
+
+    params = WEATHER["function"]["parameters"]
+    grammar = HarmonyTools().grammar([Function("get_weather", params, True), Function("get_time", {}, True)],
+                                     True, lazy=lazy, strict=True)
+    assert refused(grammar, CALLED) is None and refused(grammar, ANALYSIS + CALL_RECIPIENT_FIRST) is None
+    assert refused(grammar, CALLED.replace('"celsius"', '"kelvin"')).endswith('"k')  # not in the enum
+    assert refused(grammar, CALLED.replace("get_weather", "get_wind")).endswith("get_wi")  # no such tool
+    answer = ANALYSIS + FINAL
+    if lazy:  # until a call begins, the reply is free
+        assert refused(grammar, answer) is None
+    else:  # a call must come: a final answer is refused at its channel's name
+        assert refused(grammar, answer).endswith("<|start|>assistant<|channel|>f")
+
+
+def test_the_final_json_grammar():
+    pytest.importorskip("llguidance")
+    from fuelcli.serve.harmony import final_json
+
+    schema = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"]}
+    grammar = final_json(schema, True, "the schema")
+    assert refused(grammar, ANALYSIS + '<|start|>assistant<|channel|>final<|message|>{"answer": 42}') is None
+    assert refused(grammar, '<|channel|>final<|message|>{"answer": 4.5}').endswith("4.")
+    assert refused(grammar, ANALYSIS + FINAL).endswith("<|message|>H")
+    assert refused(grammar, CALLED).endswith("<|channel|>commentary ")

@@ -37,6 +37,8 @@ REPLIES = {  # the user's word -> the model's reply (its turn-ending token is th
                "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
                '{"city": "Paris", "unit": "celsius"}<|call|>',
     "direct": "<|channel|>final<|message|>42<|return|>",
+    "json": '<|channel|>analysis<|message|>Format it.<|end|><|start|>assistant<|channel|>final<|message|>'
+            '{"answer": 42}<|return|>',
     "broken": '<|channel|>analysis<|message|>Hmm.<|end|><|start|>assistant<|channel|>commentary '
               'to=functions.get_weather <|constrain|>json<|message|>{"city": "Par',  # then max_tokens
 }
@@ -192,12 +194,26 @@ def test_reasoning_effort_reaches_the_template(served):
     assert_error_shape(status, body, 400, "reasoning_effort")
 
 
-def test_forced_calls_and_schemas_are_refused_in_one_line(served):
-    for extra, field in [({"tools": [WEATHER], "tool_choice": "required"}, "tool_choice"),
-                         ({"response_format": {"type": "json_object"}}, "response_format")]:
-        status, _, body = raw(served.port, "POST", "/v1/chat/completions", json.dumps(
-            {"messages": [{"role": "user", "content": "hi"}], **extra}))
-        assert_error_shape(status, body, 400, "harmony")
+def test_a_demanded_call_and_a_schema(served):
+    """tool_choice required or named, a strict tool and response_format constrain a harmony reply
+    through its special tokens (a grammar over <|channel|> and the rest, test_harmony.py checks what
+    it refuses); the scripted replies keep to them, so they come back the same."""
+    pytest.importorskip("llguidance")
+    want = ("get_weather", {"city": "Paris", "unit": "celsius"})
+    strict = {"type": "function", "function": {**WEATHER["function"], "strict": True}}
+    for i, kw in enumerate(({"tools": [WEATHER], "tool_choice": "required"},
+               {"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "get_weather"}}},
+               {"tools": [strict]})):
+        r = ask(served, f"weather, please ({i})", **kw)  # a new prompt each: the engine's script restarts
+        (call,) = r.choices[0].message.tool_calls
+        assert r.choices[0].finish_reason == "tool_calls" and (call.function.name, json.loads(call.function.arguments)) == want
+    schema = {"type": "object", "properties": {"answer": {"type": "integer"}}, "required": ["answer"],
+              "additionalProperties": False}
+    for i, rf in enumerate(({"type": "json_object"}, {"type": "json_schema", "json_schema": {
+            "name": "a", "schema": schema, "strict": True}})):
+        r = ask(served, f"json answer ({i})", response_format=rf)
+        assert json.loads(r.choices[0].message.content) == {"answer": 42}
+        assert reasoning_of(r.choices[0].message) == "Format it."
 
 
 def test_reasoning_format_none_keeps_the_reply_as_written(served):

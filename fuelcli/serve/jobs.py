@@ -20,7 +20,7 @@ from ..text.generate import SamplerParams, Stats
 from ..text.harmony import is_harmony
 from . import tools as tool_formats
 from .errors import APIError, bad_request
-from .harmony import HarmonyTools, parser as harmony_parser
+from .harmony import HarmonyTools, final_json as harmony_final_json, parser as harmony_parser
 from .reply import END_THINK, THINK, ReplyParser
 from .schemas import ChatRequest, CompletionRequest, NamedToolChoice
 
@@ -237,17 +237,29 @@ def _effort(req: ChatRequest, model: ServedModel) -> dict:
     return {"reasoning_effort": req.reasoning_effort}
 
 
-def _harmony_job(req: ChatRequest, model: ServedModel, loop, ids: list[int]) -> Job:
-    """A gpt-oss reply: analysis, final and calls are read from its harmony messages (harmony.py); a
-    grammar would have to hold from the final channel's header on, which fuel does not do yet."""
+def _harmony_grammar(req: ChatRequest, fmt, tools: list) -> g.Grammar | None:
+    """A harmony reply's grammar (harmony.py): the tools' as for the other formats (HarmonyTools), or
+    response_format's on the final message, the analysis before it free."""
     rf = req.response_format
-    if rf is not None and rf.type != "text":
-        raise bad_request("response_format is not supported for a harmony (gpt-oss) model yet: the reply's "
-                          "final channel is not constrained", param="response_format")
+    if fmt is not None or rf is None or rf.type == "text":
+        return _output_grammar(req, fmt, tools, None)
+    if rf.type == "json_object":
+        return _compiled(lambda: harmony_final_json({"type": "object"}, False, "response_format json_object"),
+                         "response_format")
+    js = rf.json_schema
+    schema = {"type": "object"} if js.schema_ is None else js.schema_
+    return _compiled(lambda: harmony_final_json(schema, bool(js.strict), "response_format.json_schema.schema"),
+                     "response_format.json_schema")
+
+
+def _harmony_job(req: ChatRequest, model: ServedModel, loop, ids: list[int], fmt, tools: list) -> Job:
+    """A gpt-oss reply: analysis, final and calls are read from its harmony messages (harmony.py)."""
+    grammar = _harmony_grammar(req, fmt, tools)
     reasoning = (req.reasoning_format or model.reasoning_format) != "none"
     prediction = model.tokenizer.encode(req.prediction.content, add_special_tokens=False) if req.prediction else []
     return Job("chat", ids, req.max_new or model.n_ctx, _sampler_params(req), req.stop, req.n_logprobs, loop,
-               reply={"reasoning": reasoning}, harmony=True, prediction=prediction, ignore_eos=req.ignore_eos)
+               grammar=grammar, reply={"reasoning": reasoning}, harmony=True, prediction=prediction,
+               ignore_eos=req.ignore_eos)
 
 
 def chat_job(req: ChatRequest, model: ServedModel, loop) -> Job:
@@ -256,9 +268,7 @@ def chat_job(req: ChatRequest, model: ServedModel, loop) -> Job:
     text, ids, fmt, tools = chat_prompt(req, model)
     _check_length(ids, model, "messages")
     if is_harmony(tok.chat_template):
-        if isinstance(fmt, HarmonyTools):
-            _output_grammar(req, fmt, tools, None)  # a demanded or strict call: refused in one line
-        return _harmony_job(req, model, loop, ids)
+        return _harmony_job(req, model, loop, ids, fmt, tools)
     # reasoning is read out of the reply where the template knows <think> (Qwen3, DeepSeek-R1, QwQ);
     # a prompt that ends inside <think> (the template opened it) starts the reply in the reasoning,
     # and a grammar then holds from its end
