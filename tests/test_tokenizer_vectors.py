@@ -31,7 +31,8 @@ ACCEPTED = ["command-r", "deepseek-coder", "deepseek-llm", "falcon", "gemma-4", 
             "mpt", "phi-3", "qwen2", "qwen35", "refact", "starcoder"]
 REFUSED = {"bert-bge": "'bert'"}
 # pre-tokenizers llama.cpp has no vectors for, each checked against its maker's own tokenizer instead
-OTHER_ORACLES = {"tekken": "test_tekken.py"}  # mistral-common's Tekkenizer on a real Tekken vocabulary
+OTHER_ORACLES = {"tekken": "test_tekken.py",  # mistral-common's Tekkenizer on a real Tekken vocabulary
+                 "gpt-4o": "test_o200k.py"}  # tiktoken's o200k pattern and gpt-oss's tokenizer.json shape
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ from functools import cached_property
 from ..errors import located
 from ..model.config import ModelConfig, load_hf_config
 from ..sources.source import ModelSource, resolve
+from ..text.harmony import turn_end_ids
 
 
 @dataclass
@@ -49,7 +50,8 @@ class Model:
 
     def eos_ids(self) -> set:
         own = self.tokenizer.eos_token_id
-        return set(self.cfg.eos_token_ids) | ({own} if own is not None else set())
+        # a harmony (gpt-oss) turn ends at <|return|> or <|call|>, where a GGUF names one EOS
+        return set(self.cfg.eos_token_ids) | ({own} if own is not None else set()) | turn_end_ids(self.tokenizer)
 
 
 def open_model(model: str, revision: str | None = None, hf_file: str | None = None) -> Model:

@@ -83,6 +83,7 @@ def run(
     from ..process.memory import peak_rss_bytes
     from ..assembly.loader import open_model
     from ..text.generate import Sampler, SamplerParams, Stats, generate
+    from ..text.harmony import Readable, is_harmony
     from ..process.threads import set_threads
     from ..sources.demo import is_base
     from .run_defaults import chat_instead, offer_pull
@@ -137,9 +138,11 @@ def run(
     spec = speculating.build(m, params, n_ctx, device, cache_type)
     stats = Stats(compile_s=compile_s)
     pieces, interrupted = [], False
+    # gpt-oss's harmony reply: its reasoning shown between <think> and </think>, then the answer
+    reader = Readable() if use_chat_template and is_harmony(tok.chat_template) else None
     try:
         for piece in generate(engine, tok, ids, max_tokens, sampler, m.eos_ids(), [unescape(s) for s in stop], stats,
-                              speculation=spec):
+                              speculation=spec, reader=reader):
             if as_json:
                 pieces.append(piece)
             else:

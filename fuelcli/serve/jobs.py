@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from ..errors import FuelError, InputError
 from ..text import grammar as g
 from ..text.generate import SamplerParams, Stats
+from ..text.harmony import is_harmony
 from . import tools as tool_formats
 from .errors import APIError, bad_request
+from .harmony import HarmonyTools, final_json as harmony_final_json, parser as harmony_parser
 from .reply import END_THINK, THINK, ReplyParser
 from .schemas import ChatRequest, CompletionRequest, NamedToolChoice
 
@@ -70,6 +72,7 @@ class Job:
     loop: asyncio.AbstractEventLoop
     grammar: g.Grammar | None = None  # the worker starts its matcher (building the vocabulary may take a second)
     reply: dict = field(default_factory=dict)  # ReplyParser's arguments (chat): how the text is read back
+    harmony: bool = False  # the reply is harmony (gpt-oss): decoded with its special tokens, read by HarmonyParser
     prediction: list[int] = field(default_factory=list)  # the predicted output's ids: lookup decoding's proposals
     ignore_eos: bool = False  # generate past the EOS ids, to max_tokens (stop strings still stop)
     arrived: float = field(default_factory=time.perf_counter)  # for the time to first token (/metrics)
@@ -93,8 +96,9 @@ class Job:
     def cancelled(self) -> bool:
         return self._cancelled.is_set()
 
-    def parser(self) -> ReplyParser:
-        return ReplyParser(**self.reply)
+    def parser(self):
+        """A reply.ReplyParser, or for a harmony reply a text.harmony.HarmonyParser: the same interface."""
+        return harmony_parser(**self.reply) if self.harmony else ReplyParser(**self.reply)
 
 
 class Outbox:
@@ -195,17 +199,22 @@ def chat_prompt(req: ChatRequest, model: ServedModel) -> tuple[str, list[int], o
     if tok.chat_template is None:
         raise bad_request("this model has no chat template; use /v1/completions with a raw prompt", param="messages")
     choice = req.tool_choice or "auto"
+    harmony = is_harmony(tok.chat_template)
     fmt, tools = None, []
     if req.tools and choice != "none":  # tool_choice none: the tools are left out of the prompt
-        fmt = tool_formats.detect(tok.chat_template)
+        fmt = tool_formats.detect(tok.chat_template) or (HarmonyTools() if harmony else None)
         if fmt is None:
             raise bad_request("this model's chat template has no tool-call format fuel knows (Qwen2.5/Qwen3 "
                               "<tool_call> blocks, Llama 3.1 JSON calls)", param="tools")
         tools = [tool_formats.Function(t.function.name, t.function.parameters or tool_formats.EMPTY_PARAMETERS,
                                        bool(t.function.strict)) for t in req.tools]
-    kwargs = {**(model.template_kwargs or {}), **(req.chat_template_kwargs or {})} or None
+    kwargs = {**(model.template_kwargs or {}), **_effort(req, model),
+              **(req.chat_template_kwargs or {})} or None
+    messages = [m.as_template_message() for m in req.messages]
+    if harmony:  # gpt-oss's template reads an assistant turn's reasoning as `thinking`
+        messages = [{**m, "thinking": m["reasoning_content"]} if "reasoning_content" in m else m for m in messages]
     try:
-        text = tok.render_chat([m.as_template_message() for m in req.messages], add_generation_prompt=True,
+        text = tok.render_chat(messages, add_generation_prompt=True,
                                template_kwargs=kwargs,
                                tools=[t.model_dump(exclude_none=True) for t in req.tools] if tools else None)
     except InputError as e:  # the template refused the conversation (raise_exception) or failed
@@ -213,11 +222,53 @@ def chat_prompt(req: ChatRequest, model: ServedModel) -> tuple[str, list[int], o
     return text, tok.encode(text, add_special_tokens=False), fmt, tools
 
 
+def takes_effort(model: ServedModel) -> bool:
+    """Whether the model's chat template reads a reasoning_effort (gpt-oss's "Reasoning: low|medium|high")."""
+    return "reasoning_effort" in (model.tokenizer.chat_template or "")
+
+
+def _effort(req: ChatRequest, model: ServedModel) -> dict:
+    """The request's reasoning_effort as the template's variable, or a 400 where it has none."""
+    if req.reasoning_effort is None:
+        return {}
+    if not takes_effort(model):
+        raise bad_request("reasoning_effort is not supported by this model's chat template (chat_template_kwargs "
+                          "{\"enable_thinking\": false} turns a Qwen3 model's thinking off)", param="reasoning_effort")
+    return {"reasoning_effort": req.reasoning_effort}
+
+
+def _harmony_grammar(req: ChatRequest, fmt, tools: list) -> g.Grammar | None:
+    """A harmony reply's grammar (harmony.py): the tools' as for the other formats (HarmonyTools), or
+    response_format's on the final message, the analysis before it free."""
+    rf = req.response_format
+    if fmt is not None or rf is None or rf.type == "text":
+        return _output_grammar(req, fmt, tools, None)
+    if rf.type == "json_object":
+        return _compiled(lambda: harmony_final_json({"type": "object"}, False, "response_format json_object"),
+                         "response_format")
+    js = rf.json_schema
+    schema = {"type": "object"} if js.schema_ is None else js.schema_
+    return _compiled(lambda: harmony_final_json(schema, bool(js.strict), "response_format.json_schema.schema"),
+                     "response_format.json_schema")
+
+
+def _harmony_job(req: ChatRequest, model: ServedModel, loop, ids: list[int], fmt, tools: list) -> Job:
+    """A gpt-oss reply: analysis, final and calls are read from its harmony messages (harmony.py)."""
+    grammar = _harmony_grammar(req, fmt, tools)
+    reasoning = (req.reasoning_format or model.reasoning_format) != "none"
+    prediction = model.tokenizer.encode(req.prediction.content, add_special_tokens=False) if req.prediction else []
+    return Job("chat", ids, req.max_new or model.n_ctx, _sampler_params(req), req.stop, req.n_logprobs, loop,
+               grammar=grammar, reply={"reasoning": reasoning}, harmony=True, prediction=prediction,
+               ignore_eos=req.ignore_eos)
+
+
 def chat_job(req: ChatRequest, model: ServedModel, loop) -> Job:
     tok = model.tokenizer
     choice = req.tool_choice or "auto"
     text, ids, fmt, tools = chat_prompt(req, model)
     _check_length(ids, model, "messages")
+    if is_harmony(tok.chat_template):
+        return _harmony_job(req, model, loop, ids, fmt, tools)
     # reasoning is read out of the reply where the template knows <think> (Qwen3, DeepSeek-R1, QwQ);
     # a prompt that ends inside <think> (the template opened it) starts the reply in the reasoning,
     # and a grammar then holds from its end

@@ -13,8 +13,8 @@ from collections import OrderedDict
 
 from starlette.requests import Request
 
-from .errors import APIError
-from .jobs import chat_job
+from .errors import APIError, bad_request
+from .jobs import chat_job, takes_effort
 from .request_io import answer, read_body
 from .responses_api_format import ResponsesFormat, ResponsesFrames
 from .responses_api_schemas import ResponsesRequest, to_chat
@@ -62,6 +62,9 @@ def _echo(req: ResponsesRequest) -> dict:
 
 async def responses(state, request: Request):
     req = parse(ResponsesRequest, await read_body(request))
+    if req.reasoning is not None and req.reasoning.effort is not None and not takes_effort(state.model):
+        raise bad_request("reasoning.effort is not supported by this model's chat template (chat_template_kwargs "
+                          "{\"enable_thinking\": false} turns a Qwen3 model's thinking off)", param="reasoning.effort")
     history = state.responses.get(req.previous_response_id) if req.previous_response_id else []
     chat, conversation = to_chat(req, history)
     job = chat_job(chat, state.model, asyncio.get_running_loop())

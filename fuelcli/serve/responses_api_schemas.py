@@ -87,9 +87,6 @@ class ResponsesRequest(Strict):
         return v
 
     def check(self):
-        if self.reasoning is not None and self.reasoning.effort is not None:
-            raise bad_request("reasoning.effort is not supported (the template decides; chat_template_kwargs "
-                              "{\"enable_thinking\": false} turns a Qwen3 model's thinking off)", param="reasoning.effort")
         fmt = self.text.format if self.text is not None else None
         if fmt is not None and fmt.type == "json_schema" and fmt.name is None:
             raise bad_request("Missing required parameter: 'text.format.name'.", param="text.format.name")
@@ -228,6 +225,8 @@ def to_chat(req: ResponsesRequest, history: list[dict]) -> tuple[ChatRequest, li
         body["chat_template_kwargs"] = req.chat_template_kwargs
     if req.parallel_tool_calls is not None:
         body["parallel_tool_calls"] = req.parallel_tool_calls
+    if req.reasoning is not None and req.reasoning.effort is not None:  # for templates that take it (jobs.py)
+        body["reasoning_effort"] = req.reasoning.effort
     fmt = req.text.format if req.text is not None else None
     if fmt is not None and fmt.type != "text":
         body["response_format"] = {"type": fmt.type} if fmt.type == "json_object" else {

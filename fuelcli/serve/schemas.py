@@ -226,7 +226,7 @@ class ChatRequest(_Sampling):
     function_call: Any = None
     modalities: Any = None
     audio: Any = None
-    reasoning_effort: Any = None
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None  # to templates that take it (jobs.py)
     # OpenAI's bookkeeping: checked, then without effect (fuel keeps no logs, has one tier)
     store: bool | None = None
     metadata: dict[str, str] | None = None
@@ -241,8 +241,6 @@ class ChatRequest(_Sampling):
         "function_call": (lambda v: v in (None, "none"), "function_call is not supported by fuel serve (use tool_choice)"),
         "modalities": (lambda v: v in (None, ["text"]), "only the text modality is supported"),
         "audio": (lambda v: v is None, "audio output is not supported"),
-        "reasoning_effort": (lambda v: v is None, "reasoning_effort is not supported (chat_template_kwargs "
-                             "{\"enable_thinking\": false} turns a Qwen3 model's thinking off)"),
     }
 
     @field_validator("metadata")

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from ..errors import InputError
 from .generate import Sampler, Stats, common_prefix, generate
+from .harmony import Readable, is_harmony
 
 
 @dataclass
@@ -73,11 +74,16 @@ class ChatSession:
         self.held = self.held[:n]
         pieces = []
         budget = self.max_tokens or self.engine.n_ctx
+        # a harmony reply (gpt-oss) is kept as its template wants it back: the final answer as the
+        # content, the analysis as `thinking` (which the template drops from earlier turns)
+        reader = Readable() if is_harmony(self.tokenizer.chat_template) else None
         try:
             for piece in generate(self.engine, self.tokenizer, turn.ids, budget, self.sampler, self.eos_ids,
-                                  self.stops, stats, cached=n, speculation=self.speculation):
+                                  self.stops, stats, cached=n, speculation=self.speculation, reader=reader):
                 pieces.append(piece)
                 yield piece
         finally:
             self.held = (turn.ids + stats.tokens)[: self.engine.pos]
-            self.messages = turn.messages + [{"role": "assistant", "content": "".join(pieces)}]
+            said = {"content": "".join(pieces)} if reader is None else \
+                {"content": reader.content, "thinking": reader.reasoning}
+            self.messages = turn.messages + [{"role": "assistant", **said}]

@@ -286,26 +286,31 @@ def sample_steps(engine, prompt_ids: list[int], max_tokens: int, sampler: Sample
 
 
 def generate(engine, tokenizer, prompt_ids: list[int], max_tokens: int, sampler: Sampler,
-             eos_ids: set, stops: list[str], stats: Stats, cached: int = 0, speculation=None):
+             eos_ids: set, stops: list[str], stats: Stats, cached: int = 0, speculation=None, reader=None):
     """Yields text pieces; fills `stats` as it goes (so an interrupted run still reports).
     `cached` as in sample_steps; speculation: a speculative.Speculation, whose steps replace
-    sample_steps'."""
+    sample_steps'. reader: a harmony.Readable, for a harmony reply: the text is decoded with its
+    special tokens (the channel markers) and goes through it (feed, then finish)."""
     steps = (speculation.steps if speculation is not None else sample_steps)(
         engine, prompt_ids, max_tokens, sampler, eos_ids, stats, cached)
-    stream, matcher = tokenizer.stream(skip_special_tokens=True), StopMatcher(stops)
+    stream, matcher = tokenizer.stream(skip_special_tokens=reader is None), StopMatcher(stops)
+    shown = reader.feed if reader is not None else str
     for step in steps:
         text, hit = matcher.feed(stream.push(step.token))
+        text = shown(text)
         if text:
             yield text
         if hit:
             stats.stop_reason = "stop string"
             steps.close()
             break
+    tail = ""
     if stats.stop_reason != "stop string":
         tail, _ = matcher.feed(stream.flush())
-        tail += matcher.flush()
-        if tail:
-            yield tail
+        tail = shown(tail + matcher.flush())
+    tail += reader.finish() if reader is not None else ""
+    if tail:
+        yield tail
 
 
 class TokenLoop:

@@ -17,7 +17,8 @@ Three vocabulary types (`tokenizer.ggml.model`):
 
 Every accepted name passes llama.cpp's tokenizer test vectors (`models/ggml-vocab-*.gguf` with
 `.inp`/`.out`, whose ids come from HF tokenizers): see tests/test_tokenizer_vectors.py; tekken, which
-has none, is checked against Mistral's own tokenizer (tests/test_tekken.py). Other vocabularies are
+has none, is checked against Mistral's own tokenizer (tests/test_tekken.py), gpt-4o (o200k: gpt-oss)
+against tiktoken's pattern and HF tokenizers in gpt-oss's tokenizer.json shape (tests/test_o200k.py). Other vocabularies are
 refused with one line naming what is supported.
 """
 
@@ -48,6 +49,15 @@ _QWEN35 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}"
 _TEKKEN = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
            r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
            r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# o200k (OpenAI's gpt-4o and gpt-oss vocabularies; llama.cpp's "gpt-4o"): Tekken's words, each with
+# an English contraction after it, and numbers three digits at a time. tiktoken's own pattern, as
+# gpt-oss's tokenizer.json carries it: llama.cpp rewrites the letter classes for its regex engine
+# ("not a-z", "not A-Z"), which cuts a word at a combining mark (Devanagari, Thai) where the model's
+# tokenizer does not. Its BPE takes a whole pre-token from the vocabulary first, as tiktoken does
+# (transformers' TikTokenConverter writes ignore_merges), where llama.cpp merges.
+_O200K = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+          r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+          r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 # Written with \x{...} escapes: a literal Greek letter here may be NFC-normalised on the way into
 # the file (U+1F7D becomes U+03CE), which turns a range around.
 _CJK = r"[\x{4E00}-\x{9FA5}\x{800}-\x{4E00}\x{AC00}-\x{D7FF}]+"
@@ -81,6 +91,7 @@ PRE_TOKENIZERS = {
     "qwen35": ([_QWEN35], False),  # qwen35
     **dict.fromkeys(("llama-bpe", "llama3", "llama-v3"), ([_LLAMA3], True)),  # llama-bpe
     "tekken": ([_TEKKEN], True),  # none: Mistral's own Tekkenizer on its vocabulary (tests/test_tekken.py)
+    "gpt-4o": ([_O200K], True),  # none: HF tokenizers and tiktoken's regex on the o200k pattern (tests/test_o200k.py)
     # every digit alone, then GPT-2's split (SmolLM2's own tokenizer.json: tests/test_tokenizer.py)
     **dict.fromkeys(("smollm", "starcoder", "refact", "command-r"), ([r"\p{N}", _GPT2], False)),  # starcoder, refact, command-r
     **dict.fromkeys(("gpt-2", "mpt"), ([_GPT2], False)),  # gpt-2, mpt
