@@ -13,9 +13,7 @@ import os
 
 from ..process import threads  # noqa: F401  (numba's threading environment, before numba is imported)
 from ..errors import InputError
-from ..model.block import (ATTENTION_SINKS, CLAMPED_SWIGLU, EXPERT_BIAS, FFN_WIDTH, LAYER_GEOMETRY, LAYER_SCALAR,
-                           MOE_BESIDE, PER_LAYER_INPUTS, ROUTER_BIAS, SHARED_KV, TOPK_SOFTMAX, V_IS_K, V_NORM,
-                           features)
+from ..model.block import ATTENTION_SINKS, CLAMPED_SWIGLU, EXPERT_BIAS, ROUTER_BIAS, TOPK_SOFTMAX, features
 from .base import Engine
 from .kv_cache import CACHE_TYPES
 
@@ -40,8 +38,7 @@ def check_cache_type(cache_type: str, device: str) -> str:
 # of the block features (block.features), what the CUDA engine runs and what the CPU engine does
 # not yet; the reference forward runs them all
 CUDA_FEATURES = frozenset()
-CPU_MISSING = frozenset({ATTENTION_SINKS, TOPK_SOFTMAX, ROUTER_BIAS, EXPERT_BIAS, CLAMPED_SWIGLU, LAYER_GEOMETRY,
-                         V_NORM, V_IS_K, SHARED_KV, FFN_WIDTH, MOE_BESIDE, PER_LAYER_INPUTS, LAYER_SCALAR})
+CPU_MISSING = frozenset({ATTENTION_SINKS, TOPK_SOFTMAX, ROUTER_BIAS, EXPERT_BIAS, CLAMPED_SWIGLU})
 
 
 def check_features(cfg, device: str):
