@@ -112,6 +112,7 @@ class CpuEngine(Engine):
                 if role == "router_scale" and value is not None:  # the router's input norm, times 1/sqrt(hidden)
                     value = np.asarray(value, np.float32) * np.float32(cfg.hidden_size ** -0.5)
                 self.vec_idx[l, slot] = vec(value)
+        engine_layers.follow_blocks(self.mat_idx, self.vec_idx, cfg, F)
         self._layered = layered = engine_layers.per_layer(cfg)
         widest = engine_layers.widest(cfg) if layered else cfg
         ones_i = vec(np.ones(widest.head_dim, np.float32)) if any(b.attention.v_norm for b in cfg.blocks) else -1

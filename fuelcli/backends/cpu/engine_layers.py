@@ -78,6 +78,16 @@ def fill(lay: np.ndarray, cfg, n_ctx: int, slots: int, F, ones: int) -> tuple[in
     return koff, voff
 
 
+def follow_blocks(mat_idx: np.ndarray, vec_idx: np.ndarray, cfg, F) -> None:
+    """A layer whose block does not use its per-layer input or its scalar runs without them, even
+    where the weights hold them (the blocks say what runs)."""
+    for l, b in enumerate(cfg.blocks):
+        if not b.per_layer_input:
+            mat_idx[l, F.M_PLG] = -1
+        if not b.layer_scalar:
+            vec_idx[l, F.V_LSCALAR] = -1
+
+
 def rope_tables(cfg, n_ctx: int, lay: np.ndarray, F) -> tuple[np.ndarray, np.ndarray]:
     """cos, sin [tables, n_ctx, largest head_dim / 2], one table per (RoPE, head_dim) of the layers,
     each laid out [n_ctx, its head_dim / 2] from the table's start (the RoPE kernel reads it at the
