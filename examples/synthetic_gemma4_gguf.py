@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from synthetic_gguf import CHATML, _byte_alphabet, _random_rows, tensor_type  # noqa: E402
+from synthetic_gguf import CHATML, _byte_alphabet, _random_rows, tensor_type
 
 H, HEADS, KV, HD, GLOBAL_HD, FFN, VOCAB, PER_LAYER, LAYERS, SHARED = 2560, 8, 2, 256, 512, 10240, 262144, 256, 42, 18
 WINDOW, PARTIAL = 512, 0.25

@@ -210,6 +210,34 @@ def test_a_rewind_then_new_tokens_equals_a_fresh_run(oracle, case):
     assert np.abs(e.prefill(other)[0] - fresh).max() <= 1e-5
 
 
+def test_speculative_greedy_is_plain_decoding(oracle):
+    """Lookup decoding (verify steps, then rewinds into them) gives plain greedy decoding's tokens."""
+    from fuelcli.text import speculative as S
+    from fuelcli.text.generate import Sampler, SamplerParams, Stats, sample_steps
+
+    model, ids, _ = oracle("gemma4_e2b")
+    prompt = (ids[:8] * 3)[:20]  # repeats: the lookup finds n-grams
+    greedy = SamplerParams(temp=0.0, top_k=0, top_p=1.0, min_p=0.0)
+
+    def run(steps):
+        stats = Stats()
+        return [s.token for s in steps(_engine(model), prompt, 16, Sampler(greedy), set(), stats)], stats
+
+    plain, _ = run(sample_steps)
+    tokens, stats = run(S.lookup(4).steps)
+    assert tokens == plain and stats.drafted > 0
+
+
+def test_mask_plan_shows_shared_kv_and_per_layer_inputs(oracle):
+    from fuelcli.assembly.inspect_views import mask_plan_view
+
+    layers = mask_plan_view(oracle("gemma4_e2b")[0])["layers"]
+    assert [r["attention"].endswith(f", KV of layer {s}") for r, s in zip(layers[3:], (1, 1, 2))] == [True] * 3
+    assert all(r["ffn"].endswith("+ per-layer input") for r in layers)
+    moe = mask_plan_view(oracle("gemma4_moe")[0])["layers"]
+    assert all(r["ffn"].endswith("+ MoE 2 of 8") for r in moe)
+
+
 @pytest.mark.parametrize("case,hub_keys", [("gemma4_e2b", {"global_head_dim": 32}),
                                            ("gemma4_moe", {"global_head_dim": 32, "num_global_key_value_heads": 1})])
 def test_hub_config_shape_reads_the_same(oracle, tiny, case, hub_keys):

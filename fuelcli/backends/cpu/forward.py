@@ -30,7 +30,7 @@ from .jit import FAST, OWN_FLAGS, helper
 from .llvm import args11, ptr
 from .layer_kv import add_rows, copy_rows, kv_at, layer_attention, per_layer_rows, rows_of, scale_by
 from .linear_mixer import add_gated, conv_silu, delta_rule, gate_rows, partial_rope
-from .matmul import (C_KV_STORE, C_RMSNORM, C_ROPE, C_SPLIT, attention, batch, dequant_row, describe_product, glu,
+from .matmul import (C_KV_STORE, C_RMSNORM, C_ROPE, C_SPLIT, batch, dequant_row, describe_product, glu,
                      matmul, quantize_for, split_rows, tasks)
 
 # the slot tables' columns: a role's place in the schema's order (families/schema.py)
@@ -388,8 +388,7 @@ def forward_body(tokens, segs, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, e
     nh, nkv, hd = dims[D_NH], dims[D_NKV], dims[D_HD]
     quant = dims[D_QUANT] != 0
     L = mat_idx.shape[0]
-    x, h, q, k, v = act.x[:T], act.h[:T], act.q[:T], act.k[:T], act.v[:T]
-    att, o, gate, up = act.att[:T], act.o[:T], act.gate[:T], act.up[:T]
+    x, h, o = act.x[:T], act.h[:T], act.o[:T]  # q, k, v, att, gate, up: each layer's own widths
     none = act.x[:0]
     H = x.shape[1]
     for t in range(T):
