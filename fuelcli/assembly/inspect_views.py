@@ -22,7 +22,7 @@ import numpy as np
 from ..model.block import rope_variants
 from ..model.plan import ACTIVATION_NAMES, mask_plan, rope_text
 from ..model.rope import base_inv_freq, inv_freq, llama3_bands
-from ..model.sizes import attention_layers, state_bytes
+from ..model.sizes import kv_values_per_token, state_bytes
 
 
 def ranges(indices) -> str:
@@ -181,7 +181,7 @@ def config_view(model) -> dict:
     for name in ("q_dim", "kv_dim"):
         rows.append({"name": name, "value": getattr(cfg, name), "origin": "derived"})
     # a sequence's memory: the KV cache grows with its tokens, a linear layer's state does not
-    rows.append({"name": "kv_bytes_per_token", "value": 2 * 4 * attention_layers(cfg) * cfg.kv_dim,
+    rows.append({"name": "kv_bytes_per_token", "value": 4 * kv_values_per_token(cfg),
                  "origin": "derived"})
     if cfg.linear is not None:
         rows.append({"name": "linear_layers", "value": [i for i, b in enumerate(cfg.blocks) if b.linear],

@@ -13,8 +13,7 @@ import os
 
 from ..process import threads  # noqa: F401  (numba's threading environment, before numba is imported)
 from ..errors import InputError
-from ..model.block import (FFN_WIDTH, LAYER_GEOMETRY, LAYER_SCALAR, MOE_BESIDE, PER_LAYER_INPUTS, SHARED_KV, V_IS_K,
-                           V_NORM, features)
+from ..model.block import features
 from .base import Engine
 from .kv_cache import CACHE_TYPES
 
@@ -39,8 +38,7 @@ def check_cache_type(cache_type: str, device: str) -> str:
 # of the block features (block.features), what the CUDA engine runs and what the CPU engine does
 # not yet; the reference forward runs them all
 CUDA_FEATURES = frozenset()
-CPU_MISSING = frozenset({LAYER_GEOMETRY, V_NORM, V_IS_K, SHARED_KV, FFN_WIDTH, MOE_BESIDE, PER_LAYER_INPUTS,
-                         LAYER_SCALAR})
+CPU_MISSING = frozenset()
 
 
 def check_features(cfg, device: str):

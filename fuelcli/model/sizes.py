@@ -97,6 +97,12 @@ def attention_layers(cfg) -> int:
     return sum(b.linear is None for b in cfg.blocks)
 
 
+def kv_values_per_token(cfg) -> int:
+    """K and V values a token adds to the cache: each layer that stores its own at its own size
+    (a layer sharing another's K/V adds none)."""
+    return 2 * sum(cfg.at(b).kv_dim for b in cfg.blocks if b.linear is None and b.attention.kv_from is None)
+
+
 def state_bytes(cfg) -> int:
     """A sequence's linear-attention state: every such layer's conv window and delta-rule matrices."""
     return 4 * sum(b.linear.state_floats for b in cfg.blocks if b.linear is not None)
@@ -106,7 +112,7 @@ def engine_bytes(cfg, n_ctx: int, rows: int = ACTIVATION_ROWS, kv_value_bytes: i
                  slots: int = 1) -> tuple[int, int]:
     """(KV cache and recurrent state bytes, activation + RoPE table bytes) of an engine with `slots`
     sequences of a context of n_ctx each."""
-    kv = 2 * kv_value_bytes * attention_layers(cfg) * n_ctx * cfg.kv_dim * slots + state_bytes(cfg) * slots
+    kv = kv_value_bytes * kv_values_per_token(cfg) * n_ctx * slots + state_bytes(cfg) * slots
     rows = max(1, min(rows, n_ctx))
     inter = max(cfg.intermediate_size, cfg.moe_intermediate_size)
     act = 4 * rows * (3 * cfg.hidden_size + 2 * cfg.q_dim + 2 * cfg.kv_dim + 2 * inter + max(cfg.num_experts, 1))

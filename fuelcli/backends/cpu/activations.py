@@ -70,6 +70,12 @@ class Activations(NamedTuple):
     sgate: np.ndarray  # [rows, shared I] its gate and up
     sup: np.ndarray  # [rows, shared I]
     sy: np.ndarray  # [rows, H] its output
+    pli: np.ndarray  # [L, rows, P] Gemma 4's per-layer inputs (forward.per_layer_inputs; P: their width)
+    plt: np.ndarray  # [rows, L * P] their projection
+    plr: np.ndarray  # [rows, L * P] their rows of the packed table
+    plg: np.ndarray  # [rows, P] a layer's gate of its input
+    mb: np.ndarray  # [rows, H] the experts' input beside the dense FFN (forward.moe_beside)
+    my: np.ndarray  # [rows, H] their output
     # out_proj's stored column order where it is not the model's (weights/tensor.Tensor.columns), the
     # same for every linear layer that has one (lay[l, L_LOUT_ORDER])
     lo_order: np.ndarray = np.zeros(0, np.int64)
@@ -90,6 +96,7 @@ def allocate(cfg: ModelConfig, rows: int, planes: bool = False, slots: int = 1, 
     lin, S = cfg.linear, cfg.shared_expert_intermediate_size
     gated = any(b.attention.output_gate for b in cfg.blocks)
     conv, value, v_heads = (lin.conv_dim, lin.value_dim, lin.v_heads) if lin else (0, 0, 0)
+    P, beside = cfg.per_layer_input_size, any(b.ffn.moe_beside for b in cfg.blocks)
     max_k = max(H, cfg.q_dim, cfg.intermediate_size, cfg.moe_intermediate_size, value, S)
     return Activations(
         x=f32(rows, H), h=f32(rows, H), q=f32(rows, cfg.q_dim), k=f32(rows, cfg.kv_dim), v=f32(rows, cfg.kv_dim),
@@ -105,5 +112,8 @@ def allocate(cfg: ModelConfig, rows: int, planes: bool = False, slots: int = 1, 
         qg=f32(rows, cfg.q_dim if gated else 0), lq=f32(rows, conv), lc=f32(rows, conv), lz=f32(rows, value),
         lb=f32(rows, v_heads), la=f32(rows, v_heads), lo=f32(rows, value), sgl=f32(rows, 1 if S else 0),
         sgate=f32(rows, S), sup=f32(rows, S), sy=f32(rows, H if S else 0),
+        pli=f32(cfg.num_layers if P else 0, rows, P), plt=f32(rows, cfg.num_layers * P),
+        plr=f32(rows, cfg.num_layers * P), plg=f32(rows, P), mb=f32(rows, H if beside else 0),
+        my=f32(rows, H if beside else 0),
     )
 

@@ -21,12 +21,13 @@ from ..base import VERIFY_ROWS, Engine
 from ..kv_cache import CACHE_TYPES, KVCache
 from ..recurrent_state import RecurrentState
 from . import amx
+from . import engine_layers
 from .activations import allocate
 from .attention import KEY_BLOCK
 from .jit import load_cached
 from .kernels import is_quant
 from .llvm import host_isa
-from .matmul import ACT_CLAMPED_SWIGLU, ACTIVATION_CODES, N_KERNEL_COLS, add_wide
+from .matmul import ACT_CLAMPED_SWIGLU, ACTIVATION_CODES, N_KERNEL_COLS, add_wide, core_table
 from .tables import KernelTables
 
 N_BATCH = 512  # tokens per forward call of a long prefill
@@ -107,7 +108,17 @@ class CpuEngine(Engine):
             for e, mats_e in enumerate(zip(*(getattr(w, role) for role in EXPERT_ROLES))):
                 self.exp_idx[l, e] = [mat(t) for t in mats_e]
             for slot, role in enumerate(VECTORS):
-                self.vec_idx[l, slot] = vec(getattr(w, role))
+                value = getattr(w, role)
+                if role == "router_scale" and value is not None:  # the router's input norm, times 1/sqrt(hidden)
+                    value = np.asarray(value, np.float32) * np.float32(cfg.hidden_size ** -0.5)
+                self.vec_idx[l, slot] = vec(value)
+        engine_layers.follow_blocks(self.mat_idx, self.vec_idx, cfg, F)
+        self._layered = layered = engine_layers.per_layer(cfg)
+        widest = engine_layers.widest(cfg) if layered else cfg
+        ones_i = vec(np.ones(widest.head_dim, np.float32)) if any(b.attention.v_norm for b in cfg.blocks) else -1
+        # the per-layer inputs' table stays as stored: the forward reads the tokens' rows of it
+        per_layer_in = ((mat(weights.per_layer_embed), mat(weights.per_layer_proj), vec(weights.per_layer_proj_norm))
+                        if cfg.per_layer_input_size else ())
         self.mats = np.array(mats, np.int64).reshape(-1, 4)
         self.codes = sorted({int(c) for c in self.mats[:, 3]})
         isa = host_isa()
@@ -120,7 +131,8 @@ class CpuEngine(Engine):
             self.backend += f" kv {cache_type}"
         self._tables = KernelTables(self.codes, isa, cfg.head_dim, use_amx, cache_type,
                                     background=not _forward_cached())
-        self._isa, self._wide = isa, False  # the B-wide decode kernels: at the first step of several sequences
+        self._isa, self._wide = isa, False
+        self._use_amx, self._cache_type = use_amx, cache_type  # the B-wide decode kernels: at the first step of several sequences
         self.vecs = np.concatenate(vecs).astype(np.float32)
         self.vec_tab = np.array(vec_tab, np.int64).reshape(-1, 2)
         dims = np.zeros(F.N_DIMS, np.int64)
@@ -129,6 +141,8 @@ class CpuEngine(Engine):
         dims[F.D_QUANT] = any(is_quant(c) for c in self.codes)
         dims[F.D_EMBED_SCALE] = _bits(cfg.embed_scale, 1.0)
         dims[F.D_SOFTCAP] = _bits(cfg.final_softcap, 0.0)
+        if cfg.per_layer_input_size:
+            dims[F.D_PL_WIDTH:F.D_PL_NORM + 1] = (cfg.per_layer_input_size, *per_layer_in)
         lin = cfg.linear
         if lin is not None:
             dims[F.D_LKH], dims[F.D_LDK], dims[F.D_LDV], dims[F.D_LTAPS] = (lin.k_heads, lin.k_head_dim,
@@ -162,13 +176,21 @@ class CpuEngine(Engine):
             for i, l in enumerate(layers):
                 self.lay[l, F.L_CACHE] = i
         rotary = next((b.attention.rotary_dim for b in cfg.blocks if b.attention.rotary_dim), 0)
-        self.cos, self.sin = cos_sin_tables(ropes, cfg.head_dim, self.n_ctx, rotary)
+        k_values, v_values = engine_layers.fill(self.lay, cfg, self.n_ctx, slots, F, ones_i)
+        self._own_kernels = []  # head_dims other than the model's: their kernels, at the first forward
+        if layered:
+            self.cos, self.sin = engine_layers.rope_tables(cfg, self.n_ctx, self.lay, F)
+        else:
+            self.cos, self.sin = cos_sin_tables(ropes, cfg.head_dim, self.n_ctx, rotary)
         self.state = RecurrentState(lin, len(linear_layers), slots)
-        self.kv = KVCache(len(attending), self.n_ctx, cfg.num_kv_heads, cfg.head_dim, key_block=KEY_BLOCK,
-                          cache_type=cache_type, slots=slots)
+        if layered:
+            self.kv = engine_layers.LayerKV(k_values, v_values, cache_type)
+        else:
+            self.kv = KVCache(len(attending), self.n_ctx, cfg.num_kv_heads, cfg.head_dim, key_block=KEY_BLOCK,
+                              cache_type=cache_type, slots=slots)
         self.n_batch = max(1, min(n_batch, self.n_ctx * slots))
         # decode-kernel rows: every slot's next token in a step, or one slot's verify (verify)
-        self.act = allocate(cfg, self.n_batch, planes=use_amx, slots=max(slots, min(VERIFY_ROWS, self.n_batch)),
+        self.act = allocate(widest, self.n_batch, planes=use_amx, slots=max(slots, min(VERIFY_ROWS, self.n_batch)),
                             pool=threads.pool_size())._replace(lo_order=lo_order)
         self._last = np.empty((slots, cfg.vocab_size), np.float32)
 
@@ -189,6 +211,11 @@ class CpuEngine(Engine):
               tables: tuple | None = None) -> tuple:
         """forward.forward's arguments for `tokens`, the rows of the segments `segs` (forward.py)."""
         kern, core = tables or (self.kern, self.core)
+        if tables is None and self._layered and not self._own_kernels:
+            from . import forward as F
+
+            self._own_kernels = engine_layers.attention_kernels(
+                self.lay, self.cfg, F, lambda hd: core_table(self._isa, hd, self._use_amx, self._cache_type)) or [None]
         return (tokens, segs, self.mats, self.mat_idx, self.moe_idx, self.vecs, self.vec_tab, self.vec_idx,
                 self.embed_i, self.out_i, self.final_norm_i, self.dims,
                 np.int64(np.float32(self.cfg.rms_norm_eps).view(np.int32)), self.lay, self.cos, self.sin,

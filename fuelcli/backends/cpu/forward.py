@@ -30,6 +30,7 @@ from .amx import AMX_MIN_TOKENS
 from .jit import FAST, OWN_FLAGS, helper
 from .llvm import args11, ptr
 from .delta_chunked import CHUNK, delta_rule_chunked
+from .layer_kv import add_rows, copy_rows, kv_at, per_layer_rows, rows_of, scale_by
 from .linear_mixer import add_gated, conv_silu, delta_rule, gate_rows, gather_columns, partial_rope
 from .matmul import (C_KV_STORE, C_RMSNORM, C_ROPE, C_SPLIT, attention, batch, dequant_row, describe_product, glu,
                      matmul, quantize_for, split_rows, tasks)
@@ -48,6 +49,9 @@ V_ATTN_NORM, V_FFN_NORM, V_QB, V_KB, V_VB, V_OB, V_QN, V_KN, V_POST_ATTN, V_POST
 V_LCONV, V_LDT, V_LALOG, V_LNORM = map(VECTORS.index, ("lin_conv", "lin_dt_bias", "lin_a_log", "lin_norm"))
 V_SINKS, V_ROUTER_BIAS, V_GATE_EXPS_BIAS, V_UP_EXPS_BIAS, V_DOWN_EXPS_BIAS = map(VECTORS.index, (
     "sinks", "router_bias", "gate_exps_bias", "up_exps_bias", "down_exps_bias"))
+M_PLG, M_PLP = map(MATRICES.index, ("pl_gate", "pl_proj"))
+V_PLN, V_LSCALAR, V_RSCALE, V_EXPSCALE, V_POST_FFN1, V_FFN_NORM2, V_POST_FFN2 = map(VECTORS.index, (
+    "pl_norm", "layer_scalar", "router_scale", "per_expert_scale", "post_ffn_norm_1", "ffn_norm_2", "post_ffn_norm_2"))
 N_VECS = len(VECTORS)
 # L_LINEAR: 1 for a linear-attention layer; L_CACHE: the layer's index in the KV cache (attention) or
 # in the recurrent state (linear); L_ROTARY: the leading dimensions of a head RoPE rotates (0: all);
@@ -55,7 +59,14 @@ N_VECS = len(VECTORS)
 L_WINDOW, L_ROPE, L_QSCALE, L_ACT, L_LINEAR, L_CACHE, L_ROTARY, L_LOUT_ORDER = range(8)
 # a MoE layer's softmax over its top-k logits only (1), its clamped SwiGLU's limit and alpha (f32 bits)
 L_TOPK_SOFTMAX, L_SWIGLU_LIMIT, L_SWIGLU_ALPHA = range(8, 11)
-N_LAY = 11
+# per-layer geometry (layer_kv.py, filled by engine_layers.py): the layer's head_dim, KV heads and
+# dense FFN width; where its K and V lie in the cache (value offsets of slot 0, values a slot);
+# its attention and combine kernels (0: the core table's); L_VNORM: the vector of ones its v is
+# RMS-normed with (-1: none); L_VISK: v is k's projection; L_SHARED: it reads another layer's K/V
+# (at its offsets) and stores none; L_MOE_BESIDE: Gemma 4's experts beside the dense FFN
+(L_HD, L_NKV, L_WIDTH, L_KOFF, L_VOFF, L_KSLOT, L_VSLOT, L_ATT, L_COMB, L_VNORM, L_VISK, L_SHARED,
+ L_MOE_BESIDE) = range(11, 24)
+N_LAY = 24
 # moe_extras' fields
 X_TOPK_SOFTMAX, X_ROUTER_BIAS, X_GATE_BIAS, X_UP_BIAS, X_DOWN_BIAS, X_LIMIT, X_ALPHA = range(7)
 SEG_SLOT, SEG_POS, SEG_ROWS = range(3)  # segs[] columns
@@ -63,7 +74,10 @@ SEG_SLOT, SEG_POS, SEG_ROWS = range(3)  # segs[] columns
 # D_EMBED_SCALE, D_SOFTCAP: f32 bits of the embedding scale and the final logit softcap (0: none)
 # D_LKH, D_LDK, D_LDV, D_LTAPS: the linear-attention layers' key heads, head sizes and conv taps
 D_NH, D_NKV, D_HD, D_TOPK, D_NORM_TOPK, D_QUANT, D_EMBED_SCALE, D_SOFTCAP, D_LKH, D_LDK, D_LDV, D_LTAPS = range(12)
-N_DIMS = 12
+# Gemma 4's per-layer inputs: their width (0: none), the packed table's and the projection's rows of
+# `mats`, the projection norm's of `vec_tab`
+D_PL_WIDTH, D_PL_TABLE, D_PL_PROJ, D_PL_NORM = range(12, 16)
+N_DIMS = 16
 
 
 @helper()
@@ -314,6 +328,78 @@ def _ffn(exp_idx, l, h, act, mats, mi, fn, dims, kern, core, quant, gate, up, ou
 
 
 @helper()
+def per_layer_inputs(tokens, x, act, mats, vecs, vec_tab, dims, kern, core, quant, n_dec, eps):
+    """Gemma 4's per-layer inputs of the tokens into act.pli [L, T, P] (reference.per_layer_inputs): the
+    normed projection of the scaled embedding x and the tokens' rows of the packed table, read in
+    its stored format."""
+    T, H = x.shape
+    P, ti, pi = dims[D_PL_WIDTH], dims[D_PL_TABLE], dims[D_PL_PROJ]
+    LP = mats[pi, 1]
+    proj, own = rows_of(act.plt, T, LP), rows_of(act.plr, T, LP)
+    prepare(x, act, quant, core, n_dec)
+    linear(x, act, mats, pi, kern, core, proj, n_dec)
+    scale_by(proj, np.float32(H ** -0.5))
+    normed = proj.reshape(T * (LP // P), P)
+    rmsnorm(normed, act.x[:0], vaddr(vecs, vec_tab, dims[D_PL_NORM]), eps, normed, core)
+    for t in range(T):
+        dequant_row(kern, mats[ti, 3], mats[ti, 0] + tokens[t] * mats[ti, 2], LP, own[t])
+    per_layer_rows(own, proj, np.float32(P ** 0.5), act.pli[:, :T])
+
+
+@helper()
+def per_layer_input(x, act, mats, mi, vecs, vec_tab, vi, pl, fn, kern, core, quant, out, n_dec, eps):
+    """What a layer adds from its input rows pl [T, P]: out = norm(proj(fn(gate(x)) * pl))."""
+    g = act.plg[:x.shape[0]]
+    prepare(x, act, quant, core, n_dec)
+    linear(x, act, mats, mi[M_PLG], kern, core, g, n_dec)
+    glu(g, pl, fn, core)
+    prepare(g, act, quant, core, n_dec)
+    linear(g, act, mats, mi[M_PLP], kern, core, out, n_dec)
+    rmsnorm(out, act.x[:0], vaddr(vecs, vec_tab, vi[V_PLN]), eps, out, core)
+
+
+def moe_beside(exp_idx, l, x, act, mats, mi, vecs, vec_tab, vi, fn, dims, kern, core, quant, out, n_dec, eps):
+    """Gemma 4's experts beside the dense FFN of layer l: out += norm(experts(norm(x))) (reference.
+    moe_beside); exp_idx None: a model without experts (nothing to compile)."""
+
+
+@overload(moe_beside, jit_options=OWN_FLAGS)
+def _moe_beside(exp_idx, l, x, act, mats, mi, vecs, vec_tab, vi, fn, dims, kern, core, quant, out, n_dec, eps):
+    if isinstance(exp_idx, types.NoneType):
+        def none(exp_idx, l, x, act, mats, mi, vecs, vec_tab, vi, fn, dims, kern, core, quant, out, n_dec, eps):
+            pass
+        return none
+
+    def experts(exp_idx, l, x, act, mats, mi, vecs, vec_tab, vi, fn, dims, kern, core, quant, out, n_dec, eps):
+        T, H = x.shape
+        hr, he, y = act.h[:T], act.mb[:T], act.my[:T]
+        # the router reads rmsnorm(x) * scale / sqrt(hidden): the engine folded both into V_RSCALE
+        rmsnorm(x, act.x[:0], vaddr(vecs, vec_tab, vi[V_RSCALE]), eps, hr, core)
+        logits = act.router[:T]
+        prepare(hr, act, quant, core, n_dec)
+        linear(hr, act, mats, mi[M_ROUTER], kern, core, logits, n_dec)
+        rmsnorm(x, act.x[:0], vaddr(vecs, vec_tab, vi[V_FFN_NORM2]), eps, he, core)
+        scales = vslice(vecs, vec_tab, vi[V_EXPSCALE])
+        chosen, weights = act.experts, act.expert_w
+        k = dims[D_TOPK]
+        for t in range(T):
+            for j in range(H):
+                y[t, j] = 0.0
+            route(logits[t], k, True, chosen, weights)
+            ht = he[t : t + 1]
+            for i in range(k):
+                prepare(ht, act, quant, core, 1)
+                e = exp_idx[l, chosen[i]]
+                gated(ht, act, mats, e[0], e[1], e[2], fn, kern, core, quant, act.egate, act.eup, act.ey, 1)
+                w = weights[i] * scales[chosen[i]]
+                for j in range(H):
+                    y[t, j] += w * act.ey[0, j]
+        rmsnorm(y, act.x[:0], vaddr(vecs, vec_tab, vi[V_POST_FFN2]), eps, y, core)
+        add_rows(out, y)
+    return experts
+
+
+@helper()
 def linear_mixer(h, segs, act, mats, mi, vecs, vec_tab, vi, dims, rec, conv_win, kern, core, quant, n_dec, eps):
     """A linear-attention layer's input projections of h (prepared) and its mixing per segment, into
     act.lo (linear_mixer.py; out_proj is the caller's)."""
@@ -377,8 +463,7 @@ def forward_body(tokens, segs, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, e
     nh, nkv, hd = dims[D_NH], dims[D_NKV], dims[D_HD]
     quant = dims[D_QUANT] != 0
     L = mat_idx.shape[0]
-    x, h, q, k, v = act.x[:T], act.h[:T], act.q[:T], act.k[:T], act.v[:T]
-    att, o, gate, up = act.att[:T], act.o[:T], act.gate[:T], act.up[:T]
+    x, h, o = act.x[:T], act.h[:T], act.o[:T]  # q, k, v, att, gate, up: each layer's own widths
     none = act.x[:0]
     H = x.shape[1]
     for t in range(T):
@@ -388,6 +473,8 @@ def forward_body(tokens, segs, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, e
     keep_hidden = hidden_out.shape[0] > 0
     if keep_hidden:
         copy_into(hidden_out[0], x)
+    if dims[D_PL_WIDTH] != 0:
+        per_layer_inputs(tokens, x, act, mats, vecs, vec_tab, dims, kern, core, quant, n_dec, eps)
     rmsnorm(x, none, vaddr(vecs, vec_tab, vec_idx[0, V_ATTN_NORM]), eps, h, core)
     for l in range(L):
         mi = mat_idx[l]
@@ -407,10 +494,17 @@ def forward_body(tokens, segs, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, e
             rot = lay[l, L_ROTARY]
             if rot != 0:  # RoPE over part of each head: here, after the kernel's bias and norm
                 cs, sn = np.int64(0), np.int64(0)
+            hd, nkv, shared = lay[l, L_HD], lay[l, L_NKV], lay[l, L_SHARED] != 0
+            q, att = rows_of(act.q, T, nh * hd), rows_of(act.att, T, nh * hd)
+            k, v = rows_of(act.k, T, nkv * hd), rows_of(act.v, T, nkv * hd)
             r = describe_linear(h, act, mats, mi[M_Q], kern, core, q, 0, 0, n_dec)
-            r = describe_linear(h, act, mats, mi[M_K], kern, core, k, r, 1, n_dec)
-            r = describe_linear(h, act, mats, mi[M_V], kern, core, v, r, 2, n_dec)
+            if mi[M_K] >= 0:
+                r = describe_linear(h, act, mats, mi[M_K], kern, core, k, r, 1, n_dec)
+            if mi[M_V] >= 0:
+                r = describe_linear(h, act, mats, mi[M_V], kern, core, v, r, 2, n_dec)
             batch(act.desc, r, core, T > n_dec)
+            if lay[l, L_VISK] != 0:  # v is k's projection, before k's norm and RoPE
+                copy_rows(v, k)
             if mi[M_QG] >= 0:
                 linear(h, act, mats, mi[M_QG], kern, core, act.qg[:T], n_dec)
             r0 = 0
@@ -426,10 +520,13 @@ def forward_body(tokens, segs, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, e
                     partial_rope(kj, nkv, hd, rot, pos0, cos[ri], sin[ri])
                 if vi[V_VB] >= 0:
                     add_bias(vj, vaddr(vecs, vec_tab, vi[V_VB]), core)
-                kc, vc = k_cache[ci, slot], v_cache[ci, slot]
-                tasks(core[C_KV_STORE], r1 - r0, args11(ptr(kj), ptr(vj), ptr(kc), ptr(vc), pos0, nkv * hd))
+                if lay[l, L_VNORM] >= 0:  # an RMSNorm without weight (a vector of ones) over each head of v
+                    bias_norm_rope(vj, 0, vaddr(vecs, vec_tab, lay[l, L_VNORM]), nkv, hd, pos0, 0, 0, eps, 0, core)
+                kc, vc = kv_at(k_cache, v_cache, lay[l, L_KOFF], lay[l, L_VOFF], lay[l, L_KSLOT], lay[l, L_VSLOT], slot)
+                if not shared:  # a layer sharing another's K/V reads what that layer stored
+                    tasks(core[C_KV_STORE], r1 - r0, args11(ptr(kj), ptr(vj), ptr(kc), ptr(vc), pos0, nkv * hd))
                 attention(qj, kc, vc, pos0, lay[l, L_WINDOW], nh, nkv, att[r0:r1], act.part, core,
-                          vaddr(vecs, vec_tab, vi[V_SINKS]))
+                          vaddr(vecs, vec_tab, vi[V_SINKS]), lay[l, L_ATT], lay[l, L_COMB])
                 r0 = r1
             if mi[M_QG] >= 0:
                 gate_rows(att, act.qg[:T])
@@ -441,12 +538,29 @@ def forward_body(tokens, segs, mats, mat_idx, exp_idx, vecs, vec_tab, vec_idx, e
             rmsnorm(o, none, vaddr(vecs, vec_tab, vi[V_POST_ATTN]), eps, o, core)
         rmsnorm(x, o, vaddr(vecs, vec_tab, vi[V_FFN_NORM]), eps, h, core)
         prepare(h, act, quant, core, n_dec)
-        ffn(exp_idx, l, h, act, mats, mi, lay[l, L_ACT], dims, kern, core, quant, gate, up, o, n_dec,
-            moe_extras(vecs, vec_tab, vi, lay[l]))
+        gate, up = rows_of(act.gate, T, lay[l, L_WIDTH]), rows_of(act.up, T, lay[l, L_WIDTH])
+        if lay[l, L_MOE_BESIDE] != 0:
+            gated(h, act, mats, mi[M_GATE], mi[M_UP], mi[M_DOWN], lay[l, L_ACT], kern, core, quant, gate, up, o, n_dec)
+            rmsnorm(o, none, vaddr(vecs, vec_tab, vi[V_POST_FFN1]), eps, o, core)
+            moe_beside(exp_idx, l, x, act, mats, mi, vecs, vec_tab, vi, lay[l, L_ACT], dims, kern, core, quant, o, n_dec,
+                       eps)
+        else:
+            ffn(exp_idx, l, h, act, mats, mi, lay[l, L_ACT], dims, kern, core, quant, gate, up, o, n_dec,
+                moe_extras(vecs, vec_tab, vi, lay[l]))
         if vi[V_POST_FFN] >= 0:
             rmsnorm(o, none, vaddr(vecs, vec_tab, vi[V_POST_FFN]), eps, o, core)
         nxt = vec_idx[l + 1, V_ATTN_NORM] if l + 1 < L else final_norm_i
-        rmsnorm(x, o, vaddr(vecs, vec_tab, nxt), eps, h, core)  # x += o; h = the next norm of x
+        if mi[M_PLG] >= 0 or vi[V_LSCALAR] >= 0:
+            add_rows(x, o)
+            if mi[M_PLG] >= 0:
+                per_layer_input(x, act, mats, mi, vecs, vec_tab, vi, act.pli[l, :T], lay[l, L_ACT], kern, core, quant,
+                                o, n_dec, eps)
+                add_rows(x, o)
+            if vi[V_LSCALAR] >= 0:
+                scale_by(x, vecs[vec_tab[vi[V_LSCALAR], 0]])
+            rmsnorm(x, none, vaddr(vecs, vec_tab, nxt), eps, h, core)
+        else:
+            rmsnorm(x, o, vaddr(vecs, vec_tab, nxt), eps, h, core)  # x += o; h = the next norm of x
         if keep_hidden:
             copy_into(hidden_out[l + 1], x)
     if all_logits:

@@ -180,22 +180,24 @@ def attention_splits(T, pos0, window, n_kv, max_splits):
 
 
 @helper()
-def attention(q, k_cache, v_cache, pos0, window, n_heads, n_kv, out, part, core, sinks=0):
+def attention(q, k_cache, v_cache, pos0, window, n_heads, n_kv, out, part, core, sinks=0, att_fn=0, comb_fn=0):
     """Causal attention of T queries at pos0.. over one layer's cache ([n_ctx, n_kv, head_dim]);
     window w > 0 keeps keys j with p - w < j <= p (transformers' sliding-window direction). part:
     scratch for a decode step's key runs (attention_splits): MAX_SPLITS * n_heads * part_stride floats.
     sinks: the address of the heads' sink logits (f32 [n_heads]; 0: none), in each softmax's
-    denominator: the attention kernel's with one key run, the combine kernel's with several."""
+    denominator: the attention kernel's with one key run, the combine kernel's with several.
+    att_fn, comb_fn: a layer's own kernels, compiled for its head_dim (Gemma 4; 0: the core table's)."""
     T = q.shape[0]
     hd = q.shape[1] // n_heads
     splits = attention_splits(T, pos0, window, n_kv, part.shape[0] // (n_heads * (hd + PART_EXTRA)))
     whole_sinks = splits == 1 and sinks != 0
-    tasks(core[C_ATTENTION], (T + ATT_TOKENS - 1) // ATT_TOKENS * n_kv * splits,
+    tasks(core[C_ATTENTION] if att_fn == 0 else att_fn, (T + ATT_TOKENS - 1) // ATT_TOKENS * n_kv * splits,
           args11(ptr(q), ptr(k_cache), ptr(v_cache), ptr(out), pos0, window, n_heads, n_kv, T,
                  splits | SINKS if whole_sinks else splits, sinks if whole_sinks else ptr(part)),
           T > 1)
     if splits > 1:
-        tasks(core[C_COMBINE], T * n_heads, args11(ptr(part), ptr(out), splits, T * n_heads, sinks, n_heads))
+        tasks(core[C_COMBINE] if comb_fn == 0 else comb_fn, T * n_heads,
+              args11(ptr(part), ptr(out), splits, T * n_heads, sinks, n_heads))
 
 
 @helper()
