@@ -31,6 +31,7 @@ from .llvm import args11, ptr
 from .linear_mixer import add_gated, conv_silu, delta_rule, gate_rows, partial_rope
 from .matmul import (C_KV_STORE, C_RMSNORM, C_ROPE, C_SPLIT, attention, batch, dequant_row, describe_product, glu,
                      matmul, quantize_for, split_rows, tasks)
+from .moe import moe
 
 # the slot tables' columns: a role's place in the schema's order (families/schema.py)
 M_Q, M_K, M_V, M_O, M_GATE, M_UP, M_DOWN, M_ROUTER = map(MATRICES.index, ("q", "k", "v", "o", "gate", "up", "down",
@@ -157,56 +158,6 @@ def gated(h, act, mats, ig, iu, idn, fn, kern, core, quant, gate, up, out, n_dec
     linear(gate, act, mats, idn, kern, core, out, n_dec)
 
 
-@helper(fastmath=False)
-def route(logits, k, renorm, experts, weights):
-    """softmax over all experts in f32, take the top k (ties to the lower index, like torch.topk),
-    renormalise only if asked. A NaN router logit makes every p NaN: the first untaken experts are
-    then taken with NaN weights, so the NaN reaches the logits (model/finite.py names it)."""
-    n = logits.shape[0]
-    m = logits[0]
-    for i in range(n):
-        m = max(m, logits[i])
-    s = np.float32(0.0)
-    for i in range(n):
-        s += np.exp(logits[i] - m)
-    total = np.float32(0.0)
-    for j in range(k):
-        best, pbest = -1, np.float32(-1.0)
-        for i in range(n):
-            taken = False
-            for jj in range(j):
-                taken = taken or experts[jj] == i
-            p = np.exp(logits[i] - m) / s
-            if not taken and (best < 0 or p > pbest):
-                best, pbest = i, p
-        experts[j] = best
-        weights[j] = pbest
-        total += pbest
-    if renorm:
-        for j in range(k):
-            weights[j] /= total
-
-
-@helper()
-def moe(h, act, mats, router_i, exp_idx_l, k, renorm, fn, kern, core, quant, out, n_dec):
-    """Sparse FFN of one layer, token by token; act's router/expert buffers are the engine's."""
-    T, H = h.shape
-    logits = act.router[:T]
-    linear(h, act, mats, router_i, kern, core, logits, n_dec)
-    experts, weights = act.experts, act.expert_w
-    for t in range(T):
-        for j in range(H):
-            out[t, j] = 0.0
-        route(logits[t], k, renorm, experts, weights)
-        ht = h[t : t + 1]
-        for i in range(k):
-            prepare(ht, act, quant, core, 1)  # the previous expert's down projection overwrote it
-            e = exp_idx_l[experts[i]]
-            gated(ht, act, mats, e[0], e[1], e[2], fn, kern, core, quant, act.egate, act.eup, act.ey, 1)
-            for j in range(H):
-                out[t, j] += weights[i] * act.ey[0, j]
-
-
 @helper()
 def shared_expert(h, act, mats, mi, fn, kern, core, quant, out, n_dec):
     """out += sigmoid(h · shared_expert_gate) * the shared expert's GLU of h."""
@@ -233,8 +184,10 @@ def _ffn(exp_idx, l, h, act, mats, mi, fn, dims, kern, core, quant, gate, up, ou
 
     def sparse_or_dense(exp_idx, l, h, act, mats, mi, fn, dims, kern, core, quant, gate, up, out, n_dec):
         if mi[M_ROUTER] >= 0:
-            moe(h, act, mats, mi[M_ROUTER], exp_idx[l], dims[D_TOPK], dims[D_NORM_TOPK] != 0, fn, kern, core, quant,
-                out, n_dec)
+            logits = act.router[:h.shape[0]]
+            linear(h, act, mats, mi[M_ROUTER], kern, core, logits, n_dec)
+            moe(h, logits, act, mats, exp_idx[l], dims[D_TOPK], dims[D_NORM_TOPK] != 0, fn, kern, core, quant, out,
+                n_dec)
             if mi[M_SG] >= 0:
                 shared_expert(h, act, mats, mi, fn, kern, core, quant, out, n_dec)
         else:

@@ -1,0 +1,186 @@
+"""A MoE layer of the CPU forward by expert (llama.cpp's mul_mat_id): every row is routed first, the
+(row, expert) pairs are grouped by expert, and each chosen expert's gate/up and down run once over
+the rows that chose it, so that a prefill, a verify or a step of several sequences reads an expert's
+weights once, however many rows chose it. All experts' gate/up run in one parallel loop, their downs
+in another (matmul.batch).
+
+The pairs' rows ("pair rows", act.ey, act.egate, act.eup) lie grouped by expert: first the pairs of
+the forward's first n_dec rows (one-token sequences), each expert's on the decode kernels (B-wide
+over its rows where the format has them), so that such a row's result is bit for bit a one-token
+step's whatever rows run beside it; then the other rows' pairs, each expert's on the tiles, whose
+rows do not depend on each other either. A group table says where (G_*): one row per (expert, kernel
+kind) that has pairs. A one-token forward gathers nothing: every expert reads h, prepared already.
+"""
+
+import numpy as np
+
+from ...formats import ACTIVATION_BLOCK as AB
+from .activations import GROUP_COLS, Quantized
+from .jit import helper
+from .llvm import ptr
+from .matmul import batch, describe_product, glu, quantize_for
+
+# the group table's columns: the expert, its first pair row, its rows, how many of them run the decode
+# kernels (all or none), the row of the gate/up input they read from (their first pair row, or 0: h)
+G_EXPERT, G_START, G_ROWS, G_DEC, G_IN = range(GROUP_COLS)
+
+
+@helper(fastmath=False)
+def route(logits, k, renorm, experts, weights):
+    """softmax over all experts in f32, take the top k (ties to the lower index, like torch.topk),
+    renormalise only if asked. A NaN router logit makes every p NaN: the first untaken experts are
+    then taken with NaN weights, so the NaN reaches the logits (model/finite.py names it)."""
+    n = logits.shape[0]
+    m = logits[0]
+    for i in range(n):
+        m = max(m, logits[i])
+    s = np.float32(0.0)
+    for i in range(n):
+        s += np.exp(logits[i] - m)
+    total = np.float32(0.0)
+    for j in range(k):
+        best, pbest = -1, np.float32(-1.0)
+        for i in range(n):
+            taken = False
+            for jj in range(j):
+                taken = taken or experts[jj] == i
+            p = np.exp(logits[i] - m) / s
+            if not taken and (best < 0 or p > pbest):
+                best, pbest = i, p
+        experts[j] = best
+        weights[j] = pbest
+        total += pbest
+    if renorm:
+        for j in range(k):
+            weights[j] /= total
+
+
+@helper()
+def group(groups, n, e, start, rows, dec, src):
+    groups[n, G_EXPERT], groups[n, G_START], groups[n, G_ROWS] = e, start, rows
+    groups[n, G_DEC], groups[n, G_IN] = dec, src
+    return n + 1
+
+
+@helper()
+def plan_one(experts, groups, pos):
+    """One row's k experts: pair i is expert i's group, reading h's row (the forward prepared it)."""
+    k = experts.shape[1]
+    for i in range(k):
+        group(groups, i, experts[0, i], i, 1, 1, 0)
+        pos[0, i] = i
+    return k
+
+
+@helper()
+def plan(experts, n_dec, count, groups, pos, src):
+    """The pair rows of T routed rows (experts [T, k]): pos[t, i] <- the pair row of row t's i-th
+    expert, src[p] <- the row of pair row p, the group table filled; the number of groups. count:
+    scratch [experts, 2]."""
+    T, k = experts.shape
+    count[:] = 0
+    for t in range(T):
+        for i in range(k):
+            count[experts[t, i], 0 if t < n_dec else 1] += 1
+    n = np.int64(0)
+    p = np.int64(0)
+    for part in range(2):  # the decode kernels' pairs first
+        for e in range(count.shape[0]):
+            c = count[e, part]
+            if c > 0:
+                n = group(groups, n, e, p, c, c if part == 0 else 0, p)
+                count[e, part] = p  # from here on: the group's next free pair row
+                p += c
+    for t in range(T):
+        for i in range(k):
+            part = 0 if t < n_dec else 1
+            e = experts[t, i]
+            q = count[e, part]
+            count[e, part] = q + 1
+            pos[t, i] = q
+            src[q] = t
+    return n
+
+
+@helper()
+def gather(h, src, x):
+    for p in range(x.shape[0]):
+        for j in range(x.shape[1]):
+            x[p, j] = h[src[p], j]
+
+
+@helper()
+def qx_rows(qx, r, K):
+    """qx's quantisation of rows r.. of a [rows, K] input (matmul.quantize_for's layout), as its own."""
+    nb = K // AB
+    return Quantized(qx.xq[r * K:], qx.xs[r * nb:], qx.xf[r * nb:], qx.xp[r * (4 * K + 64):], qx.xz[r * (K // 16):])
+
+
+@helper()
+def describe_experts(x, qx, in_col, groups, n, role, exp_idx_l, mats, kern, core, out, desc, r, ddesc):
+    """out's pair rows = x's rows (from the group's in_col row) @ each group's expert's matrix `role`
+    (0..2: gate, up, down), one desc row per group from row r, their decode tables in ddesc; the next
+    free desc row and the ddesc rows used."""
+    K, N = x.shape[1], out.shape[1]
+    d = np.int64(0)
+    for g in range(n):
+        s, rows, nd, i0 = groups[g, G_START], groups[g, G_ROWS], groups[g, G_DEC], groups[g, in_col]
+        m = exp_idx_l[groups[g, G_EXPERT], role]
+        r = describe_product(desc, r, x[i0:i0 + rows], qx_rows(qx, i0, K), mats[m, 0], mats[m, 1], mats[m, 2],
+                             mats[m, 3], kern, core, ptr(out) + 4 * s * N, nd, ddesc[d:], False)
+        d += nd
+    return r, d
+
+
+@helper()
+def expert_glu(gate, up, fn, core):
+    """gate <- fn(gate) * up on every pair row (fn: matmul.ACT_*)."""
+    glu(gate, up, fn, core)
+
+
+@helper()
+def scatter(y, pos, weights, out):
+    """out[t] = the sum over row t's experts, in their routing order, of weight * its expert's output."""
+    T, k = pos.shape
+    for t in range(T):
+        for j in range(out.shape[1]):
+            out[t, j] = 0.0
+        for i in range(k):
+            w, p = weights[t, i], pos[t, i]
+            for j in range(out.shape[1]):
+                out[t, j] += w * y[p, j]
+
+
+@helper()
+def moe(h, logits, act, mats, exp_idx_l, k, renorm, fn, kern, core, quant, out, n_dec):
+    """Sparse FFN of one layer: out = each row's experts' GLUs of h, weighted (module docstring). h is
+    prepared (forward.prepare); logits: its router logits [T, experts]; act's expert buffers are the
+    engine's (activations.py)."""
+    T = h.shape[0]
+    P = T * k
+    experts, weights, pos = act.experts[:T], act.expert_w[:T], act.epos[:T]
+    for t in range(T):
+        route(logits[t], k, renorm, experts[t], weights[t])
+    groups, gate, up, y = act.egroups, act.egate[:P], act.eup[:P], act.ey[:P]
+    if T == 1:
+        n = plan_one(experts, groups, pos)
+        x, in_col, dec = h, G_IN, np.int64(k)
+    else:
+        n = plan(experts, n_dec, act.ecount, groups, pos, act.esrc)
+        gather(h, act.esrc[:P], y)
+        dec = n_dec * k
+        if quant:
+            quantize_for(y, act.qx, core, dec)
+        x, in_col = y, G_START
+    r, d = describe_experts(x, act.qx, in_col, groups, n, 0, exp_idx_l, mats, kern, core, gate, act.edesc, 0,
+                            act.eddesc)
+    r, _ = describe_experts(x, act.qx, in_col, groups, n, 1, exp_idx_l, mats, kern, core, up, act.edesc, r,
+                            act.eddesc[d:])
+    batch(act.edesc, r, core, P > dec)
+    expert_glu(gate, up, fn, core)
+    if quant:
+        quantize_for(gate, act.qx, core, dec)
+    r, _ = describe_experts(gate, act.qx, G_START, groups, n, 2, exp_idx_l, mats, kern, core, y, act.edesc, 0,
+                            act.eddesc)
+    batch(act.edesc, r, core, P > dec)
+    scatter(y, pos, weights, out)
