@@ -61,7 +61,8 @@ class Activations(NamedTuple):
     ey: np.ndarray  # [rows * k, H] the pair rows' gathered inputs, then their experts' outputs
     edesc: np.ndarray  # [2 * groups, DESC_COLS] int64: the experts' products of one parallel loop
     eddesc: np.ndarray  # [2 * k * slots, DESC_COLS] int64: their decode kernels (ddesc's role)
-    qx: Quantized  # the input of the next matrix products, prepared for the block formats (the pair rows' too)
+    qx: Quantized  # the input of the next matrix products, prepared for the block formats
+    eqx: Quantized  # the pair rows' inputs, prepared (moe.py)
     desc: np.ndarray  # [DESC_ROWS, 13] int64: the task kernels of one parallel loop (matmul.batch)
     ddesc: np.ndarray  # [3, slots, 13] int64: each product's decode kernels, one or B tokens each, their tasks
     # interleaved (matmul.describe_product)
@@ -110,7 +111,8 @@ def allocate(cfg: ModelConfig, rows: int, planes: bool = False, slots: int = 1, 
         egate=f32(P, moe_I), eup=f32(P, moe_I), ey=f32(P, H),
         edesc=np.zeros((2 * groups, DESC_COLS), np.int64),
         eddesc=np.zeros((2 * k * slots if P else 0, DESC_COLS), np.int64),
-        qx=quantized(max(rows, P), max_k, planes, tokens=slots * (k if P else 1)),
+        qx=quantized(rows, max_k, planes, tokens=slots),
+        eqx=quantized(P, max(H, moe_I) if P else 0, tokens=slots * k if P else 0),
         desc=np.zeros((DESC_ROWS, DESC_COLS), np.int64),
         ddesc=np.zeros((3, slots, DESC_COLS), np.int64),
         part=f32(attention_splits(cfg, pool) * cfg.num_heads * part_stride(cfg.head_dim)),

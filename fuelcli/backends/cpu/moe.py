@@ -9,7 +9,9 @@ the forward's first n_dec rows (one-token sequences), each expert's on the decod
 over its rows where the format has them), so that such a row's result is bit for bit a one-token
 step's whatever rows run beside it; then the other rows' pairs, each expert's on the tiles, whose
 rows do not depend on each other either. A group table says where (G_*): one row per (expert, kernel
-kind) that has pairs. A one-token forward gathers nothing: every expert reads h, prepared already.
+kind) that has pairs. The block formats' pair rows are gathered already quantised (act.eqx, from h's
+quantisation), the float formats' as f32 rows (act.ey). A one-token forward gathers nothing: every
+expert reads h, prepared already.
 """
 
 import numpy as np
@@ -18,7 +20,7 @@ from ...formats import ACTIVATION_BLOCK as AB
 from .activations import GROUP_COLS, Quantized
 from .jit import helper
 from .llvm import ptr
-from .matmul import batch, describe_product, glu, quantize_for
+from .matmul import C_SPLIT, K_QUANT, batch, describe_product, glu, quantize_for
 
 # the group table's columns: the expert, its first pair row, its rows, how many of them run the decode
 # kernels (all or none), the row of the gate/up input they read from (their first pair row, or 0: h)
@@ -28,8 +30,9 @@ G_EXPERT, G_START, G_ROWS, G_DEC, G_IN = range(GROUP_COLS)
 @helper(fastmath=False)
 def route(logits, k, renorm, experts, weights):
     """softmax over all experts in f32, take the top k (ties to the lower index, like torch.topk),
-    renormalise only if asked. A NaN router logit makes every p NaN: the first untaken experts are
-    then taken with NaN weights, so the NaN reaches the logits (model/finite.py names it)."""
+    renormalise only if asked; logits become the probabilities. A NaN router logit makes every p
+    NaN: the first untaken experts are then taken with NaN weights, so the NaN reaches the logits
+    (model/finite.py names it)."""
     n = logits.shape[0]
     m = logits[0]
     for i in range(n):
@@ -37,6 +40,8 @@ def route(logits, k, renorm, experts, weights):
     s = np.float32(0.0)
     for i in range(n):
         s += np.exp(logits[i] - m)
+    for i in range(n):
+        logits[i] = np.exp(logits[i] - m) / s
     total = np.float32(0.0)
     for j in range(k):
         best, pbest = -1, np.float32(-1.0)
@@ -44,7 +49,7 @@ def route(logits, k, renorm, experts, weights):
             taken = False
             for jj in range(j):
                 taken = taken or experts[jj] == i
-            p = np.exp(logits[i] - m) / s
+            p = logits[i]
             if not taken and (best < 0 or p > pbest):
                 best, pbest = i, p
         experts[j] = best
@@ -104,9 +109,25 @@ def plan(experts, n_dec, count, groups, pos, src):
 
 @helper()
 def gather(h, src, x):
+    """x's pair rows <- the rows of h they belong to (float-format experts read x itself)."""
     for p in range(x.shape[0]):
         for j in range(x.shape[1]):
             x[p, j] = h[src[p], j]
+
+
+@helper()
+def gather_quantized(qx, src, n_dec, K, eq):
+    """The pair rows' quantisation in eq <- their rows' in qx (quantize_for's layout: a row quantises
+    alike wherever it lies); the first n_dec pair rows' decode layout too."""
+    nb, nz, npl = K // AB, K // 16, 4 * K + 64
+    for p in range(src.shape[0]):
+        t = src[p]
+        eq.xq[p * K:(p + 1) * K] = qx.xq[t * K:(t + 1) * K]
+        eq.xs[p * nb:(p + 1) * nb] = qx.xs[t * nb:(t + 1) * nb]
+        eq.xf[p * nb:(p + 1) * nb] = qx.xf[t * nb:(t + 1) * nb]
+        eq.xz[p * nz:(p + 1) * nz] = qx.xz[t * nz:(t + 1) * nz]
+        if p < n_dec:
+            eq.xp[p * npl:(p + 1) * npl] = qx.xp[t * npl:(t + 1) * npl]
 
 
 @helper()
@@ -154,8 +175,8 @@ def scatter(y, pos, weights, out):
 @helper()
 def moe(h, logits, act, mats, exp_idx_l, k, renorm, fn, kern, core, quant, out, n_dec):
     """Sparse FFN of one layer: out = each row's experts' GLUs of h, weighted (module docstring). h is
-    prepared (forward.prepare); logits: its router logits [T, experts]; act's expert buffers are the
-    engine's (activations.py)."""
+    prepared (forward.prepare); logits: its router logits [T, experts] (overwritten); act's expert
+    buffers are the engine's (activations.py)."""
     T = h.shape[0]
     P = T * k
     experts, weights, pos = act.experts[:T], act.expert_w[:T], act.epos[:T]
@@ -164,23 +185,27 @@ def moe(h, logits, act, mats, exp_idx_l, k, renorm, fn, kern, core, quant, out, 
     groups, gate, up, y = act.egroups, act.egate[:P], act.eup[:P], act.ey[:P]
     if T == 1:
         n = plan_one(experts, groups, pos)
-        x, in_col, dec = h, G_IN, np.int64(k)
+        x, qx, in_col, dec = h, act.qx, G_IN, np.int64(k)
     else:
         n = plan(experts, n_dec, act.ecount, groups, pos, act.esrc)
-        gather(h, act.esrc[:P], y)
         dec = n_dec * k
+        src = act.esrc[:P]
+        if not quant or kern[mats[exp_idx_l[0, 0], 3], K_QUANT] == 0:
+            gather(h, src, y)
         if quant:
-            quantize_for(y, act.qx, core, dec)
-        x, in_col = y, G_START
-    r, d = describe_experts(x, act.qx, in_col, groups, n, 0, exp_idx_l, mats, kern, core, gate, act.edesc, 0,
+            if core[C_SPLIT] != 0:  # AMX: h holds bf16 planes (forward.prepare), the experts want int16
+                quantize_for(h, act.qx, core, n_dec)
+            gather_quantized(act.qx, src, dec, h.shape[1], act.eqx)
+        x, qx, in_col = y, act.eqx, G_START
+    r, d = describe_experts(x, qx, in_col, groups, n, 0, exp_idx_l, mats, kern, core, gate, act.edesc, 0,
                             act.eddesc)
-    r, _ = describe_experts(x, act.qx, in_col, groups, n, 1, exp_idx_l, mats, kern, core, up, act.edesc, r,
+    r, _ = describe_experts(x, qx, in_col, groups, n, 1, exp_idx_l, mats, kern, core, up, act.edesc, r,
                             act.eddesc[d:])
     batch(act.edesc, r, core, P > dec)
     expert_glu(gate, up, fn, core)
     if quant:
-        quantize_for(gate, act.qx, core, dec)
-    r, _ = describe_experts(gate, act.qx, G_START, groups, n, 2, exp_idx_l, mats, kern, core, y, act.edesc, 0,
+        quantize_for(gate, act.eqx, core, dec)
+    r, _ = describe_experts(gate, act.eqx, G_START, groups, n, 2, exp_idx_l, mats, kern, core, y, act.edesc, 0,
                             act.eddesc)
     batch(act.edesc, r, core, P > dec)
     scatter(y, pos, weights, out)
