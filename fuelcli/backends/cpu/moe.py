@@ -25,35 +25,35 @@ from .matmul import C_SPLIT, K_QUANT, batch, describe_product, glu, quantize_for
 # the group table's columns: the expert, its first pair row, its rows, how many of them run the decode
 # kernels (all or none), the row of the gate/up input they read from (their first pair row, or 0: h)
 G_EXPERT, G_START, G_ROWS, G_DEC, G_IN = range(GROUP_COLS)
+TAKEN = np.float32(-1.0)  # route's mark of a chosen expert: no probability (>= 0, or NaN) equals it
 
 
 @helper(fastmath=False)
 def route(logits, k, renorm, experts, weights):
     """softmax over all experts in f32, take the top k (ties to the lower index, like torch.topk),
-    renormalise only if asked; logits become the probabilities. A NaN router logit makes every p
-    NaN: the first untaken experts are then taken with NaN weights, so the NaN reaches the logits
-    (model/finite.py names it)."""
+    renormalise only if asked; logits become the probabilities, the taken ones TAKEN. A NaN router
+    logit makes every p NaN: the first untaken experts are then taken with NaN weights, so the NaN
+    reaches the logits (model/finite.py names it)."""
     n = logits.shape[0]
     m = logits[0]
     for i in range(n):
         m = max(m, logits[i])
     s = np.float32(0.0)
     for i in range(n):
-        s += np.exp(logits[i] - m)
+        logits[i] = np.exp(logits[i] - m)
+        s += logits[i]
     for i in range(n):
-        logits[i] = np.exp(logits[i] - m) / s
+        logits[i] /= s
     total = np.float32(0.0)
     for j in range(k):
         best, pbest = -1, np.float32(-1.0)
         for i in range(n):
-            taken = False
-            for jj in range(j):
-                taken = taken or experts[jj] == i
             p = logits[i]
-            if not taken and (best < 0 or p > pbest):
+            if p != TAKEN and (best < 0 or p > pbest):
                 best, pbest = i, p
         experts[j] = best
         weights[j] = pbest
+        logits[best] = TAKEN
         total += pbest
     if renorm:
         for j in range(k):
