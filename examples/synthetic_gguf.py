@@ -2,6 +2,7 @@
 
     python examples/synthetic_gguf.py OUT.gguf --shape qwen2-1.5b --type q4_k_m
     python examples/synthetic_gguf.py OUT.gguf --shape llama-8b --type q8_0 [--layers 4]
+    python examples/synthetic_gguf.py OUT.gguf --shape qwen3-30b-a3b --type q4_k_m --layers 8
 
 The demo files are mostly Q5_0 (Qwen2.5-Coder) and Q4_1 (SmolLM2); the files people download are
 mostly Q4_K + Q6_K. This writes any mix fuel reads, in the shapes of the models people run, so that
@@ -31,6 +32,13 @@ SHAPES = {
     "qwen2-1.5b": ("qwen2", 1536, 28, 12, 2, 8960, 151936, True, True, 1e6, 32768),
     "llama-1b": ("llama", 2048, 16, 32, 8, 8192, 128256, True, False, 5e5, 131072),
     "llama-8b": ("llama", 4096, 32, 32, 8, 14336, 128256, False, False, 5e5, 131072),
+}
+# mixtures of experts, with the metadata llama.cpp's converter writes for their arch: arch, hidden,
+# layers, heads, kv heads, head dim, feed_forward_length, experts, experts used, expert intermediate
+# (0: not written, the experts' is feed_forward_length), vocab, rope theta, context, RMSNorm eps
+MOE_SHAPES = {
+    "qwen3-30b-a3b": ("qwen3moe", 2048, 48, 32, 4, 128, 6144, 128, 8, 768, 151936, 1e6, 40960, 1e-6),
+    "mixtral-8x7b": ("llama", 4096, 32, 32, 8, 128, 14336, 8, 2, 0, 32000, 1e6, 32768, 1e-5),
 }
 TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k",
          "iq3_xxs", "iq3_s", "iq4_nl", "iq4_xs", "iq2_xxs", "iq2_xs",
@@ -105,18 +113,7 @@ def write(path: str, shape: str, qtype: str, layers: int | None = None, seed: in
     w.add_head_count_kv(nkv)
     w.add_rope_freq_base(theta)
     w.add_layer_norm_rms_eps(1e-6)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2" if arch == "qwen2" else "llama-bpe")
-    alphabet = _byte_alphabet()
-    pairs = [(a, b) for a in alphabet[:64] for b in alphabet[:64]][: min(4096, vocab - 256)]
-    tokens = alphabet + [a + b for a, b in pairs]
-    tokens += [f"<tok {i}>" for i in range(len(tokens), vocab)]
-    w.add_token_list(tokens)
-    w.add_token_types([1] * vocab)
-    w.add_token_merges([f"{a} {b}" for a, b in pairs])
-    w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
-    w.add_chat_template(CHATML)
+    _write_vocab(w, vocab, "qwen2" if arch == "qwen2" else "llama-bpe")
 
     cache: dict = {}
 
@@ -290,15 +287,85 @@ def write_hybrid(path: str, shape: str, qtype: str, layers: int | None = None, s
     w.close()
 
 
+def write_moe(path: str, shape: str, qtype: str, layers: int | None = None, seed: int = 0) -> None:
+    """A MOE_SHAPES file: qwen3moe as convert_hf_to_gguf's Qwen3MoeModel writes it (QK-norms, key and
+    value lengths, expert_feed_forward_length; llama.cpp renormalises qwen3moe's top-k, so no
+    norm_topk_prob key), Mixtral as its LlamaModel does (arch llama with expert counts). Each layer's
+    experts are 3-D tensors [experts, rows, cols] (ffn_{gate,up,down}_exps); the router
+    (ffn_gate_inp) stays f32, as llama.cpp's quantize leaves it."""
+    import gguf
+
+    arch, H, L, nh, nkv, hd, ff, E, k, eff, vocab, theta, ctx, eps = MOE_SHAPES[shape]
+    L = layers or L
+    inter = eff or ff
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(path, arch)
+    w.add_name(f"synthetic {shape} {qtype}")
+    w.add_block_count(L)
+    w.add_context_length(ctx)
+    w.add_embedding_length(H)
+    w.add_feed_forward_length(ff)
+    w.add_head_count(nh)
+    w.add_head_count_kv(nkv)
+    w.add_rope_freq_base(theta)
+    w.add_layer_norm_rms_eps(eps)
+    w.add_expert_count(E)
+    w.add_expert_used_count(k)
+    if arch == "qwen3moe":
+        w.add_key_length(hd)
+        w.add_value_length(hd)
+        w.add_expert_feed_forward_length(eff)
+    else:
+        w.add_vocab_size(vocab)
+        w.add_rope_dimension_count(hd)
+    _write_vocab(w, vocab, "qwen2" if arch == "qwen3moe" else "llama-bpe")
+
+    cache: dict = {}
+
+    def matrix(name, layer, rows, cols, experts=0):
+        n = max(experts, 1)
+        data, gt = _random_rows(tensor_type(name.split(".")[-1].replace("_exps", ""), layer, L, qtype), n * rows, cols,
+                                rng, cache)
+        if experts:
+            data = data.reshape(experts, rows, -1)
+        full = name if layer < 0 else f"blk.{layer}.{name}"
+        w.add_tensor(f"{full}.weight", data, raw_shape=data.shape, raw_dtype=gt)
+
+    def vector(name, n, value):
+        w.add_tensor(name, np.full(n, value, np.float32))
+
+    matrix("token_embd", -1, vocab, H)
+    matrix("output", -1, vocab, H)
+    vector("output_norm.weight", H, 1.0)
+    for i in range(L):
+        vector(f"blk.{i}.attn_norm.weight", H, 1.0)
+        vector(f"blk.{i}.ffn_norm.weight", H, 1.0)
+        if arch == "qwen3moe":
+            vector(f"blk.{i}.attn_q_norm.weight", hd, 1.0)
+            vector(f"blk.{i}.attn_k_norm.weight", hd, 1.0)
+        for name, rows, cols in (("attn_q", nh * hd, H), ("attn_k", nkv * hd, H), ("attn_v", nkv * hd, H),
+                                 ("attn_output", H, nh * hd)):
+            matrix(name, i, rows, cols)
+        router, gt = _random_rows("f32", E, H, rng, cache)
+        w.add_tensor(f"blk.{i}.ffn_gate_inp.weight", router, raw_shape=router.shape, raw_dtype=gt)
+        for name, rows, cols in (("ffn_gate_exps", inter, H), ("ffn_up_exps", inter, H), ("ffn_down_exps", H, inter)):
+            matrix(name, i, rows, cols, E)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("out")
-    p.add_argument("--shape", choices=sorted(SHAPES) + sorted(HYBRID_SHAPES), default="qwen2-1.5b")
+    p.add_argument("--shape", choices=sorted(SHAPES) + sorted(MOE_SHAPES) + sorted(HYBRID_SHAPES), default="qwen2-1.5b")
     p.add_argument("--type", dest="qtype", choices=TYPES, default="q4_k_m")
     p.add_argument("--layers", type=int, default=None, help="fewer layers than the shape has (a smaller file)")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
-    (write_hybrid if a.shape in HYBRID_SHAPES else write)(a.out, a.shape, a.qtype, a.layers, a.seed)
+    writer = write_hybrid if a.shape in HYBRID_SHAPES else write_moe if a.shape in MOE_SHAPES else write
+    writer(a.out, a.shape, a.qtype, a.layers, a.seed)
     print(a.out, file=sys.stderr)
 
 

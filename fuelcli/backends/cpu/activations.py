@@ -13,6 +13,8 @@ from .amx import TILE
 from .attention import MAX_SPLITS, part_stride
 from .matmul import DESC_COLS, DESC_ROWS
 
+GROUP_COLS = 5  # the columns of a MoE layer's group table (moe.py's G_*)
+
 
 class Quantized(NamedTuple):
     """A matrix input as the block-format kernels read it (forward.prepare, matmul.quantize_rows)."""
@@ -47,13 +49,20 @@ class Activations(NamedTuple):
     o: np.ndarray  # [rows, H] output of o_proj, then of the FFN
     gate: np.ndarray  # [rows, I] dense FFN gate (then silu(gate) * up)
     up: np.ndarray  # [rows, I]
-    router: np.ndarray  # [rows, experts] router logits (MoE layers)
-    experts: np.ndarray  # [k] int64 chosen experts of one token
-    expert_w: np.ndarray  # [k] their weights
-    egate: np.ndarray  # [1, moe_I] one expert's gate, up and output
-    eup: np.ndarray  # [1, moe_I]
-    ey: np.ndarray  # [1, H]
+    router: np.ndarray  # [rows, experts] router logits (MoE layers; moe.py)
+    experts: np.ndarray  # [rows, k] int64 each row's chosen experts
+    expert_w: np.ndarray  # [rows, k] their weights
+    epos: np.ndarray  # [rows, k] int64 the pair row of each (row, chosen expert)
+    esrc: np.ndarray  # [rows * k] int64 the row of each pair row
+    ecount: np.ndarray  # [experts, 2] int64 scratch of the grouping
+    egroups: np.ndarray  # [groups, GROUP_COLS] int64 the pair rows' groups (moe.G_*)
+    egate: np.ndarray  # [rows * k, moe_I] the pair rows' gate, up
+    eup: np.ndarray  # [rows * k, moe_I]
+    ey: np.ndarray  # [rows * k, H] the pair rows' gathered inputs, then their experts' outputs
+    edesc: np.ndarray  # [2 * groups, DESC_COLS] int64: the experts' products of one parallel loop
+    eddesc: np.ndarray  # [2 * k * slots, DESC_COLS] int64: their decode kernels (ddesc's role)
     qx: Quantized  # the input of the next matrix products, prepared for the block formats
+    eqx: Quantized  # the pair rows' inputs, prepared (moe.py)
     desc: np.ndarray  # [DESC_ROWS, 13] int64: the task kernels of one parallel loop (matmul.batch)
     ddesc: np.ndarray  # [3, slots, 13] int64: each product's decode kernels, one or B tokens each, their tasks
     # interleaved (matmul.describe_product)
@@ -98,13 +107,22 @@ def allocate(cfg: ModelConfig, rows: int, planes: bool = False, slots: int = 1, 
     conv, value, v_heads = (lin.conv_dim, lin.value_dim, lin.v_heads) if lin else (0, 0, 0)
     P, beside = cfg.per_layer_input_size, any(b.ffn.moe_beside for b in cfg.blocks)
     max_k = max(H, cfg.q_dim, cfg.intermediate_size, cfg.moe_intermediate_size, value, S)
+    # MoE: every (row, chosen expert) pair has a row (moe.py); at most 2 groups an expert (decode
+    # kernels, tiles), and one a pair
+    pairs = rows * k if cfg.num_experts else 0
+    groups = min(2 * E, pairs) if pairs else 0
+    moe_I = cfg.moe_intermediate_size
     return Activations(
         x=f32(rows, H), h=f32(rows, H), q=f32(rows, cfg.q_dim), k=f32(rows, cfg.kv_dim), v=f32(rows, cfg.kv_dim),
         att=f32(rows, cfg.q_dim), o=f32(rows, H), gate=f32(rows, cfg.intermediate_size),
-        up=f32(rows, cfg.intermediate_size), router=f32(rows, E), experts=np.zeros(k, np.int64),
-        expert_w=f32(k), egate=f32(1, max(cfg.moe_intermediate_size, 1)),
-        eup=f32(1, max(cfg.moe_intermediate_size, 1)), ey=f32(1, H),
+        up=f32(rows, cfg.intermediate_size), router=f32(rows, E), experts=np.zeros((rows, k), np.int64),
+        expert_w=f32(rows, k), epos=np.zeros((rows, k), np.int64), esrc=np.zeros(pairs, np.int64),
+        ecount=np.zeros((E, 2), np.int64), egroups=np.zeros((groups, GROUP_COLS), np.int64),
+        egate=f32(pairs, moe_I), eup=f32(pairs, moe_I), ey=f32(pairs, H),
+        edesc=np.zeros((2 * groups, DESC_COLS), np.int64),
+        eddesc=np.zeros((2 * k * slots if pairs else 0, DESC_COLS), np.int64),
         qx=quantized(rows, max_k, planes, tokens=slots),
+        eqx=quantized(pairs, max(H, moe_I) if pairs else 0, tokens=slots * k if pairs else 0),
         desc=np.zeros((DESC_ROWS, DESC_COLS), np.int64),
         ddesc=np.zeros((3, slots, DESC_COLS), np.int64),
         part=f32(attention_splits(cfg, pool) * cfg.num_heads * part_stride(cfg.head_dim)),

@@ -32,9 +32,9 @@ from .llvm import args11, ptr
 from .delta_chunked import CHUNK, delta_rule_chunked
 from .layer_kv import add_rows, copy_rows, kv_at, per_layer_rows, rows_of, scale_by
 from .linear_mixer import add_gated, conv_silu, delta_rule, gate_rows, gather_columns, partial_rope
-from .matmul import (C_KV_STORE, C_RMSNORM, C_ROPE, C_SPLIT, attention, batch, dequant_row, describe_product, glu,
+from .matmul import (add_bias, bias_norm_rope, C_KV_STORE, C_RMSNORM, C_SPLIT, attention, batch, dequant_row, describe_product, glu,
                      matmul, quantize_for, split_rows, tasks)
-from .matmul import ACT_CLAMPED_SWIGLU, clamped_glu
+from .moe import NO_EXTRAS, moe
 
 # the slot tables' columns: a role's place in the schema's order (families/schema.py)
 M_Q, M_K, M_V, M_O, M_GATE, M_UP, M_DOWN, M_ROUTER = map(MATRICES.index, ("q", "k", "v", "o", "gate", "up", "down",
@@ -67,8 +67,6 @@ L_TOPK_SOFTMAX, L_SWIGLU_LIMIT, L_SWIGLU_ALPHA = range(8, 11)
 (L_HD, L_NKV, L_WIDTH, L_KOFF, L_VOFF, L_KSLOT, L_VSLOT, L_ATT, L_COMB, L_VNORM, L_VISK, L_SHARED,
  L_MOE_BESIDE) = range(11, 24)
 N_LAY = 24
-# moe_extras' fields
-X_TOPK_SOFTMAX, X_ROUTER_BIAS, X_GATE_BIAS, X_UP_BIAS, X_DOWN_BIAS, X_LIMIT, X_ALPHA = range(7)
 SEG_SLOT, SEG_POS, SEG_ROWS = range(3)  # segs[] columns
 # dims[] layout; D_QUANT: 1 when some matrix is a block format (its inputs get quantised);
 # D_EMBED_SCALE, D_SOFTCAP: f32 bits of the embedding scale and the final logit softcap (0: none)
@@ -128,19 +126,6 @@ def rmsnorm(x, residual, weight, eps, out, core):
 
 
 @helper()
-def bias_norm_rope(x, bias, norm, n_heads, head_dim, pos0, cos, sin, eps, scale, core):
-    """x (+ bias) (per-head RMSNorm) (RoPE unless cos is 0 or head_dim is 0) (* scale unless 0), in
-    place, row by row; cos/sin: table addresses. With head_dim 0 only the bias: add_bias."""
-    tasks(core[C_ROPE], x.shape[0], args11(ptr(x), bias, norm, n_heads, head_dim, pos0, cos, sin, eps, scale))
-
-
-@helper()
-def add_bias(x, bias, core):
-    """x += bias (a vector address) on every row, in place."""
-    bias_norm_rope(x, bias, 0, x.shape[1], 0, 0, 0, 0, 0, 0, core)
-
-
-@helper()
 def f32_of(bits):
     return np.array([np.int32(bits)]).view(np.float32)[0]
 
@@ -181,59 +166,6 @@ def gated(h, act, mats, ig, iu, idn, fn, kern, core, quant, gate, up, out, n_dec
     linear(gate, act, mats, idn, kern, core, out, n_dec)
 
 
-@helper(fastmath=False)
-def route(logits, k, renorm, experts, weights):
-    """softmax over all experts in f32, take the top k (ties to the lower index, like torch.topk),
-    renormalise only if asked. A NaN router logit makes every p NaN: the first untaken experts are
-    then taken with NaN weights, so the NaN reaches the logits (model/finite.py names it)."""
-    n = logits.shape[0]
-    m = logits[0]
-    for i in range(n):
-        m = max(m, logits[i])
-    s = np.float32(0.0)
-    for i in range(n):
-        s += np.exp(logits[i] - m)
-    total = np.float32(0.0)
-    for j in range(k):
-        best, pbest = -1, np.float32(-1.0)
-        for i in range(n):
-            taken = False
-            for jj in range(j):
-                taken = taken or experts[jj] == i
-            p = np.exp(logits[i] - m) / s
-            if not taken and (best < 0 or p > pbest):
-                best, pbest = i, p
-        experts[j] = best
-        weights[j] = pbest
-        total += pbest
-    if renorm:
-        for j in range(k):
-            weights[j] /= total
-
-
-@helper(fastmath=False)
-def route_topk_softmax(logits, k, experts, weights):
-    """the top k logits (ties to the lower index, like torch.topk), softmax over those k only in f32
-    (gpt-oss's router)."""
-    n = logits.shape[0]
-    for j in range(k):
-        best = -1
-        for i in range(n):
-            taken = False
-            for jj in range(j):
-                taken = taken or experts[jj] == i
-            if not taken and (best < 0 or logits[i] > logits[best]):
-                best = i
-        experts[j] = best
-    m = logits[experts[0]]
-    s = np.float32(0.0)
-    for j in range(k):
-        weights[j] = np.exp(logits[experts[j]] - m)
-        s += weights[j]
-    for j in range(k):
-        weights[j] /= s
-
-
 @helper()
 def moe_extras(vecs, vec_tab, vi, lay_l):
     """A MoE layer's variants as moe reads them (X_*): whether its softmax is over the top-k only,
@@ -242,54 +174,6 @@ def moe_extras(vecs, vec_tab, vi, lay_l):
     return (lay_l[L_TOPK_SOFTMAX], vaddr(vecs, vec_tab, vi[V_ROUTER_BIAS]), vaddr(vecs, vec_tab, vi[V_GATE_EXPS_BIAS]),
             vaddr(vecs, vec_tab, vi[V_UP_EXPS_BIAS]), vaddr(vecs, vec_tab, vi[V_DOWN_EXPS_BIAS]),
             lay_l[L_SWIGLU_LIMIT], lay_l[L_SWIGLU_ALPHA])
-
-
-@helper()
-def expert(h, act, mats, e, j, fn, ex, kern, core, quant, gate, up, out):
-    """out = expert j's GLU of one row h (prepared; e: its gate/up/down matrices), with its biases
-    (ex: moe_extras) added where its products are written, and the clamped SwiGLU when fn says."""
-    r = describe_linear(h, act, mats, e[0], kern, core, gate, 0, 0, 1)
-    r = describe_linear(h, act, mats, e[1], kern, core, up, r, 1, 1)
-    batch(act.desc, r, core, False)
-    width, H = gate.shape[1], out.shape[1]
-    if ex[X_GATE_BIAS] != 0:
-        add_bias(gate, ex[X_GATE_BIAS] + 4 * j * width, core)
-    if ex[X_UP_BIAS] != 0:
-        add_bias(up, ex[X_UP_BIAS] + 4 * j * width, core)
-    if fn == ACT_CLAMPED_SWIGLU:
-        clamped_glu(gate, up, ex[X_LIMIT], ex[X_ALPHA], core)
-    else:
-        glu(gate, up, fn, core)
-    prepare(gate, act, quant, core, 1)
-    linear(gate, act, mats, e[2], kern, core, out, 1)
-    if ex[X_DOWN_BIAS] != 0:
-        add_bias(out, ex[X_DOWN_BIAS] + 4 * j * H, core)
-
-
-@helper()
-def moe(h, act, mats, router_i, exp_idx_l, k, renorm, fn, kern, core, quant, out, n_dec, ex):
-    """Sparse FFN of one layer, token by token; act's router/expert buffers are the engine's; ex:
-    the layer's routing and expert variants (moe_extras)."""
-    T, H = h.shape
-    logits = act.router[:T]
-    linear(h, act, mats, router_i, kern, core, logits, n_dec)
-    if ex[X_ROUTER_BIAS] != 0:
-        add_bias(logits, ex[X_ROUTER_BIAS], core)
-    experts, weights = act.experts, act.expert_w
-    for t in range(T):
-        for j in range(H):
-            out[t, j] = 0.0
-        if ex[X_TOPK_SOFTMAX] != 0:
-            route_topk_softmax(logits[t], k, experts, weights)
-        else:
-            route(logits[t], k, renorm, experts, weights)
-        ht = h[t : t + 1]
-        for i in range(k):
-            prepare(ht, act, quant, core, 1)  # the previous expert's down projection overwrote it
-            e = exp_idx_l[experts[i]]
-            expert(ht, act, mats, e, experts[i], fn, ex, kern, core, quant, act.egate, act.eup, act.ey)
-            for j in range(H):
-                out[t, j] += weights[i] * act.ey[0, j]
 
 
 @helper()
@@ -318,8 +202,10 @@ def _ffn(exp_idx, l, h, act, mats, mi, fn, dims, kern, core, quant, gate, up, ou
 
     def sparse_or_dense(exp_idx, l, h, act, mats, mi, fn, dims, kern, core, quant, gate, up, out, n_dec, ex):
         if mi[M_ROUTER] >= 0:
-            moe(h, act, mats, mi[M_ROUTER], exp_idx[l], dims[D_TOPK], dims[D_NORM_TOPK] != 0, fn, kern, core, quant,
-                out, n_dec, ex)
+            logits = act.router[:h.shape[0]]
+            linear(h, act, mats, mi[M_ROUTER], kern, core, logits, n_dec)
+            moe(h, logits, act, mats, exp_idx[l], dims[D_TOPK], dims[D_NORM_TOPK] != 0, fn, kern, core, quant, out,
+                n_dec, ex, logits[0, :0])
             if mi[M_SG] >= 0:
                 shared_expert(h, act, mats, mi, fn, kern, core, quant, out, n_dec)
         else:
@@ -379,21 +265,9 @@ def _moe_beside(exp_idx, l, x, act, mats, mi, vecs, vec_tab, vi, fn, dims, kern,
         prepare(hr, act, quant, core, n_dec)
         linear(hr, act, mats, mi[M_ROUTER], kern, core, logits, n_dec)
         rmsnorm(x, act.x[:0], vaddr(vecs, vec_tab, vi[V_FFN_NORM2]), eps, he, core)
-        scales = vslice(vecs, vec_tab, vi[V_EXPSCALE])
-        chosen, weights = act.experts, act.expert_w
-        k = dims[D_TOPK]
-        for t in range(T):
-            for j in range(H):
-                y[t, j] = 0.0
-            route(logits[t], k, True, chosen, weights)
-            ht = he[t : t + 1]
-            for i in range(k):
-                prepare(ht, act, quant, core, 1)
-                e = exp_idx[l, chosen[i]]
-                gated(ht, act, mats, e[0], e[1], e[2], fn, kern, core, quant, act.egate, act.eup, act.ey, 1)
-                w = weights[i] * scales[chosen[i]]
-                for j in range(H):
-                    y[t, j] += w * act.ey[0, j]
+        prepare(he, act, quant, core, n_dec)
+        moe(he, logits, act, mats, exp_idx[l], dims[D_TOPK], True, fn, kern, core, quant, y, n_dec,
+            NO_EXTRAS, vslice(vecs, vec_tab, vi[V_EXPSCALE]))
         rmsnorm(y, act.x[:0], vaddr(vecs, vec_tab, vi[V_POST_FFN2]), eps, y, core)
         add_rows(out, y)
     return experts

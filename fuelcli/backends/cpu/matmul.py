@@ -160,6 +160,19 @@ def glu(gate, up, act, core):
 
 
 @helper()
+def bias_norm_rope(x, bias, norm, n_heads, head_dim, pos0, cos, sin, eps, scale, core):
+    """x (+ bias) (per-head RMSNorm) (RoPE unless cos is 0 or head_dim is 0) (* scale unless 0), in
+    place, row by row; cos/sin: table addresses. With head_dim 0 only the bias: add_bias."""
+    tasks(core[C_ROPE], x.shape[0], args11(ptr(x), bias, norm, n_heads, head_dim, pos0, cos, sin, eps, scale))
+
+
+@helper()
+def add_bias(x, bias, core):
+    """x += bias (a vector address) on every row, in place."""
+    bias_norm_rope(x, bias, 0, x.shape[1], 0, 0, 0, 0, 0, 0, core)
+
+
+@helper()
 def clamped_glu(gate, up, limit_bits, alpha_bits, core):
     """gate <- (clip(up, ±limit) + 1) · g · sigmoid(alpha · g) with g = min(gate, limit), row by row
     (ACT_CLAMPED_SWIGLU; limit and alpha as f32 bits, limit != 0)."""
@@ -215,16 +228,16 @@ def decode_task(x, qx, b, w_addr, n_rows, row_bytes, code, kern, out_addr, col=K
 
 
 @helper()
-def tile_task(x, qx, r0, w_addr, n_rows, row_bytes, code, kern, out_addr):
+def tile_task(x, qx, r0, w_addr, n_rows, row_bytes, code, kern, out_addr, amx=True):
     """(kernel, n_tasks, args) of rows r0.. of out = x @ W^T on the tiles: the kernel reads x itself
     (float formats), its int16 quantisation (block formats) or, AMX_MIN_TOKENS tokens or more of a
-    block format on AMX, its bf16 planes (forward.prepare made them of x)."""
+    block format on AMX unless amx is False, its bf16 planes (forward.prepare made them of x)."""
     T, K = x.shape
     rows = T - r0
     nb = K // AB
     xp = ptr(qx.xq) + 2 * r0 * K if kern[code, K_QUANT] else ptr(x) + 4 * r0 * K
     out = out_addr + 4 * r0 * n_rows
-    if rows >= AMX_MIN_TOKENS and kern[code, K_AMX_PREFILL] != 0:
+    if amx and rows >= AMX_MIN_TOKENS and kern[code, K_AMX_PREFILL] != 0:
         return (kern[code, K_AMX_PREFILL], (n_rows + AMX_ROWS - 1) // AMX_ROWS,
                 args11(kern[code, K_AMX_UNPACK], w_addr, n_rows, row_bytes, K, rows, xp, 0, 0, out))
     return (kern[code, K_PREFILL], (n_rows + TASK_ROWS - 1) // TASK_ROWS,
@@ -242,9 +255,10 @@ def decode_width(kern, code, left):
 
 
 @helper()
-def describe_product(desc, r, x, qx, w_addr, n_rows, row_bytes, code, kern, core, out_addr, n_dec, ddesc):
+def describe_product(desc, r, x, qx, w_addr, n_rows, row_bytes, code, kern, core, out_addr, n_dec, ddesc,
+                     amx=True):
     """out = x @ W^T described into desc from row r (returns the next free row): x's first n_dec
-    rows on the decode kernels, the rest on the tiles. The decode rows go to the widest kernels
+    rows on the decode kernels, the rest on the tiles (on AMX only if amx: tile_task). The decode rows go to the widest kernels
     the format has (decode_width: 8 tokens as 4 + 4, 3 as 2 + 1), which unpack a weight row once for
     their tokens; several such kernels (in ddesc) have their tasks interleaved, so that a group of
     weight rows is read once from memory for all of them. A row's result is the same whatever rows
@@ -264,7 +278,7 @@ def describe_product(desc, r, x, qx, w_addr, n_rows, row_bytes, code, kern, core
             describe(desc, r, core[C_INTERLEAVE], n * j, args11(ptr(ddesc), j))
         r += 1
     if T > n_dec:
-        fn, n, a = tile_task(x, qx, n_dec, w_addr, n_rows, row_bytes, code, kern, out_addr)
+        fn, n, a = tile_task(x, qx, n_dec, w_addr, n_rows, row_bytes, code, kern, out_addr, amx)
         describe(desc, r, fn, n, a)
         r += 1
     return r

@@ -1,0 +1,126 @@
+"""The CPU engine's MoE by expert (backends/cpu/moe.py) on a tiny qwen3moe GGUF: a prefill's rows (each
+expert once over the rows that chose it, on the tiles) are its one-token decode rows within the
+prefill tolerance of the dense models (test_cpu_engine.KL_TOL); a row of a several-sequence step or
+of a verify (the experts' decode kernels over the rows that chose them) is bit for bit the one-token
+step's; each with a negative control."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+
+from fuelcli.assembly.loader import open_model
+from fuelcli.backends.cpu.engine import CpuEngine
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_cpu_engine import KL_TOL, _kl  # noqa: E402
+
+Q = gguf.GGMLQuantizationType
+H, L, NH, NKV, D, E, K, I, V = 64, 2, 4, 2, 16, 8, 2, 32, 64
+PROMPT = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4, 6, 2, 6, 4, 3, 3, 8, 3, 2, 7]
+
+
+def write_tiny_qwen3moe(path: Path, qtype, seed: int = 0) -> Path:
+    """2 qwen3moe layers of 8 experts (top 2, renormalised as llama.cpp's qwen3moe always is), the
+    tensors and metadata as convert_hf_to_gguf writes them: experts as [E, rows, cols] tensors."""
+    rng = np.random.default_rng(seed)
+    w = gguf.GGUFWriter(str(path), "qwen3moe")
+    w.add_block_count(L)
+    w.add_context_length(128)
+    w.add_embedding_length(H)
+    w.add_feed_forward_length(96)
+    w.add_head_count(NH)
+    w.add_head_count_kv(NKV)
+    w.add_key_length(D)
+    w.add_value_length(D)
+    w.add_rope_freq_base(1e6)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_expert_count(E)
+    w.add_expert_used_count(K)
+    w.add_expert_feed_forward_length(I)
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list([f"t{i}" for i in range(V)])
+    w.add_token_merges([])
+
+    def mat(*shape, scale=0.3):
+        return (scale * rng.standard_normal(shape)).astype(np.float32)
+
+    def add(name, x, quantise=True):
+        t = qtype if quantise and x.ndim > 1 else Q.F32
+        w.add_tensor(name, x if t == Q.F32 else gguf.quants.quantize(x, t), raw_dtype=t)
+
+    add("token_embd.weight", mat(V, H, scale=1.0), quantise=False)
+    add("output.weight", mat(V, H))
+    add("output_norm.weight", 1 + mat(H, scale=0.1))
+    for i in range(L):
+        b = f"blk.{i}."
+        for name in ("attn_norm", "ffn_norm"):
+            add(b + name + ".weight", 1 + mat(H, scale=0.1))
+        add(b + "attn_q_norm.weight", 1 + mat(D, scale=0.1))
+        add(b + "attn_k_norm.weight", 1 + mat(D, scale=0.1))
+        add(b + "attn_q.weight", mat(NH * D, H))
+        add(b + "attn_k.weight", mat(NKV * D, H))
+        add(b + "attn_v.weight", mat(NKV * D, H))
+        add(b + "attn_output.weight", mat(H, NH * D))
+        add(b + "ffn_gate_inp.weight", mat(E, H, scale=1.0), quantise=False)  # llama.cpp keeps the router f32
+        add(b + "ffn_gate_exps.weight", mat(E, I, H))
+        add(b + "ffn_up_exps.weight", mat(E, I, H))
+        add(b + "ffn_down_exps.weight", mat(E, H, I))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+@pytest.fixture(scope="module", params=[Q.Q8_0, Q.Q4_0, Q.F32])
+def tiny_moe(request, tmp_path_factory):
+    path = tmp_path_factory.mktemp("moe") / f"tiny-moe-{request.param.name}.gguf"
+    return open_model(str(write_tiny_qwen3moe(path, request.param))), request.param.name
+
+
+def _shift_experts(e: CpuEngine):
+    """Every layer's expert j runs expert j+1's weights: each row reaches the wrong experts."""
+    e.exp_idx[:] = np.roll(e.exp_idx, 1, axis=1)
+
+
+def test_prefill_rows_are_the_decode_rows(tiny_moe):
+    model, qtype = tiny_moe
+    assert model.cfg.num_experts == E and all(model.cfg.moe_layers)
+    e = CpuEngine(model.cfg, model.weights, len(PROMPT))
+    dec = np.stack([e.decode(t) for t in PROMPT])
+    e.reset()
+    pre = e.prefill(PROMPT, all_logits=True)
+    kl, tol = _kl(dec, pre), KL_TOL[qtype]
+    print(f"{qtype}: prefill against decode, max KL {kl:.2e}, max|d| {np.abs(dec - pre).max():.2e}")
+    assert (dec.argmax(-1) == pre.argmax(-1)).all() and kl <= tol
+    _shift_experts(e)  # negative control
+    e.reset()
+    assert _kl(dec, e.prefill(PROMPT, all_logits=True)) > 100 * tol
+
+
+def test_step_and_verify_rows_are_the_one_sequence_rows(tiny_moe):
+    """A sequence's next token beside two others (one of them a prompt chunk), and three tokens in one
+    verify: the experts run once over the rows that chose them, each row bit for bit its one-token
+    step's; the prompt chunk's last row within the prefill tolerance of its prefill alone."""
+    model, qtype = tiny_moe
+    seqs = [PROMPT[:9], PROMPT[9:23], PROMPT[23:]]
+    one = CpuEngine(model.cfg, model.weights, 32)
+    one.prefill(seqs[0])
+    ref = np.stack([one.decode(t) for t in (5, 7, 9)])
+    alone = CpuEngine(model.cfg, model.weights, 32).prefill(seqs[2])
+    e = CpuEngine(model.cfg, model.weights, 32, slots=3)
+    e.step([(0, seqs[0]), (1, seqs[1])])
+    beside = e.step([(2, seqs[2]), (0, [5]), (1, [7])])
+    assert np.array_equal(beside[1], ref[0])
+    assert _kl(alone, beside[0][None]) <= KL_TOL[qtype]
+    v = CpuEngine(model.cfg, model.weights, 32)
+    v.prefill(seqs[0])
+    assert np.array_equal(v.verify([5, 7, 9]), ref)
+    _shift_experts(v)  # negative control
+    v.rewind(len(seqs[0]))
+    assert _kl(ref, v.verify([5, 7, 9])) > 100 * KL_TOL[qtype]
