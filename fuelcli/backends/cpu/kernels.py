@@ -34,7 +34,7 @@ from llvmlite import ir
 
 from . import amx
 from . import unpack as U
-from .kernels_decode import DECODE_WIDTHS, build_decode, build_dequant, wide_widths
+from .kernels_decode import DECODE_WIDTHS, build_decode, build_decode_q8, build_dequant, wide_widths
 from .kernels_prefill import build_driver, build_unpack
 from .llvm import Isa, compile_module, is_cached
 
@@ -68,6 +68,20 @@ def wide_module(code: int, isa: Isa, widths=None) -> tuple[ir.Module, list[str]]
     return mod, names
 
 
+def q8_module(code: int, isa: Isa, widths=(1,)) -> tuple[ir.Module, list[str]]:
+    """One block format's planes decode kernels for 8-bit activations (quantize_q8.py), one per
+    width: the one-token kernel, or the B-wide ones."""
+    from ...formats import BY_CODE
+
+    fmt = BY_CODE[code].name
+    mod = ir.Module(name=f"fuel_q8_{fmt}_{isa.name}_{len(widths)}")
+    names = []
+    for B in widths:
+        names.append(f"fuel_decode{'' if B == 1 else B}_q8_{fmt}_{isa.name}")
+        build_decode_q8(isa, mod, code, names[-1], B)
+    return mod, names
+
+
 def amx_module(code: int, isa: Isa) -> tuple[ir.Module, list[str]]:
     """One format's AMX panel unpack (amx.py)."""
     from ...formats import BY_CODE
@@ -94,7 +108,8 @@ def _module_name(which: str, key) -> str:
     return f"{which}-{key}"
 
 
-_BUILDERS = {"format": format_module, "driver": driver_module, "amx": amx_module, "wide": wide_module}
+_BUILDERS = {"format": format_module, "driver": driver_module, "amx": amx_module, "wide": wide_module,
+             "q8": q8_module, "q8wide": lambda code, isa: q8_module(code, isa, wide_widths(code))}
 
 
 @lru_cache(maxsize=None)
@@ -113,6 +128,17 @@ def addresses(code: int, isa: Isa) -> tuple[int, int, int, int]:
 def wide_addresses(code: int, isa: Isa) -> tuple:
     """A format's B-wide decode task kernels by DECODE_WIDTHS (0 for a width it has none of)."""
     got = dict(zip(wide_widths(code), _compiled("wide", code, isa)))
+    return tuple(got.get(B, 0) for B in DECODE_WIDTHS)
+
+
+def q8_addresses(code: int, isa: Isa) -> int:
+    """A block format's one-token planes decode kernel for 8-bit activations (q8_module)."""
+    return _compiled("q8", code, isa)[0]
+
+
+def q8_wide_addresses(code: int, isa: Isa) -> tuple:
+    """Its B-wide ones by DECODE_WIDTHS (0 for a width it has none of)."""
+    got = dict(zip(wide_widths(code), _compiled("q8wide", code, isa)))
     return tuple(got.get(B, 0) for B in DECODE_WIDTHS)
 
 
