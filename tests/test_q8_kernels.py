@@ -187,25 +187,37 @@ def test_decode_q8(isa, fmt):
 
 
 @pytest.mark.parametrize("isa", ISAS)
-@pytest.mark.parametrize("fmt", ["q4_k", "q6_k", "q5_k", "q8_0", "q4_1", "iq4_xs"])
+@pytest.mark.parametrize("fmt", QUANT)
 def test_prefill_q8(isa, fmt):
-    """Many tokens (the tile kernels) on the 8-bit values: against the numpy decode times them."""
+    """Many tokens (the tile kernels: on the planes ISA the vpdpbusd tiles of kernels_prefill_q8 for the
+    formats they take, else the int16 tiles) on the 8-bit values, against the numpy decode times
+    them: every token-tile remainder, a partial last group of rows and task, several chunks of k
+    and a partial one."""
     from fuelcli.backends.cpu.kernels_prefill import KC, TASK_ROWS
+    from fuelcli.backends.cpu.kernels_prefill_q8 import prefill_w8
 
     f = FORMATS[fmt]
     ncols = KC * 2 + 256
     nrows = TASK_ROWS + 21
     raw = random_rows(fmt, nrows, ncols, seed=50 + f.code)
     w = _dequantised(fmt, raw, ncols)
-    _, (k8, c8) = _tables(isa, [f.code])
-    x = np.random.default_rng(5).standard_normal((13, ncols)).astype(np.float32)
-    x[1, 40] = 200.0
-    qx = quantized(*x.shape)
-    M_out = np.full((13, nrows), np.nan, np.float32)
-    quantize_for(x, qx, c8, 0)
-    matmul(x, qx, raw.ctypes.data, nrows, raw.shape[1], f.code, k8, M_out)
-    mag = np.abs(x) @ np.abs(w).T
-    assert np.all(np.abs(M_out - _x8(qx, 13, ncols) @ w.T) <= 1e-5 * mag), fmt
+    (kern, _), (k8, c8) = _tables(isa, [f.code])
+    tiles_q8 = llvm.planes_isa(_isa(isa)) and prefill_w8(f.code)
+    assert (k8[f.code, M.K_PREFILL] != kern[f.code, M.K_PREFILL]) == tiles_q8
+    rng = np.random.default_rng(5)
+    for T in (2, 13, 30):
+        x = rng.standard_normal((T, ncols)).astype(np.float32)
+        x[1, 40] = 200.0
+        qx = quantized(*x.shape)
+        out = np.full((T, nrows), np.nan, np.float32)
+        quantize_for(x, qx, c8, 0)
+        matmul(x, qx, raw.ctypes.data, nrows, raw.shape[1], f.code, k8, out)
+        mag = np.abs(x) @ np.abs(w).T
+        assert np.all(np.abs(out - _x8(qx, T, ncols) @ w.T) <= 1e-5 * mag), (fmt, T)
+        if tiles_q8:  # the int16 tiles on the same values: the same integers, sums in another order
+            same = np.full((T, nrows), np.nan, np.float32)
+            matmul(x, qx, raw.ctypes.data, nrows, raw.shape[1], f.code, kern, same)
+            assert np.allclose(same, out, rtol=0, atol=1e-5 * mag.max()), (fmt, T)
 
 
 def test_block_kind():

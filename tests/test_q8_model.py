@@ -80,3 +80,28 @@ def test_refused_in_one_line(tmp_path):
         resolve_activations("q4")
     with pytest.raises(InputError, match="the cuda backend has no 8-bit"):
         resolve_activations("q8", "cuda")
+
+
+def test_engine_tables(tmp_path):
+    """An engine with q8 says so in its backend (bench tables, diff provenance), leaves its kernel
+    modules in the on-disk cache (tables.py's child compiles them beside the forward), and its
+    logits are the int16 engine's to within 8 bits' rounding but not equal to them."""
+    import gguf
+
+    from fuelcli.backends import make_engine
+    from fuelcli.backends.cpu import q8_tables
+    from fuelcli.backends.cpu.llvm import host_isa
+    from test_gguf_model import _tiny_llama
+
+    path = tmp_path / "tiny.gguf"
+    _tiny_llama(path, np.random.default_rng(0), qtype=gguf.GGMLQuantizationType.Q8_0)
+    m = open_model(str(path))
+    tokens = np.array([3, 1, 4, 1, 5, 9, 2, 6], np.int64)
+    got = {}
+    for act in ("int16", "q8"):
+        e = make_engine(m.cfg, m.weights, n_ctx=32, activations=act)
+        assert e.backend.endswith(" act q8") == (act == "q8")
+        got[act] = e.prefill(tokens, all_logits=True)
+    assert q8_tables.cached(make_engine(m.cfg, m.weights, n_ctx=32).codes, host_isa())
+    assert not np.array_equal(got["int16"], got["q8"])
+    assert _kl_rows(got["int16"], got["q8"]).max() < 5e-2  # measured 1.4e-2: random weights, 16 tokens

@@ -29,8 +29,9 @@ def block_kind(codes) -> str:
 def apply(kern: np.ndarray, core: np.ndarray, codes, isa: Isa) -> None:
     """The q8 quantize kernel into the core table and, on the planes ISA, the one-plane decode
     kernels into the kernel table (matmul.kernel_table, core_table)."""
-    from .kernels import q8_addresses
-    from .matmul import C_QUANTIZE, K_DECODE
+    from .kernels import q8_addresses, q8_prefill_addresses
+    from .kernels_prefill_q8 import prefill_w8
+    from .matmul import C_QUANTIZE, K_DECODE, K_PREFILL, K_UNPACK
     from .quantize_q8 import addresses
 
     core[C_QUANTIZE] = addresses(isa)[block_kind(codes)]
@@ -38,6 +39,25 @@ def apply(kern: np.ndarray, core: np.ndarray, codes, isa: Isa) -> None:
         for code in sorted(set(int(c) for c in codes)):
             if record(code).quant:
                 kern[code, K_DECODE] = q8_addresses(code, isa)
+            if prefill_w8(code):
+                kern[code, K_PREFILL], kern[code, K_UNPACK] = q8_prefill_addresses(code, isa)
+
+
+def cached(codes, isa: Isa) -> bool:
+    """Whether the modules apply() loads are in the on-disk cache (kernels.py's module names)."""
+    from .kernels import _module_name
+    from .kernels_prefill_q8 import kind_of, prefill_w8
+    from .llvm import is_cached
+    from .quantize_q8 import MODULE
+
+    names = [MODULE]
+    if planes_isa(isa):
+        quant = [c for c in codes if record(c).quant]
+        names += [_module_name("q8", c) for c in quant]
+        on_tiles = [c for c in quant if prefill_w8(c)]
+        names += [_module_name("q8prefill", c) for c in on_tiles]
+        names += [_module_name("q8prefill", k) for k in {kind_of(c) for c in on_tiles}]
+    return all(is_cached(n, isa) for n in names)
 
 
 def apply_wide(kern: np.ndarray, codes, isa: Isa) -> None:

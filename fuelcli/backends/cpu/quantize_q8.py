@@ -31,6 +31,7 @@ from .llvm import Isa, compile_module
 
 QK_K = 256
 KINDS = ("q8_0", "q8_k")
+MODULE = "quantize-q8"  # the compiled module's cache name (llvm.compile_module)
 _MAGIC = 12582912.0  # x + 1.5 * 2^23 - 1.5 * 2^23: x rounded half to even (ggml's nearest_int)
 
 
@@ -127,5 +128,5 @@ def module(isa: Isa) -> tuple[ir.Module, list[str]]:
 @lru_cache(maxsize=None)
 def addresses(isa: Isa) -> dict:
     """{kind: address} of the q8 quantize kernels for one ISA, compiled or loaded once."""
-    got = compile_module("quantize-q8", lambda: module(isa), isa)
+    got = compile_module(MODULE, lambda: module(isa), isa)
     return dict(zip(KINDS, got.values()))

@@ -38,8 +38,12 @@ def _all_cached(codes, isa: Isa, head_dim: int, use_amx: bool, cache_type: str, 
     from .core import module_name
     from .kernels import cached
 
-    q8 = activations == "q8" and not is_cached("quantize-q8", isa)
-    return cached(codes, isa, use_amx) and is_cached(module_name(head_dim, cache_type), isa) and not q8
+    if activations == "q8":
+        from . import q8_tables
+
+        if not q8_tables.cached(codes, isa):
+            return False
+    return cached(codes, isa, use_amx) and is_cached(module_name(head_dim, cache_type), isa)
 
 
 class KernelTables:
