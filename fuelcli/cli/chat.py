@@ -9,9 +9,9 @@ import typer
 from ..errors import InputError
 from .app import app
 from .options import (OPEN_ENDED_CTX, Activations, CacheType, ChatTemplate, ChatTemplateKwargs, Device, DraftMax,
-                      DraftModel, DraftPMin, HfFile, LookupDecoding, MinKeep, MinP, ModelArg, RepeatLastN, RepeatPenalty, Revision,
-                      Seed, Stop, System, SystemFile, Temp, Threads, TopK, TopP, VerbosePrompt, ctx_size_option, err,
-                      unescape)
+                      DraftModel, DraftPMin, HfFile, LookupDecoding, MinKeep, MinP, ModelArg, RepeatLastN,
+                      RepeatPenalty, Revision, Seed, Stop, System, SystemFile, Temp, Threads, TopK, TopP,
+                      VerbosePrompt, ctx_size_option, err, unescape)
 
 COMMANDS = """commands:
   /system TEXT   set the system message (/system alone shows it)

@@ -113,8 +113,9 @@ class CpuEngine(Engine):
         isa = host_isa()
         # several sequences: no AMX, whose use follows how many rows a product has: a row's result
         # must not depend on the rows beside it (matmul.describe_product)
-        # q8: its values through the int16 kernels there (AMX's int8 tiles are not used yet)
-        use_amx = amx.available(isa) and any(is_quant(c) for c in self.codes) and slots == 1 and activations == "int16"
+        # (nor with q8 activations: AMX's int8 tiles are not used yet, its bf16 ones would not be q8's)
+        use_amx = (amx.available(isa) and any(is_quant(c) for c in self.codes) and slots == 1
+                   and activations == "int16")
         if use_amx:  # bench tables and diff provenance say which kernels ran
             self.backend = "cpu numba amx"
         if cache_type != "f32":  # bench tables and diff provenance say which cache ran

@@ -162,7 +162,8 @@ def _micro_q8(isa, mod, kind, TT, RG, name):
         blk = [bd.mul(bd.add(b, c64(r * gstride)), c64(P)) for r in range(RG)]
         xs8 = [bd.bitcast(bd.gep(scratch, [c64(t)]), I32.as_pointer()) for t in range(TT)]
         d = [bd.load(bd.gep(sc, [bd.add(b, c64(r * gstride))]), align=4) for r in range(RG)]
-        m = [bd.load(bd.gep(mn, [bd.add(b, c64(r * gstride))]), align=4) for r in range(RG)] if kind != "quant" else None
+        m = [bd.load(bd.gep(mn, [bd.add(b, c64(r * gstride))]), align=4) for r in range(RG)] \
+            if kind != "quant" else None
         xst = [splat(bd, bd.load(bd.gep(xs, [bd.add(srow[t], b)])), L) for t in range(TT)]
         for h in range(halves):
             quads = range(QUADS) if halves == 1 else range(h * QUADS // 2, (h + 1) * QUADS // 2)
