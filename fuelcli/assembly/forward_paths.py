@@ -19,7 +19,7 @@ def validate_ids(model, ids: list[int]):
 
 
 def logits_by_path(model, ids: list[int], path: str, hidden: bool = False, device: str | None = None,
-                   cache_type: str = "f32"):
+                   cache_type: str = "f32", activations: str | None = None):
     """float32 [seq, vocab]; with hidden=True also the residual stream [L+1, seq, H].
     Non-finite logits raise NonFinite naming the layer where they start (finite.py)."""
     from ..model.finite import check_engine_logits
@@ -33,7 +33,8 @@ def logits_by_path(model, ids: list[int], path: str, hidden: bool = False, devic
         return out
     from ..backends import make_engine
 
-    engine = make_engine(model.cfg, model.weights, n_ctx=len(ids), device=device, cache_type=cache_type)
+    engine = make_engine(model.cfg, model.weights, n_ctx=len(ids), device=device, cache_type=cache_type,
+                         activations=activations)
     if path == "prefill":
         out = engine.prefill(ids, all_logits=True, hidden=hidden)
         check_engine_logits(engine, out[0] if hidden else out, ids, path)

@@ -27,6 +27,20 @@ def resolve_device(device: str | None) -> str:
     return device
 
 
+ACTIVATIONS = ("int16", "q8")  # cpu/q8_tables.py
+
+
+def resolve_activations(activations: str | None, device: str = "cpu") -> str:
+    """The argument, else FUEL_ACTIVATIONS, else int16; q8 on the CPU only."""
+    kind = (activations or os.environ.get("FUEL_ACTIVATIONS") or "int16").strip().lower()
+    if kind not in ACTIVATIONS:
+        raise InputError(f"unknown activations {kind!r} (--activations or FUEL_ACTIVATIONS); supported: "
+                         f"{', '.join(ACTIVATIONS)}")
+    if device == "cuda" and kind != "int16":
+        raise InputError(f"--activations {kind}: the cuda backend has no 8-bit activation kernels; use --device cpu")
+    return kind
+
+
 def check_cache_type(cache_type: str, device: str) -> str:
     if cache_type not in CACHE_TYPES:
         raise InputError(f"unknown KV cache type {cache_type!r} (--cache-type); supported: {', '.join(CACHE_TYPES)}")
@@ -54,11 +68,13 @@ def check_features(cfg, device: str):
 
 
 def make_engine(cfg, weights, n_ctx: int | None = None, device: str | None = None, cache_type: str = "f32",
-                slots: int = 1) -> Engine:
+                slots: int = 1, activations: str | None = None) -> Engine:
     """An engine for the model on the device, with a KV cache of n_ctx positions (default: the model's)
-    of cache_type values for each of `slots` sequences (base.Engine.step)."""
+    of cache_type values for each of `slots` sequences (base.Engine.step), its matrix inputs
+    quantised as `activations` (resolve_activations)."""
     device = resolve_device(device)
     check_cache_type(cache_type, device)
+    activations = resolve_activations(activations, device)
     check_features(cfg, device)
     if device == "cuda":
         if slots != 1:
@@ -68,4 +84,4 @@ def make_engine(cfg, weights, n_ctx: int | None = None, device: str | None = Non
         return CudaEngine(cfg, weights, n_ctx)
     from .cpu.engine import CpuEngine
 
-    return CpuEngine(cfg, weights, n_ctx, cache_type=cache_type, slots=slots)
+    return CpuEngine(cfg, weights, n_ctx, cache_type=cache_type, slots=slots, activations=activations)

@@ -9,8 +9,8 @@ import typer
 
 from ..errors import InputError
 from .app import app
-from .options import (BenchThreads, CacheType, Device, DraftMax, DraftModel, DraftPMin, HfFile, LookupDecoding,
-                      ModelArg, Revision)
+from .options import (Activations, BenchThreads, CacheType, Device, DraftMax, DraftModel, DraftPMin, HfFile,
+                      LookupDecoding, ModelArg, Revision)
 
 B_FIRST_PROMPT = "Write a Python function that reverses a string."
 
@@ -46,6 +46,7 @@ def bench(
                                   "terminal, a line per run in a pipe or a log"),
     device: Optional[str] = Device,
     cache_type: str = CacheType,
+    activations: Optional[str] = Activations,
     revision: Optional[str] = Revision,
     hf_file: Optional[str] = HfFile,
 ):
@@ -76,7 +77,7 @@ def bench(
         if unused:
             raise InputError(f"{unused[0]} does not apply to a speculation run (greedy -n tokens after the prompt)")
         return _speculation(model, speculating, prompt, file, n_gen, compare, repetitions, threads, output,
-                            progress, device, cache_type, revision, hf_file)
+                            progress, device, cache_type, revision, hf_file, activations)
     if output not in B.RENDERERS:
         raise InputError(f"-o must be one of {', '.join(B.RENDERERS)}, got {output!r}")
     if repetitions < 1:
@@ -101,7 +102,7 @@ def bench(
     if n_ctx > m.cfg.max_position:
         raise InputError(f"the tests need a context of {n_ctx} (depth + tokens + 1); the model's is {m.cfg.max_position}")
     engine = make_engine(m.cfg, m.weights, n_ctx=n_ctx, device=device, cache_type=cache_type,
-                         slots=B.seqs_needed(tests))
+                         slots=B.seqs_needed(tests), activations=activations)
     engine.free_cpus = None  # a benchmark runs on its thread count throughout, as its peer does
     info = B.model_info(m.source, m.cfg, m.weights)
 
@@ -234,7 +235,7 @@ def _first_token(model, compare, repetitions, threads, prompt, output, progress,
 
 
 def _speculation(model, speculating, prompt, file, n_gen, compare, repetitions, threads, output, progress, device,
-                 cache_type, revision, hf_file):
+                 cache_type, revision, hf_file, activations):
     from ..measure import bench as B
     from ..measure import speculation as S
     from ..process.threads import set_threads
@@ -262,10 +263,10 @@ def _speculation(model, speculating, prompt, file, n_gen, compare, repetitions, 
     n_ctx = len(ids) + n + 1
     if n_ctx > m.cfg.max_position:
         raise InputError(f"the prompt and -n need a context of {n_ctx}; the model's is {m.cfg.max_position}")
-    engine, _ = ready_engine(m, n_ctx, device, quiet=True, cache_type=cache_type, rows=True)
+    engine, _ = ready_engine(m, n_ctx, device, quiet=True, cache_type=cache_type, rows=True, activations=activations)
     engine.free_cpus = None  # a benchmark runs on its thread count throughout, as its peer does
     params = SamplerParams(temp=0.0)
-    first = speculating.build(m, params, n_ctx, device, cache_type)
+    first = speculating.build(m, params, n_ctx, device, cache_type, activations)
     if speculating.draft is not None:
         first.drafter.engine.free_cpus = None
     peer = B.PeerRunner(kind, n_threads, path=str(m.source.path), name=m.source.name, n_ctx=n_ctx,

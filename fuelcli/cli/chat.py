@@ -8,10 +8,10 @@ import typer
 
 from ..errors import InputError
 from .app import app
-from .options import (OPEN_ENDED_CTX, CacheType, ChatTemplate, ChatTemplateKwargs, Device, DraftMax, DraftModel,
-                      DraftPMin, HfFile, LookupDecoding, MinKeep, MinP, ModelArg, RepeatLastN, RepeatPenalty, Revision,
-                      Seed, Stop, System, SystemFile, Temp, Threads, TopK, TopP, VerbosePrompt, ctx_size_option, err,
-                      unescape)
+from .options import (OPEN_ENDED_CTX, Activations, CacheType, ChatTemplate, ChatTemplateKwargs, Device, DraftMax,
+                      DraftModel, DraftPMin, HfFile, LookupDecoding, MinKeep, MinP, ModelArg, RepeatLastN,
+                      RepeatPenalty, Revision, Seed, Stop, System, SystemFile, Temp, Threads, TopK, TopP,
+                      VerbosePrompt, ctx_size_option, err, unescape)
 
 COMMANDS = """commands:
   /system TEXT   set the system message (/system alone shows it)
@@ -49,6 +49,7 @@ def chat(
     draft_p_min: Optional[float] = DraftPMin,
     device: Optional[str] = Device,
     cache_type: str = CacheType,
+    activations: Optional[str] = Activations,
     revision: Optional[str] = Revision,
     hf_file: Optional[str] = HfFile,
 ):
@@ -90,10 +91,11 @@ def chat(
     if not tok.chat_template:
         raise InputError("fuel chat needs a chat template; this model has none (give --chat-template FILE)")
     speculating.open(m)
-    engine, _ = ready_engine(m, n_ctx, device, quiet=False, cache_type=cache_type, rows=speculating.on)
+    engine, _ = ready_engine(m, n_ctx, device, quiet=False, cache_type=cache_type, rows=speculating.on,
+                             activations=activations)
     session = ChatSession(engine, tok, sampler, m.eos_ids(), system, kwargs, [unescape(s) for s in stop],
                           max_tokens if max_tokens > 0 else None,
-                          speculating.build(m, params, n_ctx, device, cache_type))
+                          speculating.build(m, params, n_ctx, device, cache_type, activations))
     if is_base(m.source):
         err(f"fuel chat: {m.source.name} is a base model, not tuned to chat: its replies may wander "
             "(fuel pull --list says which demos are)")

@@ -16,7 +16,8 @@ from ..errors import InputError, Mismatch
 from ..oracle import (DEFAULT_CTX, DEFAULT_DECODE_STEPS, DEFAULT_LAYER_RTOL, DEFAULT_MIN_TOP1, DEFAULT_TOL,
                       DEFAULT_TOP_K)
 from .app import app
-from .options import CacheType, Device, HfFile, Json, ModelArg, Revision, Threads, check_tolerances, err, parse_tokens
+from .options import (Activations, CacheType, Device, HfFile, Json, ModelArg, Revision, Threads, check_tolerances, err,
+                      parse_tokens)
 
 
 @app.command("diff", short_help="Compare fuel's logits with an oracle; exit 3 on mismatch.")
@@ -58,6 +59,7 @@ def diff_cmd(
     threads: Optional[int] = Threads,
     device: Optional[str] = Device,
     cache_type: str = CacheType,
+    activations: Optional[str] = Activations,
     revision: Optional[str] = Revision,
     hf_file: Optional[str] = HfFile,
 ):
@@ -83,7 +85,7 @@ def diff_cmd(
         from ..oracle import diff_text
 
         r = diff_text(m, text, oracle, ctx, chunks, path, tol, min_top1, layers, layer_tol, decode_steps, atol,
-                      device, progress=diff_view.progress, cache_type=cache_type,
+                      device, progress=diff_view.progress, cache_type=cache_type, activations=activations,
                       within=diff_view.within_windows(ctx))
     else:
         from ..oracle import diff
@@ -92,7 +94,7 @@ def diff_cmd(
         server = {"top_k": top_k, "server_model": server_model,
                   "api_key": api_key if api_key is not None else os.environ.get("FUEL_API_KEY") or None}
         r = diff(m, ids, oracle, path, tol, min_top1, layers, layer_tol, decode_steps, atol, device, cache_type,
-                 server)
+                 server, activations)
     if plot is not None:
         diff_view.plot(plot, m.source.name, r)
     labels = [lp.label(m.cfg) for lp in layer_plans(m.cfg)]

@@ -57,6 +57,17 @@ def isa_text(k: dict) -> str:
     return k["isa"] + (" + AMX tiles for prefill" if k["amx"] else "")
 
 
+def activations_text() -> str:
+    """The activations the engines take by default here (FUEL_ACTIVATIONS; --activations per run)."""
+    from ..backends import resolve_activations
+
+    try:
+        kind = resolve_activations(None)
+    except Exception as e:  # a FUEL_ACTIVATIONS fuel does not know: say so, do not fail
+        return f"unavailable ({e})"
+    return f"{kind}" + (" (FUEL_ACTIVATIONS)" if os.environ.get("FUEL_ACTIVATIONS") else "")
+
+
 def version_text() -> str:
     import llvmlite.binding as llb
 
@@ -64,7 +75,8 @@ def version_text() -> str:
     return (f"fuel {__version__} ({DIST})\n"
             f"numba {dist_version('numba')}, llvmlite {dist_version('llvmlite')} (LLVM {llvm}), "
             f"numpy {dist_version('numpy')}, Python {platform.python_version()}\n"
-            f"CPU kernels: {isa_text(kernel_isa())} on {cpu_name()}")
+            f"CPU kernels: {isa_text(kernel_isa())} on {cpu_name()}\n"
+            f"activations: {activations_text()}")
 
 
 def dir_size(path: Path, pattern: str = "*") -> int:

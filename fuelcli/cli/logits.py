@@ -8,7 +8,7 @@ import typer
 
 from ..errors import InputError
 from .app import app
-from .options import CacheType, Device, HfFile, ModelArg, Revision, Threads, err, parse_tokens
+from .options import Activations, CacheType, Device, HfFile, ModelArg, Revision, Threads, err, parse_tokens
 
 
 @app.command(short_help="Write the logits of every position of a sequence.")
@@ -22,6 +22,7 @@ def logits(
     threads: Optional[int] = Threads,
     device: Optional[str] = Device,
     cache_type: str = CacheType,
+    activations: Optional[str] = Activations,
     revision: Optional[str] = Revision,
     hf_file: Optional[str] = HfFile,
 ):
@@ -47,7 +48,7 @@ def logits(
         raise InputError(f"--out {out} is a directory; give a file path")
     if not out.parent.is_dir():  # a typo in the path should not create directories
         raise InputError(f"--out {out}: directory {out.parent} does not exist")
-    result = logits_by_path(m, ids, path, device=device, cache_type=cache_type)
+    result = logits_by_path(m, ids, path, device=device, cache_type=cache_type, activations=activations)
     # A device or a FIFO (/dev/null, a pipe) is written in place: renaming a file over it would replace it.
     stream = out.exists() and not out.is_file()
     tmp = out if stream else out.with_name(out.name + ".partial")

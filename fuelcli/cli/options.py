@@ -34,6 +34,10 @@ Threads = typer.Option(None, "-t", "--threads", metavar="N", help=f"compute thre
                        "or FUEL_THREADS)")
 BenchThreads = typer.Option(None, "-t", "--threads", metavar="N", help="compute threads, the same through every "
                             "run (default: all cores, or FUEL_THREADS)")
+Activations = typer.Option(None, "--activations", metavar="KIND", help="matrix inputs as the block formats' "
+                           "kernels read them: int16 (default: the file's model, within ~1e-8 KL), or q8 (8 bits "
+                           "per block as llama.cpp: faster, less exact; fuel diff shows what it costs); cpu only; "
+                           "FUEL_ACTIVATIONS sets the default")
 CacheType = typer.Option("f32", "--cache-type", metavar="TYPE", help="KV cache values: f32, or f16 (half the memory "
                          "and of the bytes a decode step reads at depth, as llama.cpp's default cache; rounds each "
                          "K and V value once; cpu only)")

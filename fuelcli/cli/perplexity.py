@@ -13,7 +13,7 @@ import typer
 
 from ..oracle import DEFAULT_CTX
 from .app import app
-from .options import CacheType, Device, HfFile, Json, ModelArg, Revision, Threads, err
+from .options import Activations, CacheType, Device, HfFile, Json, ModelArg, Revision, Threads, err
 
 
 @app.command("perplexity")
@@ -26,6 +26,7 @@ def perplexity_cmd(
     threads: Optional[int] = Threads,
     device: Optional[str] = Device,
     cache_type: str = CacheType,
+    activations: Optional[str] = Activations,
     revision: Optional[str] = Revision,
     hf_file: Optional[str] = HfFile,
 ):
@@ -56,7 +57,8 @@ def perplexity_cmd(
         if not as_json:
             print(f"[{c + 1}]{r.running[-1]:.4f},", end="\n" if c + 1 == n else "", flush=True)
 
-    r = perplexity(m, file, ctx, chunks, device, on_start=on_start, on_chunk=on_chunk, cache_type=cache_type)
+    r = perplexity(m, file, ctx, chunks, device, on_start=on_start, on_chunk=on_chunk, cache_type=cache_type,
+                   activations=activations)
     ppl, stderr = r.ppl
     err(f"perplexity: {len(r.nll) * r.ctx} tokens in {r.seconds:.2f} s ({r.tokens_per_second:.2f} tokens/s)")
     if as_json:

@@ -9,8 +9,8 @@ import typer
 
 from ..errors import InputError
 from .app import app
-from .options import (OPEN_ENDED_CTX, CacheType, ChatTemplate, ChatTemplateKwargs, Device, DraftMax, DraftModel,
-                      DraftPMin, HfFile, LookupDecoding, MinKeep, MinP, ModelArg, RepeatLastN, GrammarFile,
+from .options import (OPEN_ENDED_CTX, Activations, CacheType, ChatTemplate, ChatTemplateKwargs, Device, DraftMax,
+                      DraftModel, DraftPMin, HfFile, LookupDecoding, MinKeep, MinP, ModelArg, RepeatLastN, GrammarFile,
                       JsonSchemaFile, RepeatPenalty, Revision, Seed, Stop, System, SystemFile, Temp, Threads, TopK,
                       TopP, VerbosePrompt, ctx_size_option, err, unescape)
 
@@ -58,6 +58,7 @@ def run(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no stats line on stderr"),
     device: Optional[str] = Device,
     cache_type: str = CacheType,
+    activations: Optional[str] = Activations,
     revision: Optional[str] = Revision,
     hf_file: Optional[str] = HfFile,
 ):
@@ -134,8 +135,9 @@ def run(
 
         constraint = Constraint(wanted, tok, m.cfg.vocab_size, m.eos_ids())
     sampler = Sampler(params, constraint)
-    engine, compile_s = ready_engine(m, n_ctx, device, quiet, cache_type, rows=speculating.on)
-    spec = speculating.build(m, params, n_ctx, device, cache_type)
+    engine, compile_s = ready_engine(m, n_ctx, device, quiet, cache_type, rows=speculating.on,
+                                     activations=activations)
+    spec = speculating.build(m, params, n_ctx, device, cache_type, activations)
     stats = Stats(compile_s=compile_s)
     pieces, interrupted = [], False
     # gpt-oss's harmony reply: its reasoning shown between <think> and </think>, then the answer

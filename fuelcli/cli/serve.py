@@ -10,8 +10,8 @@ import typer
 
 from ..errors import InputError, MissingDependency
 from .app import app
-from .options import (CacheType, ChatTemplateKwargs, Device, DraftMax, DraftModel, DraftPMin, HfFile, LookupDecoding,
-                      ModelArg, Revision, Threads, ctx_size_option, err)
+from .options import (Activations, CacheType, ChatTemplateKwargs, Device, DraftMax, DraftModel, DraftPMin, HfFile,
+                      LookupDecoding, ModelArg, Revision, Threads, ctx_size_option, err)
 
 DEFAULT_CTX = 4096  # as llama-server: the KV cache of a model's full context can be far larger
 
@@ -46,6 +46,7 @@ def serve(
     draft_p_min: Optional[float] = DraftPMin,
     device: Optional[str] = Device,
     cache_type: str = CacheType,
+    activations: Optional[str] = Activations,
     revision: Optional[str] = Revision,
     hf_file: Optional[str] = HfFile,
 ):
@@ -110,8 +111,9 @@ def serve(
     speculating.open(m)
     # loads or compiles the kernels before serving
     engine, _ = ready_engine(m, n_ctx, device, quiet=False, cache_type=cache_type, slots=parallel,
-                             rows=speculating.on)
-    spec = speculating.build(m, SamplerParams(), n_ctx, device, cache_type)  # each request's settings: start()
+                             rows=speculating.on, activations=activations)
+    # each request's settings: start()
+    spec = speculating.build(m, SamplerParams(), n_ctx, device, cache_type, activations)
     served = ServedModel(id=m.source.name, names={m.source.name, model}, tokenizer=tok, n_ctx=n_ctx,
                          vocab_size=m.cfg.vocab_size, eos_ids=m.eos_ids(), created=int(time.time()),
                          template_kwargs=kwargs, reasoning_format=reasoning_format,

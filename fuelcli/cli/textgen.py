@@ -121,7 +121,7 @@ def show_prompt(tok, ids: list[int], label: str = "prompt"):
 
 
 def ready_engine(m, n_ctx: int, device: str | None, quiet: bool, cache_type: str = "f32", slots: int = 1,
-                 rows: bool = False):
+                 rows: bool = False, activations: str | None = None):
     """An engine of n_ctx positions (for each of `slots` sequences), warmed up (with `rows` or
     several slots also for forwards of several decode rows: speculation's verify); also the compile
     time when this run compiled the kernels (0.0 when they came from the cache), so that no timing
@@ -129,7 +129,8 @@ def ready_engine(m, n_ctx: int, device: str | None, quiet: bool, cache_type: str
     from ..backends import make_engine
     from ..process import collector
 
-    engine = make_engine(m.cfg, m.weights, n_ctx=n_ctx, device=device, cache_type=cache_type, slots=slots)
+    engine = make_engine(m.cfg, m.weights, n_ctx=n_ctx, device=device, cache_type=cache_type, slots=slots,
+                         activations=activations)
     compiling = not engine.compiled()
     if compiling and not quiet:
         formats = ", ".join(sorted({t.fmt for t in m.weights.tensors()}))
@@ -178,7 +179,7 @@ class SpeculationOptions:
             check_vocabularies(m.tokenizer, self.draft.tokenizer, self.draft_model)
             self.draft.prefetch()
 
-    def build(self, m, params, n_ctx: int, device: str | None, cache_type: str):
+    def build(self, m, params, n_ctx: int, device: str | None, cache_type: str, activations: str | None = None):
         """The Speculation (None when off); a draft model's engine of n_ctx positions, warmed up."""
         from ..text import speculative
 
@@ -188,7 +189,8 @@ class SpeculationOptions:
             return None
         from ..backends import make_engine
 
-        engine = make_engine(self.draft.cfg, self.draft.weights, n_ctx=n_ctx, device=device, cache_type=cache_type)
+        engine = make_engine(self.draft.cfg, self.draft.weights, n_ctx=n_ctx, device=device, cache_type=cache_type,
+                             activations=activations)
         engine.warm_up()
         engine.warm_up_rows()  # a round's new tokens go through its decode kernels (DraftModel.follow)
         return speculative.draft_model(engine, m.cfg.vocab_size, params, self.draft_max,

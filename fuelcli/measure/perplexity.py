@@ -69,7 +69,8 @@ class PerplexityResult:
 
 
 def perplexity(model, file, ctx: int = DEFAULT_CTX, chunks: int | None = None, device: str | None = None,
-               on_start=None, on_chunk=None, cache_type: str = "f32") -> PerplexityResult:
+               on_start=None, on_chunk=None, cache_type: str = "f32",
+               activations: str | None = None) -> PerplexityResult:
     """on_start(windows, tokenize_seconds) before the first window; on_chunk(index, n, result,
     seconds of that window) after each."""
     from ..backends import make_engine
@@ -77,7 +78,8 @@ def perplexity(model, file, ctx: int = DEFAULT_CTX, chunks: int | None = None, d
     t0 = time.perf_counter()
     w = text_windows(model, file, ctx, chunks, min_tokens=2 * ctx)
     r = PerplexityResult(str(file), ctx, len(w.ids), tokenize_seconds=time.perf_counter() - t0)
-    engine = make_engine(model.cfg, model.weights, n_ctx=ctx, device=device, cache_type=cache_type)
+    engine = make_engine(model.cfg, model.weights, n_ctx=ctx, device=device, cache_type=cache_type,
+                         activations=activations)
     if on_start is not None:
         on_start(w, r.tokenize_seconds)
     first = w.first

@@ -29,12 +29,14 @@ def _window(fuel: FuelSide, oracle, ids, n_states: int, compared=None) -> Window
 def diff(model, ids: list, oracle: str = "self", path: str = "decode", tol: float = DEFAULT_TOL,
          min_top1: float = DEFAULT_MIN_TOP1, layers: bool = False, layer_tol: float = DEFAULT_LAYER_RTOL,
          decode_steps: int = DEFAULT_DECODE_STEPS, atol: float | None = None,
-         device: str | None = None, cache_type: str = "f32", server: dict | None = None) -> DiffResult:
+         device: str | None = None, cache_type: str = "f32", server: dict | None = None,
+         activations: str | None = None) -> DiffResult:
     """server: a URL oracle's options (top_k, server_model, api_key)."""
     from ..assembly.forward_paths import validate_ids
 
     validate_ids(model, ids)
-    fuel = FuelSide(model, len(ids), path, decode_steps, hidden=layers, device=device, cache_type=cache_type)
+    fuel = FuelSide(model, len(ids), path, decode_steps, hidden=layers, device=device, cache_type=cache_type,
+                    activations=activations)
     n_pre = fuel.prefill_len(len(ids))
     orc = make_oracle(oracle, model, len(ids), len(ids), layers, server)
     st = _window(fuel, orc, ids, model.cfg.num_layers + 1 if layers else 0)
@@ -50,14 +52,15 @@ def diff_text(model, file, oracle: str = "self", ctx: int = DEFAULT_CTX, chunks:
               path: str = "decode", tol: float = DEFAULT_TOL, min_top1: float = DEFAULT_MIN_TOP1,
               layers: bool = False, layer_tol: float = DEFAULT_LAYER_RTOL,
               decode_steps: int = DEFAULT_DECODE_STEPS, atol: float | None = None, device: str | None = None,
-              progress=None, cache_type: str = "f32", within=None) -> TextDiffResult:
+              progress=None, cache_type: str = "f32", within=None, activations: str | None = None) -> TextDiffResult:
     """progress(chunk_index, n_chunks, result_so_far) after every window; within(chunk_index,
     n_chunks, positions compared) as a window goes."""
     if is_url(oracle):
         raise InputError("--text needs an oracle of whole logits (its perplexity, every window's KL); a server "
                          "gives top-k log-probabilities one request per position: use --tokens or --prompt")
     w = text_windows(model, file, ctx, chunks)
-    fuel = FuelSide(model, ctx, path, decode_steps, hidden=layers, device=device, cache_type=cache_type)
+    fuel = FuelSide(model, ctx, path, decode_steps, hidden=layers, device=device, cache_type=cache_type,
+                    activations=activations)
     fuel.prefill_len(ctx)  # the path's own checks before anything heavy loads
     orc = make_oracle(oracle, model, ctx, w.n_chunks * ctx, layers)
     result = TextDiffResult(orc.name, path, w, [], tol, min_top1, atol,

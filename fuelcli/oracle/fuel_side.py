@@ -28,7 +28,8 @@ def split(n: int, path: str, decode_steps: int) -> int:
 
 class FuelSide:
     def __init__(self, model, n_ctx: int, path: str = "decode", decode_steps: int = 3, hidden: bool = False,
-                 device: str | None = None, slice_len: int | None = None, cache_type: str = "f32"):
+                 device: str | None = None, slice_len: int | None = None, cache_type: str = "f32",
+                 activations: str | None = None):
         if path not in PATHS:
             raise InputError(f"--path must be decode or prefill, got {path!r}")
         if decode_steps < 1:
@@ -37,7 +38,8 @@ class FuelSide:
 
         self.path, self.decode_steps, self.hidden = path, decode_steps, hidden
         self.slice_len = slice_len or tolerances.SLICE
-        self.engine = make_engine(model.cfg, model.weights, n_ctx=n_ctx, device=device, cache_type=cache_type)
+        self.engine = make_engine(model.cfg, model.weights, n_ctx=n_ctx, device=device, cache_type=cache_type,
+                                  activations=activations)
         self.seconds, self.tokens = 0.0, 0  # time inside the engine, tokens it ran
 
     def window(self, ids):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
+from typing import NamedTuple
 
 from llvmlite import ir
 
@@ -42,7 +43,7 @@ TASK_ARGS = 12
 Q_MAX = 32639.0
 
 
-def _quantize(isa, mod, name):
+def _quantize(isa, mod, name, block=None):
     """Row t -> xq = rint(x * Q_MAX / amax) per 32-block, xs = amax / Q_MAX, xf = the block's f32
     sum, and at xz + t * K/16, xz[j] = the sum of xq over elements 16j..16j+15 (exact in f32: below
     2^20), for the zero points of the formats whose stored q is offset and the mins per 16 elements
@@ -51,7 +52,10 @@ def _quantize(isa, mod, name):
     (llvm.planes_isa), xp[k] = hi, xp[K + k] = lo with xq = 256 * hi + lo (hi = (xq + 128) >> 8),
     both planes again from xp[2K] in the K-quants' layout for each full block of theirs
     (unpack.PLANES_KBLOCK); elsewhere xp holds xq as int16 words, each 32-block's even elements and
-    then its odd ones (the words kernels)."""
+    then its odd ones (the words kernels).
+
+    `block`: another quantisation of the blocks (quantize_q8.py: 8-bit values and their scales)
+    into the same buffers and layouts."""
     fn, bd = func(mod, name, TASK_ARGS)
     t, x_, ldx, K, xq_, xs_, xf_, xp_, xz_, n_dec = fn.args[:10]
     x, xq, xs, xf = ptr_to(bd, x_, F32T), ptr_to(bd, xq_, I16), ptr_to(bd, xs_, F32T), ptr_to(bd, xf_, F32T)
@@ -62,53 +66,83 @@ def _quantize(isa, mod, name):
     xrow = bd.gep(x, [bd.mul(t, ldx)])
     qrow = bd.gep(xq, [bd.mul(t, K)])
     srow = bd.mul(t, nb)
+    row = QuantRow(xrow, qrow, xs, xf, srow, K, nb)
+    if block is not None:
+        block.prepare(bd, row)
     vt = vec(F32T, G)
-    c = lambda v: splat_c(F32T, v, G)  # noqa: E731
     with Loop(bd, 0, nb) as b:
         k = bd.mul(b, c64(G))
         v = bd.load(bd.bitcast(bd.gep(xrow, [k]), vt.as_pointer()), align=4)
-        amax = hmax(bd, call_intrinsic(bd, f"llvm.fabs.v{G}f32", vt, [v]))
-        zero = bd.fcmp_ordered("==", amax, ir.Constant(F32T, 0.0))
-        scale = bd.fdiv(amax, ir.Constant(F32T, Q_MAX))
-        inv = bd.select(zero, ir.Constant(F32T, 0.0), bd.fdiv(ir.Constant(F32T, Q_MAX), amax))
-        magic = c(12582912.0)  # x + 1.5*2^23 - 1.5*2^23: round half to even, as np.rint
-        r = bd.fsub(bd.fadd(bd.fmul(v, splat(bd, inv, G)), magic), magic)
-        q = bd.fptosi(r, vec(I32, G))
-        bd.store(bd.trunc(q, vec(I16, G)), bd.bitcast(bd.gep(qrow, [k]), vec(I16, G).as_pointer()), align=2)
-        # a block with inf or NaN (its sum is not finite: maxnum skips NaN) gets a NaN scale, so
-        # every product it enters is NaN instead of a finite guess
-        total = hsum(bd, v)
-        finite = bd.fcmp_ordered("==", bd.fsub(total, total), ir.Constant(F32T, 0.0))
-        scale = bd.select(finite, bd.select(zero, ir.Constant(F32T, 0.0), scale), ir.Constant(F32T, math.nan))
-        bd.store(scale, bd.gep(xs, [bd.add(srow, b)]))
-        bd.store(total, bd.gep(xf, [bd.add(srow, b)]))
-        with bd.if_then(one_token):
-            if planes_isa(isa):
-                hi = bd.ashr(bd.add(q, splat_c(I32, 128, G)), splat_c(I32, 8, G))
-                lo = bd.sub(q, bd.shl(hi, splat_c(I32, 8, G)))
-                for plane, off in ((hi, k), (lo, bd.add(K, k))):
-                    bd.store(bd.trunc(plane, vec(I8, G)), bd.bitcast(bd.gep(xp, [off]), vec(I8, G).as_pointer()), align=1)
-                # then both planes again in the K-quants' layout (unpack.PLANES_KBLOCK elements a
-                # block): unit u, lane i of a block holds its elements 16i + 4u .. 16i + 4u + 3;
-                # every full block of K (a 32-element format's last K % KB run the plain planes)
-                with bd.if_then(bd.icmp_unsigned("<", k, bd.sub(K, bd.urem(K, c64(KB))))):
-                    blk0 = bd.sub(k, bd.urem(k, c64(KB)))
-                    row0 = bd.udiv(bd.urem(k, c64(KB)), c64(16))  # this 32-block's first row of 16
-                    for p, plane in enumerate((hi, lo)):
-                        pieces = bd.bitcast(bd.trunc(plane, vec(I8, G)), vec(I32, G // 4))
-                        base = bd.add(bd.mul(K, c64(2 + p)), blk0)
-                        for j in range(G // 4):  # piece j: row row0 + j // 4, unit j % 4
-                            at = bd.add(base, bd.add(c64(64 * (j % 4)), bd.mul(bd.add(row0, c64(j // 4)), c64(4))))
-                            bd.store(bd.extract_element(pieces, ir.Constant(I32, j)),
-                                     bd.bitcast(bd.gep(xp, [at]), I32.as_pointer()), align=1)
-            else:
-                words = bd.shuffle_vector(q, q, const(I32, [*range(0, G, 2), *range(1, G, 2)]))
-                dst = bd.gep(bd.bitcast(xp, I16.as_pointer()), [k])
-                bd.store(bd.trunc(words, vec(I16, G)), bd.bitcast(dst, vec(I16, G).as_pointer()), align=2)
+        q = (block.quantize if block is not None else _int16_block)(bd, row, b, k, v)
+        _decode_layouts(isa, bd, q, k, K, xp, one_token)
         for half in range(2):
             part = bd.shuffle_vector(q, q, const(I32, range(16 * half, 16 * half + 16)))
             bd.store(bd.sitofp(hsum(bd, part), F32T), bd.gep(xz, [bd.add(bd.mul(b, c64(2)), c64(half))]))
     bd.ret_void()
+
+
+class QuantRow(NamedTuple):
+    """One row of a quantize kernel: its f32 input and int16 values (at the row's start), the block
+    scales and block sums (block b of the row at srow + b), K and its 32-element blocks."""
+
+    x: ir.Value
+    q: ir.Value
+    s: ir.Value
+    f: ir.Value
+    srow: ir.Value
+    K: ir.Value
+    nb: ir.Value
+
+
+def _int16_block(bd, row, b, k, v):
+    """Block b (its values v at element k): rint(v * Q_MAX / amax) into row.q, amax / Q_MAX into row.s,
+    the f32 sum into row.f; returns the values (<32 x i32>)."""
+    c = lambda v: splat_c(F32T, v, G)  # noqa: E731
+    vt = vec(F32T, G)
+    amax = hmax(bd, call_intrinsic(bd, f"llvm.fabs.v{G}f32", vt, [v]))
+    zero = bd.fcmp_ordered("==", amax, ir.Constant(F32T, 0.0))
+    scale = bd.fdiv(amax, ir.Constant(F32T, Q_MAX))
+    inv = bd.select(zero, ir.Constant(F32T, 0.0), bd.fdiv(ir.Constant(F32T, Q_MAX), amax))
+    magic = c(12582912.0)  # x + 1.5*2^23 - 1.5*2^23: round half to even, as np.rint
+    r = bd.fsub(bd.fadd(bd.fmul(v, splat(bd, inv, G)), magic), magic)
+    q = bd.fptosi(r, vec(I32, G))
+    bd.store(bd.trunc(q, vec(I16, G)), bd.bitcast(bd.gep(row.q, [k]), vec(I16, G).as_pointer()), align=2)
+    # a block with inf or NaN (its sum is not finite: maxnum skips NaN) gets a NaN scale, so
+    # every product it enters is NaN instead of a finite guess
+    total = hsum(bd, v)
+    finite = bd.fcmp_ordered("==", bd.fsub(total, total), ir.Constant(F32T, 0.0))
+    scale = bd.select(finite, bd.select(zero, ir.Constant(F32T, 0.0), scale), ir.Constant(F32T, math.nan))
+    bd.store(scale, bd.gep(row.s, [bd.add(row.srow, b)]))
+    bd.store(total, bd.gep(row.f, [bd.add(row.srow, b)]))
+    return q
+
+
+def _decode_layouts(isa, bd, q, k, K, xp, one_token):
+    """A one-token row's block of values q (<32 x i32>, at element k) into the layout its decode
+    kernels read (_quantize says which)."""
+    with bd.if_then(one_token):
+        if planes_isa(isa):
+            hi = bd.ashr(bd.add(q, splat_c(I32, 128, G)), splat_c(I32, 8, G))
+            lo = bd.sub(q, bd.shl(hi, splat_c(I32, 8, G)))
+            for plane, off in ((hi, k), (lo, bd.add(K, k))):
+                bd.store(bd.trunc(plane, vec(I8, G)), bd.bitcast(bd.gep(xp, [off]), vec(I8, G).as_pointer()), align=1)
+            # then both planes again in the K-quants' layout (unpack.PLANES_KBLOCK elements a
+            # block): unit u, lane i of a block holds its elements 16i + 4u .. 16i + 4u + 3;
+            # every full block of K (a 32-element format's last K % KB run the plain planes)
+            with bd.if_then(bd.icmp_unsigned("<", k, bd.sub(K, bd.urem(K, c64(KB))))):
+                blk0 = bd.sub(k, bd.urem(k, c64(KB)))
+                row0 = bd.udiv(bd.urem(k, c64(KB)), c64(16))  # this 32-block's first row of 16
+                for p, plane in enumerate((hi, lo)):
+                    pieces = bd.bitcast(bd.trunc(plane, vec(I8, G)), vec(I32, G // 4))
+                    base = bd.add(bd.mul(K, c64(2 + p)), blk0)
+                    for j in range(G // 4):  # piece j: row row0 + j // 4, unit j % 4
+                        at = bd.add(base, bd.add(c64(64 * (j % 4)), bd.mul(bd.add(row0, c64(j // 4)), c64(4))))
+                        bd.store(bd.extract_element(pieces, ir.Constant(I32, j)),
+                                 bd.bitcast(bd.gep(xp, [at]), I32.as_pointer()), align=1)
+        else:
+            words = bd.shuffle_vector(q, q, const(I32, [*range(0, G, 2), *range(1, G, 2)]))
+            dst = bd.gep(bd.bitcast(xp, I16.as_pointer()), [k])
+            bd.store(bd.trunc(words, vec(I16, G)), bd.bitcast(dst, vec(I16, G).as_pointer()), align=2)
 
 
 def _glu(isa, mod, name, act):

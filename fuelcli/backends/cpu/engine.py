@@ -67,7 +67,7 @@ class CpuEngine(Engine):
     backend = "cpu numba"
 
     def __init__(self, cfg: ModelConfig, weights: ModelWeights, n_ctx: int | None = None,
-                 n_batch: int = N_BATCH, cache_type: str = "f32", slots: int = 1):
+                 n_batch: int = N_BATCH, cache_type: str = "f32", slots: int = 1, activations: str = "int16"):
         from . import forward as F
 
         super().__init__(cfg, n_ctx, np.dtype(CACHE_TYPES[cache_type]).itemsize, slots)
@@ -124,13 +124,18 @@ class CpuEngine(Engine):
         isa = host_isa()
         # several sequences: no AMX, whose use follows how many rows a product has: a row's result
         # must not depend on the rows beside it (matmul.describe_product)
-        use_amx = amx.available(isa) and any(is_quant(c) for c in self.codes) and slots == 1
+        # (nor with q8 activations: AMX's int8 tiles are not used yet, its bf16 ones would not be q8's)
+        use_amx = (amx.available(isa) and any(is_quant(c) for c in self.codes) and slots == 1
+                   and activations == "int16")
         if use_amx:  # bench tables and diff provenance say which kernels ran
             self.backend = "cpu numba amx"
         if cache_type != "f32":  # bench tables and diff provenance say which cache ran
             self.backend += f" kv {cache_type}"
+        self.activations = activations
+        if activations != "int16":  # the same for the activations (q8_tables.py)
+            self.backend += f" act {activations}"
         self._tables = KernelTables(self.codes, isa, cfg.head_dim, use_amx, cache_type,
-                                    background=not _forward_cached())
+                                    background=not _forward_cached(), activations=activations)
         self._isa, self._wide = isa, False
         self._use_amx, self._cache_type = use_amx, cache_type  # the B-wide decode kernels: at the first step of several sequences
         self.vecs = np.concatenate(vecs).astype(np.float32)
@@ -314,6 +319,10 @@ class CpuEngine(Engine):
         """The B-wide decode kernels into the kernel table (compiled, or loaded from the cache, once)."""
         if not self._wide:
             add_wide(self.kern, self.codes, self._isa)
+            if self.activations == "q8":
+                from .q8_tables import apply_wide
+
+                apply_wide(self.kern, self.codes, self._isa)
             self._wide = True
 
     def step(self, batch: list, hidden: bool = False) -> list:

@@ -34,8 +34,9 @@ from llvmlite import ir
 
 from . import amx
 from . import unpack as U
-from .kernels_decode import DECODE_WIDTHS, build_decode, build_dequant, wide_widths
+from .kernels_decode import DECODE_WIDTHS, build_decode, build_decode_q8, build_dequant, wide_widths
 from .kernels_prefill import build_driver, build_unpack
+from .kernels_prefill_q8 import build_driver_q8, build_unpack_q8, kind_of
 from .llvm import Isa, compile_module, is_cached
 
 KINDS = ("decode", "unpack", "dequant")
@@ -68,6 +69,34 @@ def wide_module(code: int, isa: Isa, widths=None) -> tuple[ir.Module, list[str]]
     return mod, names
 
 
+def q8_module(code: int, isa: Isa, widths=(1,)) -> tuple[ir.Module, list[str]]:
+    """One block format's planes decode kernels for 8-bit activations (quantize_q8.py), one per
+    width: the one-token kernel, or the B-wide ones."""
+    from ...formats import BY_CODE
+
+    fmt = BY_CODE[code].name
+    mod = ir.Module(name=f"fuel_q8_{fmt}_{isa.name}_{len(widths)}")
+    names = []
+    for B in widths:
+        names.append(f"fuel_decode{'' if B == 1 else B}_q8_{fmt}_{isa.name}")
+        build_decode_q8(isa, mod, code, names[-1], B)
+    return mod, names
+
+
+def q8_prefill_module(key, isa: Isa) -> tuple[ir.Module, list[str]]:
+    """The q8 prefill tiles (kernels_prefill_q8.py): key a driver kind ("quant", "quant_min"), or a
+    format's code for its panel unpack."""
+    from ...formats import BY_CODE
+
+    tag = key if isinstance(key, str) else BY_CODE[key].name
+    name = f"fuel_prefill_q8_{tag}_{isa.name}"
+    mod = ir.Module(name=name)
+    if isinstance(key, str):
+        return mod, build_driver_q8(isa, mod, key, name)
+    build_unpack_q8(isa, mod, key, name)
+    return mod, [name]
+
+
 def amx_module(code: int, isa: Isa) -> tuple[ir.Module, list[str]]:
     """One format's AMX panel unpack (amx.py)."""
     from ...formats import BY_CODE
@@ -94,7 +123,9 @@ def _module_name(which: str, key) -> str:
     return f"{which}-{key}"
 
 
-_BUILDERS = {"format": format_module, "driver": driver_module, "amx": amx_module, "wide": wide_module}
+_BUILDERS = {"format": format_module, "driver": driver_module, "amx": amx_module, "wide": wide_module,
+             "q8": q8_module, "q8wide": lambda code, isa: q8_module(code, isa, wide_widths(code)),
+             "q8prefill": q8_prefill_module}
 
 
 @lru_cache(maxsize=None)
@@ -114,6 +145,24 @@ def wide_addresses(code: int, isa: Isa) -> tuple:
     """A format's B-wide decode task kernels by DECODE_WIDTHS (0 for a width it has none of)."""
     got = dict(zip(wide_widths(code), _compiled("wide", code, isa)))
     return tuple(got.get(B, 0) for B in DECODE_WIDTHS)
+
+
+def q8_addresses(code: int, isa: Isa) -> int:
+    """A block format's one-token planes decode kernel for 8-bit activations (q8_module)."""
+    return _compiled("q8", code, isa)[0]
+
+
+def q8_wide_addresses(code: int, isa: Isa) -> tuple:
+    """Its B-wide ones by DECODE_WIDTHS (0 for a width it has none of)."""
+    got = dict(zip(wide_widths(code), _compiled("q8wide", code, isa)))
+    return tuple(got.get(B, 0) for B in DECODE_WIDTHS)
+
+
+def q8_prefill_addresses(code: int, isa: Isa) -> tuple[int, int]:
+    """(q8 prefill driver, the format's q8 panel unpack): kernels_prefill_q8.py."""
+    (driver,) = _compiled("q8prefill", kind_of(code), isa)
+    (unpack,) = _compiled("q8prefill", code, isa)
+    return driver, unpack
 
 
 def amx_addresses(code: int, isa: Isa) -> tuple[int, int]:

@@ -221,6 +221,7 @@ class _PlanesKernel(NamedTuple):
     per: int  # 32-element groups per format block
     chunk: int  # format blocks per main-loop chunk (PLANES_CHUNK elements)
     tails: tuple  # block counts of a 32-element format's last steps: in pairs, then one
+    one_plane: bool = False  # 8-bit activations (quantize_q8.py): the low plane is the value, the high one 0
 
     @property
     def native(self):  # the emitter's units are already on the K-quant layout
@@ -280,6 +281,11 @@ def _chunk_dot(k, planes, units, lo0):
     its four units summed in two chains, the high plane's and the low one's from lo0 (one chain of
     eight vpdpbusd is ~40 cycles long)."""
     bd, L = k.bd, E.LANES
+    if k.one_plane:  # the units in two chains still
+        a, b = lo0, splat_c(I32, 0, L)
+        for i, ((_ph, pl), wu) in enumerate(zip(planes, units)):
+            a, b = (dpb(k.isa, bd, a, wu, pl), b) if i % 2 == 0 else (a, dpb(k.isa, bd, b, wu, pl))
+        return bd.add(a, b)
     hi, lo = splat_c(I32, 0, L), lo0
     for (ph, pl), wu in zip(planes, units):
         hi, lo = dpb(k.isa, bd, hi, wu, ph), dpb(k.isa, bd, lo, wu, pl)
@@ -290,8 +296,11 @@ def _unit_dots(k, planes, units, lane_scales, acc):
     """acc plus each unit's int16 dot times its lane scales: one conversion and FMA a unit."""
     bd, L = k.bd, E.LANES
     for (ph, pl), wu, ls in zip(planes, units, lane_scales):
-        hi = dpb(k.isa, bd, splat_c(I32, 0, L), wu, ph)
-        isum = dpb(k.isa, bd, bd.shl(hi, splat_c(I32, 8, L)), wu, pl)
+        if k.one_plane:
+            isum = dpb(k.isa, bd, splat_c(I32, 0, L), wu, pl)
+        else:
+            hi = dpb(k.isa, bd, splat_c(I32, 0, L), wu, ph)
+            isum = dpb(k.isa, bd, bd.shl(hi, splat_c(I32, 8, L)), wu, pl)
         acc = fmuladd(bd, bd.sitofp(isum, vec(F32T, L)), ls, acc)
     return acc
 
@@ -345,8 +354,9 @@ def _planes_step(k, row, ahead, toks, accs, sums, b0, nblk):
         blk = U.planes_blocks(k.code, bd, row, b0, nblk, xsv)
         units = units or (blk.units if k.native or not kl else kunits)
         ph_, pl_ = (tok.xkh, tok.xkl) if kl else (tok.xh, tok.xl)
-        planes = [(load(bd, ph_, bd.add(e0, c64(u * E.PLANES_UNIT)), vec(I8, E.PLANES_UNIT)),
-                   load(bd, pl_, bd.add(e0, c64(u * E.PLANES_UNIT)), vec(I8, E.PLANES_UNIT)))
+        at = lambda u: bd.add(e0, c64(u * E.PLANES_UNIT))  # noqa: E731
+        planes = [(None if k.one_plane else load(bd, ph_, at(u), vec(I8, E.PLANES_UNIT)),
+                   load(bd, pl_, at(u), vec(I8, E.PLANES_UNIT)))
                   for u in range(len(units[0]))]
         if kl:
             lo0 = _zero_start(k, tok.xz, e0)
@@ -398,7 +408,7 @@ def _planes_rows(k, wp, row_bytes, toks, bounds, r0, R):
     _store_rows(k, toks, accs, sums, r0, R)
 
 
-def _decode_planes(isa, mod, code, name, B=1):
+def _decode_planes(isa, mod, code, name, B=1, one_plane=False):
     """decode on the activations' int8 planes (avx512vnni: each format's planes emitter).
 
     Each unit of 64 weights is dotted with both planes, 64 multiply-adds per vpdpbusd: the high
@@ -411,7 +421,8 @@ def _decode_planes(isa, mod, code, name, B=1):
     slower (1.1x or more) or the B-wide one no faster, the format keeps a unit at a time
     (planes_chunks off). The other steps (a 32-element format's last blocks) go a unit at a time
     (_unit_dots), their zero point and mins taken off at the end with the activations' sums
-    (_add_side_sums). R rows at a time: PLANES_ROWS for B tokens, the record's planes_rows for one."""
+    (_add_side_sums). R rows at a time: PLANES_ROWS for B tokens, the record's planes_rows for one.
+    `one_plane`: the 8-bit activations (quantize_q8.py), one vpdpbusd a unit; the same integers."""
     fn, bd = func(mod, name, 11)
     fn.linkage = "internal"
     w, row_bytes, n_rows, K, _xq, xs_, xf_, out_, xp_, xz_, ldo = fn.args
@@ -421,7 +432,7 @@ def _decode_planes(isa, mod, code, name, B=1):
     toks = _planes_tokens(bd, B, K, ldo, xs_, xf_, out_, xp_, xz_)
     chunk = E.PLANES_CHUNK // BL.block_elems
     assert chunk * BL.block_elems == E.PLANES_KBLOCK
-    k = _PlanesKernel(isa, bd, code, rec, BL.block_elems // G, chunk, (2, 1) if chunk > 1 else ())
+    k = _PlanesKernel(isa, bd, code, rec, BL.block_elems // G, chunk, (2, 1) if chunk > 1 else (), one_plane)
     nb = bd.udiv(K, c64(BL.block_elems))
     n_main = bd.mul(bd.udiv(nb, c64(chunk)), c64(chunk))
     n_pairs = bd.add(n_main, bd.mul(bd.udiv(bd.sub(nb, n_main), c64(2)), c64(2)))
@@ -525,6 +536,12 @@ def build_decode(isa, mod, code, name, B=1):
     int8 planes (avx512vnni), else the int16 words; a float format's FMAs."""
     body = _decode_float if not U.record(code).quant else _decode_planes if planes_isa(isa) else _decode_words
     _decode_task(mod, body(isa, mod, code, name + "_rows", B), name)
+
+
+def build_decode_q8(isa, mod, code, name, B=1):
+    """A block format's planes decode task kernel for 8-bit activations (one plane: quantize_q8.py)."""
+    assert planes_isa(isa) and U.record(code).quant
+    _decode_task(mod, _decode_planes(isa, mod, code, name + "_rows", B, one_plane=True), name)
 
 
 def build_dequant(isa, mod, code, name):

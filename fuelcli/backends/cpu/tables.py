@@ -22,16 +22,27 @@ from .llvm import ISAS, Isa, is_cached
 _ROOT = str(Path(__file__).resolve().parents[3])  # the directory holding the fuelcli package
 
 
-def _build(codes, isa: Isa, head_dim: int, use_amx: bool, cache_type: str) -> tuple[np.ndarray, np.ndarray]:
+def _build(codes, isa: Isa, head_dim: int, use_amx: bool, cache_type: str,
+           activations: str = "int16") -> tuple[np.ndarray, np.ndarray]:
     from .matmul import core_table, kernel_table
 
-    return kernel_table(codes, isa, use_amx), core_table(isa, head_dim, use_amx, cache_type)
+    kern, core = kernel_table(codes, isa, use_amx), core_table(isa, head_dim, use_amx, cache_type)
+    if activations == "q8":
+        from . import q8_tables
+
+        q8_tables.apply(kern, core, codes, isa)
+    return kern, core
 
 
-def _all_cached(codes, isa: Isa, head_dim: int, use_amx: bool, cache_type: str) -> bool:
+def _all_cached(codes, isa: Isa, head_dim: int, use_amx: bool, cache_type: str, activations: str = "int16") -> bool:
     from .core import module_name
     from .kernels import cached
 
+    if activations == "q8":
+        from . import q8_tables
+
+        if not q8_tables.cached(codes, isa):
+            return False
     return cached(codes, isa, use_amx) and is_cached(module_name(head_dim, cache_type), isa)
 
 
@@ -39,12 +50,13 @@ class KernelTables:
     """(kernel table, core table) of an engine; `background`: compile missing modules in a child
     process from now on (the caller has other compiling to do meanwhile)."""
 
-    def __init__(self, codes, isa: Isa, head_dim: int, use_amx: bool, cache_type: str, background: bool):
-        self._spec = (sorted(int(c) for c in codes), isa, head_dim, use_amx, cache_type)
+    def __init__(self, codes, isa: Isa, head_dim: int, use_amx: bool, cache_type: str, background: bool,
+                 activations: str = "int16"):
+        self._spec = (sorted(int(c) for c in codes), isa, head_dim, use_amx, cache_type, activations)
         self._value = None
         self._child = None
         if background and not _all_cached(*self._spec):
-            job = json.dumps([self._spec[0], isa.name, head_dim, use_amx, cache_type])
+            job = json.dumps([self._spec[0], isa.name, head_dim, use_amx, cache_type, activations])
             # this process's fuelcli, whatever the child's working directory holds
             code = f"import sys; sys.path.insert(0, {_ROOT!r}); from {__name__} import main; main(sys.argv[1])"
             try:
@@ -63,6 +75,7 @@ class KernelTables:
 
 
 def main(job: str) -> None:
-    """The child: compile (json [codes, isa name, head_dim, use_amx, cache type]) into the on-disk cache."""
-    codes, isa_name, head_dim, use_amx, cache_type = json.loads(job)
-    _build(codes, ISAS[isa_name], head_dim, use_amx, cache_type)
+    """The child: compile (json [codes, isa name, head_dim, use_amx, cache type, activations]) into the
+    on-disk cache."""
+    codes, isa_name, head_dim, use_amx, cache_type, activations = json.loads(job)
+    _build(codes, ISAS[isa_name], head_dim, use_amx, cache_type, activations)

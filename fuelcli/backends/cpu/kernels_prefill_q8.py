@@ -1,0 +1,208 @@
+"""Prefill with 8-bit activations (`--activations q8`) on avx512vnni: vpdpbusd, 64 multiply-adds an
+instruction where the int16 tiles' vpdpwssd do 32.
+
+The same driver as the int16 tiles (kernels_prefill._panel_driver: a task's rows unpacked a chunk
+of k at a time into a stack panel, token tiles of TT x RG groups of 16 rows over it) with another
+panel and micro-kernel. The panel holds the format's block emitter's integer weights (the int16
+tiles' own unpacking) as signed bytes, four consecutive k of a row in each i32 lane
+(`panel[b][quad][lane]`), and per 32-block and row -128 times the sum of its weights. The
+micro-kernel reads each token's 8-bit values (xq, |q| <= 127) and adds 128 (unsigned bytes:
+vpdpbusd multiplies unsigned by signed), so a block's sums start from -128 * sum(w): the integer
+dot of w and q, exactly; then the scales and mins as the int16 tiles do.
+
+Where a format's scales are per 16 elements (the record's words_sub16: Q3_K, Q6_K and the i-quants
+with 16-element scales), the int16 tiles take weights with those scales folded in; here the panel
+takes the exact decode's small weights and scales (Block.exact) instead, and the micro-kernel sums
+and scales each 16-element half on its own (kind "quant16": the second scale where the mins go).
+Q2_K (a min per 16 elements) keeps the int16 tiles on the 8-bit values.
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+
+from . import unpack as U
+from .irgen import (F32T, G, I8, I16, I32, Loop, Var, c64, const, dpb, fmuladd, func, hsum, load, ptr_to, splat,
+                    splat_c, transpose, vec)
+from .kernels_prefill import KC, TASK_ROWS, _load_out, _lane_mask, _panel_driver, _prefill_task, _store_out
+
+QUADS = G // 4  # i32 lanes of four weights in a 32-block's row
+KINDS = ("quant", "quant_min", "quant16")  # a scale a 32-block; and a min; a scale per 16 elements
+
+
+def per_block(kind: str) -> int:
+    """Panel vectors a 32-block: its quads, then -128 times the weights' sum (of each half: quant16)."""
+    return QUADS + (2 if kind == "quant16" else 1)
+
+
+def kind_of(code: int) -> str:
+    rec = U.record(code)
+    return "quant16" if rec.words_sub16 else KINDS[rec.mins_per_group]
+TILE = (3, 4)  # tokens x groups of 16 rows (kernels_prefill.tile_shape's AVX-512 tile)
+LANES = 16
+
+
+def prefill_w8(code: int) -> bool:
+    """Whether the q8 prefill tiles take the format: all block formats but those with a min per 16
+    elements."""
+    rec = U.record(code)
+    return rec.quant and not rec.min_sub16
+
+
+def _unpack_q8(isa, mod, code, name):
+    """unpack(w, row_bytes, n_rows, k0, kc, panel, scales, mins): rows [0, n_rows) of a task, elements
+    [k0, k0 + kc): row g * 16 + lane's weights w (signed bytes) to panel[g][b * P + q][lane] (P =
+    per_block: quad q, its elements 4q .. 4q + 3 of 32-block b), -128 * sum(w) after them (quant16:
+    of each half); scales and mins as the int16 unpack (quant16: each half's scale in scales and
+    mins). Lanes past n_rows get zeros."""
+    L = LANES
+    fn, bd = func(mod, name, 8)
+    w_, row_bytes, n_rows, k0, kc, panel_, scales_, mins_ = fn.args
+    rec = U.record(code)
+    BL, kind = rec.layout, kind_of(code)
+    halves = 2 if kind == "quant16" else 1
+    P = per_block(kind)
+    per = BL.block_elems // G
+    wp = ptr_to(bd, w_, I8)
+    panel, scales = ptr_to(bd, panel_, vec(I32, L)), ptr_to(bd, scales_, F32T)
+    mins = ptr_to(bd, mins_, F32T) if kind != "quant" else None
+    nb = bd.udiv(kc, c64(G))
+    vq = vec(I32, QUADS)
+    with bd.goto_entry_block():
+        stage = bd.alloca(vq, c64(L * (KC // G)))  # [lane][b]
+        sums = bd.alloca(I32, c64(halves * L * (KC // G)))  # [b][half][lane]
+    stage.align = sums.align = 64
+    fb0 = bd.udiv(k0, c64(BL.block_elems))
+    with Loop(bd, 0, TASK_ROWS // L) as g:
+        pg = bd.gep(panel, [bd.mul(g, c64(KC // G * P))])
+        sg = bd.gep(scales, [bd.mul(g, c64(KC // G * L))])
+        mg = bd.gep(mins, [bd.mul(g, c64(KC // G * L))]) if mins is not None else None
+        with Loop(bd, 0, L) as lane:
+            rr = bd.add(bd.mul(g, c64(L)), lane)
+
+            def put(b, w8, wsums, scale, mn):
+                bd.store(w8, bd.gep(stage, [bd.add(bd.mul(lane, c64(KC // G)), b)]), align=32)
+                at = bd.add(bd.mul(b, c64(L)), lane)
+                for h, ws in enumerate(wsums):
+                    bd.store(ws, bd.gep(sums, [bd.add(bd.mul(bd.add(bd.mul(b, c64(halves)), c64(h)), c64(L)), lane)]))
+                bd.store(scale, bd.gep(sg, [at]))
+                if mg is not None:
+                    bd.store(mn, bd.gep(mg, [at]))
+
+            def wsum(w, lo, hi):
+                part = bd.shuffle_vector(w, w, const(I32, range(lo, hi)))
+                return bd.mul(hsum(bd, bd.sext(part, vec(I32, hi - lo))), ir.Constant(I32, -128))
+
+            with bd.if_else(bd.icmp_signed("<", rr, n_rows)) as (then, otherwise):
+                with then:
+                    row = bd.gep(wp, [bd.mul(rr, row_bytes)])
+                    with Loop(bd, 0, bd.udiv(kc, c64(BL.block_elems))) as fbi:
+                        blk = U.block(code, bd, row, bd.add(fb0, fbi))
+                        for j, w in enumerate(blk.w):
+                            jj = ir.Constant(I32, j)
+                            at = bd.add(bd.mul(fbi, c64(per)), c64(j))
+                            if kind == "quant16":  # the exact decode's weights and its scale of each half
+                                sv, w = blk.exact[j]
+                                put(at, bd.bitcast(bd.trunc(w, vec(I8, G)), vq), [wsum(w, 0, 16), wsum(w, 16, G)],
+                                    bd.extract_element(sv, ir.Constant(I32, 0)),
+                                    bd.extract_element(sv, ir.Constant(I32, 16)))
+                            else:
+                                put(at, bd.bitcast(bd.trunc(w, vec(I8, G)), vq), [wsum(w, 0, G)],
+                                    bd.extract_element(blk.scale, jj),
+                                    bd.extract_element(blk.min, jj) if mg is not None else None)
+                with otherwise:
+                    with Loop(bd, 0, nb) as b:
+                        put(b, splat_c(I32, 0, QUADS), [ir.Constant(I32, 0)] * halves, ir.Constant(F32T, 0.0),
+                            ir.Constant(F32T, 0.0))
+        with Loop(bd, 0, nb) as b:
+            rows = [bd.load(bd.gep(stage, [bd.add(c64(lane * (KC // G)), b)]), align=32) for lane in range(L)]
+            lo, hi = transpose(bd, rows[:QUADS]), transpose(bd, rows[QUADS:])  # 8 x 8 quads each
+            at = bd.mul(b, c64(P))
+            for q in range(QUADS):
+                v = bd.shuffle_vector(lo[q], hi[q], const(I32, range(L)))
+                bd.store(v, bd.gep(pg, [bd.add(at, c64(q))]), align=64)
+            for h in range(halves):
+                src = bd.gep(sums, [bd.mul(bd.add(bd.mul(b, c64(halves)), c64(h)), c64(L))])
+                ws = bd.load(bd.bitcast(src, vec(I32, L).as_pointer()), align=64)
+                bd.store(ws, bd.gep(pg, [bd.add(at, c64(QUADS + h))]), align=64)
+    bd.ret_void()
+
+
+def _micro_q8(isa, mod, kind, TT, RG, name):
+    """The token tile: TT tokens x RG groups of 16 rows over nb 32-blocks (kernels_prefill._micro_quant's
+    arguments and arithmetic after the integer sums): per block, each token's 32 values + 128 as
+    bytes, each quad broadcast to RG vpdpbusd with the groups' weight quads, from -128 * sum(w);
+    quant16: each 16-element half so, scaled by its own scale (in mn)."""
+    L = LANES
+    fn, bd = func(mod, name, 13)
+    fn.linkage = "internal"
+    fn.attributes.add("noinline")
+    panel_, sc_, mn_, nb, xq_, ldx, xs_, xf_, ldxs, out_, ldo, first_, nvalid = fn.args
+    panel, sc, mn = ptr_to(bd, panel_, vec(I32, L)), ptr_to(bd, sc_, vec(F32T, L)), ptr_to(bd, mn_, vec(F32T, L))
+    xq, xs, xf = ptr_to(bd, xq_, I16), ptr_to(bd, xs_, F32T), ptr_to(bd, xf_, F32T)
+    out = ptr_to(bd, out_, F32T)
+    first = bd.icmp_signed("!=", first_, c64(0))
+    gstride = KC // G
+    nm = int(kind == "quant_min")
+    halves = 2 if kind == "quant16" else 1
+    P = per_block(kind)
+    masks = [_lane_mask(bd, bd.sub(nvalid, c64(r * L)), L) for r in range(RG)]
+    outp = [[bd.gep(out, [bd.add(bd.mul(c64(t), ldo), c64(r * L))]) for r in range(RG)] for t in range(TT)]
+    accs = [[Var(bd, _load_out(bd, outp[t][r], masks[r], L, first)) for r in range(RG)] for t in range(TT)]
+    xrow = [bd.gep(xq, [bd.mul(c64(t), ldx)]) for t in range(TT)]
+    srow = [bd.mul(c64(t), ldxs) for t in range(TT)]
+    with bd.goto_entry_block():
+        scratch = bd.alloca(vec(I32, QUADS), c64(TT))  # each token's block as unsigned bytes
+    scratch.align = 32
+    with Loop(bd, 0, nb) as b:
+        for t in range(TT):
+            q = load(bd, xrow[t], bd.mul(b, c64(G)), vec(I16, G), align=2)
+            u = bd.trunc(bd.add(q, splat_c(I16, 128, G)), vec(I8, G))
+            bd.store(bd.bitcast(u, vec(I32, QUADS)), bd.gep(scratch, [c64(t)]), align=32)
+        blk = [bd.mul(bd.add(b, c64(r * gstride)), c64(P)) for r in range(RG)]
+        xs8 = [bd.bitcast(bd.gep(scratch, [c64(t)]), I32.as_pointer()) for t in range(TT)]
+        d = [bd.load(bd.gep(sc, [bd.add(b, c64(r * gstride))]), align=4) for r in range(RG)]
+        m = [bd.load(bd.gep(mn, [bd.add(b, c64(r * gstride))]), align=4) for r in range(RG)] \
+            if kind != "quant" else None
+        xst = [splat(bd, bd.load(bd.gep(xs, [bd.add(srow[t], b)])), L) for t in range(TT)]
+        for h in range(halves):
+            quads = range(QUADS) if halves == 1 else range(h * QUADS // 2, (h + 1) * QUADS // 2)
+            isums = [[bd.load(bd.gep(panel, [bd.add(blk[r], c64(QUADS + h))]), align=64) for r in range(RG)]
+                     for _ in range(TT)]
+            for qd in quads:
+                wv = [bd.load(bd.gep(panel, [bd.add(blk[r], c64(qd))]), align=64) for r in range(RG)]
+                for t in range(TT):
+                    xv = splat(bd, bd.load(bd.gep(xs8[t], [c64(qd)]), align=4), L)
+                    for r in range(RG):
+                        isums[t][r] = dpb(isa, bd, isums[t][r], xv, wv[r])
+            scale = d if h == 0 else m  # quant16: the second half's scale where the mins go
+            for t in range(TT):
+                for r in range(RG):
+                    a = fmuladd(bd, bd.sitofp(isums[t][r], vec(F32T, L)), bd.fmul(scale[r], xst[t]), accs[t][r].get())
+                    accs[t][r].set(a)
+        if nm:
+            for t in range(TT):
+                xft = splat(bd, bd.load(bd.gep(xf, [bd.add(srow[t], b)])), L)
+                for r in range(RG):
+                    accs[t][r].set(fmuladd(bd, m[r], xft, accs[t][r].get()))
+    for t in range(TT):
+        for r in range(RG):
+            _store_out(bd, outp[t][r], accs[t][r].get(), masks[r], L)
+    bd.ret_void()
+    return fn
+
+
+def build_driver_q8(isa, mod, kind, name) -> list[str]:
+    """The q8 prefill driver of a kind of format (KINDS: kind_of) into mod."""
+    assert isa.lanes == LANES and kind in KINDS
+    tt, rg = TILE
+    micro = {(n, g): _micro_q8(isa, mod, kind, n, g, f"{name}_tile{n}x{g}") for n in {tt, 1} for g in {rg, 1}}
+    driver = _panel_driver(isa, mod, name + "_rows", KC, I32, KC // G * per_block(kind) * LANES, micro, True,
+                           int(kind == "quant_min"))
+    _prefill_task(mod, driver, name)
+    return [name]
+
+
+def build_unpack_q8(isa, mod, code, name):
+    assert prefill_w8(code)
+    _unpack_q8(isa, mod, code, name)

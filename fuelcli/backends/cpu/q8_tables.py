@@ -1,0 +1,71 @@
+"""`--activations q8`: an engine's kernel tables with 8-bit activations (quantize_q8.py).
+
+The matrix inputs are quantised to 8 bits per block as llama.cpp does: per 256 elements (its Q8_K)
+where every block format of the model has 256-element blocks (the K- and i-quants), else per 32
+(Q8_0), and written in the int16 path's buffers and layouts. So every block-format kernel computes
+the q8 arithmetic (the exact integer dot of the stored weights with the 8-bit values, then the
+scales): on avx512vnni the one-token and B-wide decode kernels dot one int8 plane instead of two
+(kernels_decode: one_plane), half the vpdpbusd; prefill, and decode on the other ISAs, run the int16
+kernels on the 8-bit values (the same integers, today's speed). Float formats take x as f32 either way.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .kernels_decode import DECODE_WIDTHS
+from .llvm import Isa, planes_isa
+from .unpack import record
+
+ACTIVATIONS = ("int16", "q8")
+
+
+def block_kind(codes) -> str:
+    """The activation blocks of the model's formats (quantize_q8.KINDS)."""
+    quant = [c for c in codes if record(c).quant]
+    return "q8_k" if quant and all(record(c).layout.block_elems == 256 for c in quant) else "q8_0"
+
+
+def apply(kern: np.ndarray, core: np.ndarray, codes, isa: Isa) -> None:
+    """The q8 quantize kernel into the core table and, on the planes ISA, the one-plane decode
+    kernels into the kernel table (matmul.kernel_table, core_table)."""
+    from .kernels import q8_addresses, q8_prefill_addresses
+    from .kernels_prefill_q8 import prefill_w8
+    from .matmul import C_QUANTIZE, K_DECODE, K_PREFILL, K_UNPACK
+    from .quantize_q8 import addresses
+
+    core[C_QUANTIZE] = addresses(isa)[block_kind(codes)]
+    if planes_isa(isa):
+        for code in sorted(set(int(c) for c in codes)):
+            if record(code).quant:
+                kern[code, K_DECODE] = q8_addresses(code, isa)
+            if prefill_w8(code):
+                kern[code, K_PREFILL], kern[code, K_UNPACK] = q8_prefill_addresses(code, isa)
+
+
+def cached(codes, isa: Isa) -> bool:
+    """Whether the modules apply() loads are in the on-disk cache (kernels.py's module names)."""
+    from .kernels import _module_name
+    from .kernels_prefill_q8 import kind_of, prefill_w8
+    from .llvm import is_cached
+    from .quantize_q8 import MODULE
+
+    names = [MODULE]
+    if planes_isa(isa):
+        quant = [c for c in codes if record(c).quant]
+        names += [_module_name("q8", c) for c in quant]
+        on_tiles = [c for c in quant if prefill_w8(c)]
+        names += [_module_name("q8prefill", c) for c in on_tiles]
+        names += [_module_name("q8prefill", k) for k in {kind_of(c) for c in on_tiles}]
+    return all(is_cached(n, isa) for n in names)
+
+
+def apply_wide(kern: np.ndarray, codes, isa: Isa) -> None:
+    """The one-plane B-wide decode kernels over matmul.add_wide's (the planes ISA)."""
+    from .kernels import q8_wide_addresses
+    from .matmul import K_WIDE
+
+    if planes_isa(isa):
+        for code in sorted(set(int(c) for c in codes)):
+            if record(code).quant:
+                kern[code, K_WIDE:K_WIDE + len(DECODE_WIDTHS)] = q8_wide_addresses(code, isa)

@@ -1,0 +1,132 @@
+"""8-bit activations (`--activations q8`): the quantize kernels that write them, as llama.cpp's
+quantize_row_q8_0 (x86) and quantize_row_q8_K do, into the buffers and layouts of the int16 path.
+
+Both are core.py's quantize with another block quantisation (core._quantize's `block`), so every
+kernel that reads the int16 activations reads these unchanged: the values (|q| <= 127) in xq, each
+32-element block's scale in xs, the block's sum in xf, the 16-element sums of q in xz, and a
+one-token row's decode layout (the int8 planes: the high one all 0, the low one q itself; or the
+words). The planes decode kernels' one-plane variant (kernels_decode: `one_plane`) dots the low
+plane only. What differs from int16 is the arithmetic llama.cpp does: the integer dot of the
+stored weights with 8-bit values, then the scales.
+
+  q8_0  per 32 elements: d = amax / 127 rounded to f16 (llama.cpp stores it so), q = rint(x * 127
+        / amax) (round half to even: _mm256_round_ps); xf = d * sum(q) (Q8_1's s).
+  q8_k  per 256 elements (QK_K): max = the first x of the largest magnitude, iscale = -127 / max,
+        q = min(127, rint(x * iscale)), d = 1 / iscale, written to each of its 32-blocks' xs;
+        xf = d * sum(q) over the 32-block (llama.cpp's bsums times d).
+
+A 32-element block with inf or NaN gets a NaN scale, as in the int16 path.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+from llvmlite import ir
+
+from .core import QuantRow, _quantize
+from .irgen import F32T, G, I16, I32, Loop, Var, c64, call_intrinsic, hmax, hsum, splat, splat_c, vec
+from .llvm import Isa, compile_module
+
+QK_K = 256
+KINDS = ("q8_0", "q8_k")
+MODULE = "quantize-q8"  # the compiled module's cache name (llvm.compile_module)
+_MAGIC = 12582912.0  # x + 1.5 * 2^23 - 1.5 * 2^23: x rounded half to even (ggml's nearest_int)
+
+
+def _store_q(bd, row, k, q):
+    bd.store(bd.trunc(q, vec(I16, G)), bd.bitcast(bd.gep(row.q, [k]), vec(I16, G).as_pointer()), align=2)
+
+
+def _rint(bd, v, scale):
+    magic = splat_c(F32T, _MAGIC, G)
+    return bd.fptosi(bd.fsub(bd.fadd(bd.fmul(v, splat(bd, scale, G)), magic), magic), vec(I32, G))
+
+
+def _finish(bd, row, b, v, q, d):
+    """Block b's scale d (NaN where the block holds inf or NaN) and d * sum(q)."""
+    total = hsum(bd, v)
+    finite = bd.fcmp_ordered("==", bd.fsub(total, total), ir.Constant(F32T, 0.0))
+    d = bd.select(finite, d, ir.Constant(F32T, math.nan))
+    at = bd.add(row.srow, b)
+    bd.store(d, bd.gep(row.s, [at]))
+    bd.store(bd.fmul(d, bd.sitofp(hsum(bd, q), F32T)), bd.gep(row.f, [at]))
+
+
+class Q8_0:
+    """llama.cpp's quantize_row_q8_0 (its AVX2 code): a scale per 32 elements."""
+
+    @staticmethod
+    def prepare(bd, row: QuantRow):
+        pass
+
+    @staticmethod
+    def quantize(bd, row: QuantRow, b, k, v):
+        amax = hmax(bd, call_intrinsic(bd, f"llvm.fabs.v{G}f32", vec(F32T, G), [v]))
+        zero = bd.fcmp_ordered("==", amax, ir.Constant(F32T, 0.0))
+        d = bd.fdiv(amax, ir.Constant(F32T, 127.0))
+        d = bd.fpext(bd.fptrunc(d, ir.HalfType()), F32T)
+        inv = bd.select(zero, ir.Constant(F32T, 0.0), bd.fdiv(ir.Constant(F32T, 127.0), amax))
+        q = _rint(bd, v, inv)
+        _store_q(bd, row, k, q)
+        _finish(bd, row, b, v, q, d)
+        return q
+
+
+class Q8_K:
+    """llama.cpp's quantize_row_q8_K (quantize_row_q8_K_ref on x86): a scale per 256 elements,
+    found first for every 256-element block of the row (a last, shorter one too) and kept in its
+    32-blocks' xs (d) and xf (iscale) until quantize overwrites them."""
+
+    @staticmethod
+    def prepare(bd, row: QuantRow):
+        n_super = bd.udiv(bd.add(row.K, c64(QK_K - 1)), c64(QK_K))
+        with Loop(bd, 0, n_super) as s:
+            e0 = bd.mul(s, c64(QK_K))
+            e1 = bd.add(e0, c64(QK_K))
+            e1 = bd.select(bd.icmp_signed("<", e1, row.K), e1, row.K)
+            amax, mx = Var(bd, ir.Constant(F32T, 0.0)), Var(bd, ir.Constant(F32T, 0.0))
+            with Loop(bd, e0, e1) as j:
+                xj = bd.load(bd.gep(row.x, [j]))
+                ax = call_intrinsic(bd, "llvm.fabs.f32", F32T, [xj])
+                bigger = bd.fcmp_ordered(">", ax, amax.get())  # the first of the largest magnitude
+                amax.set(bd.select(bigger, ax, amax.get()))
+                mx.set(bd.select(bigger, xj, mx.get()))
+            zero = bd.fcmp_ordered("==", amax.get(), ir.Constant(F32T, 0.0))
+            iscale = bd.select(zero, ir.Constant(F32T, 0.0), bd.fdiv(ir.Constant(F32T, -127.0), mx.get()))
+            d = bd.select(zero, ir.Constant(F32T, 0.0), bd.fdiv(ir.Constant(F32T, 1.0), iscale))
+            b1 = bd.add(bd.udiv(e0, c64(G)), c64(QK_K // G))
+            b1 = bd.select(bd.icmp_signed("<", b1, row.nb), b1, row.nb)
+            with Loop(bd, bd.udiv(e0, c64(G)), b1) as b:
+                at = bd.add(row.srow, b)
+                bd.store(d, bd.gep(row.s, [at]))
+                bd.store(iscale, bd.gep(row.f, [at]))
+
+    @staticmethod
+    def quantize(bd, row: QuantRow, b, k, v):
+        at = bd.add(row.srow, b)
+        d, iscale = bd.load(bd.gep(row.s, [at])), bd.load(bd.gep(row.f, [at]))
+        q = _rint(bd, v, iscale)
+        q = bd.select(bd.icmp_signed(">", q, splat_c(I32, 127, G)), splat_c(I32, 127, G), q)
+        _store_q(bd, row, k, q)
+        _finish(bd, row, b, v, q, d)
+        return q
+
+
+BLOCKS = {"q8_0": Q8_0, "q8_k": Q8_K}
+
+
+def module(isa: Isa) -> tuple[ir.Module, list[str]]:
+    mod = ir.Module(name=f"fuel_quantize_q8_{isa.name}")
+    names = [f"fuel_quantize_{k}_{isa.name}" for k in KINDS]
+    for kind, name in zip(KINDS, names):
+        _quantize(isa, mod, name, BLOCKS[kind])
+    return mod, names
+
+
+@lru_cache(maxsize=None)
+def addresses(isa: Isa) -> dict:
+    """{kind: address} of the q8 quantize kernels for one ISA, compiled or loaded once."""
+    got = compile_module(MODULE, lambda: module(isa), isa)
+    return dict(zip(KINDS, got.values()))

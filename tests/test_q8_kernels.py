@@ -1,0 +1,229 @@
+"""8-bit activations (`--activations q8`, backends/cpu/quantize_q8.py, q8_tables.py): the quantize
+kernels against a numpy transcription of llama.cpp's quantize_row_q8_K and (x86) quantize_row_q8_0,
+bit for bit; every block format's kernels on them against the numpy decode times the dequantised
+8-bit activations (the integer dot is exact, so only f32 rounding differs), on every instruction set
+this machine runs; the one-plane decode kernels against the int16 kernels on the same values (the
+same integers: bit for bit)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("NUMBA_CACHE_DIR", f"/tmp/numba_cache_fuel_{os.environ.get('PYTEST_XDIST_WORKER', 'main')}")
+
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_formats import (ISAS, QUANT, _isa, as_tensor, decode_rows, matmul, quantize_for,  # noqa: E402
+                          random_rows)
+
+from fuelcli.backends.cpu import llvm  # noqa: E402
+from fuelcli.backends.cpu import matmul as M  # noqa: E402
+from fuelcli.backends.cpu import q8_tables  # noqa: E402
+from fuelcli.backends.cpu.activations import quantized  # noqa: E402
+from fuelcli.formats import FORMATS, dequantize  # noqa: E402
+
+
+def _nearest(v):
+    """ggml's nearest_int: round half to even through the f32 magic number."""
+    v = np.asarray(v, np.float32)
+    return ((v + np.float32(12582912.0)) - np.float32(12582912.0)).astype(np.int32)
+
+
+def ref_q8_k(x):
+    """llama.cpp's quantize_row_q8_K_ref on one row (len a multiple of 256): (q, d per 256 block)."""
+    q, d = np.zeros(x.size, np.int32), np.zeros(x.size // 256, np.float32)
+    for i, blk in enumerate(x.reshape(-1, 256)):
+        amax, mx = np.float32(0), np.float32(0)
+        for v in blk:  # the first value of the largest magnitude
+            if abs(v) > amax:
+                amax, mx = abs(v), v
+        if amax == 0:
+            continue
+        iscale = np.float32(-127.0) / mx
+        q[256 * i:256 * (i + 1)] = np.minimum(127, _nearest(iscale * blk))
+        d[i] = np.float32(1.0) / iscale
+    return q, d
+
+
+def ref_q8_0(x):
+    """llama.cpp's quantize_row_q8_0 (its AVX2 code) on one row: (q, d per 32 block, as f32 of its f16)."""
+    blk = x.reshape(-1, 32)
+    amax = np.abs(blk).max(-1)
+    d = (amax / np.float32(127.0)).astype(np.float16).astype(np.float32)
+    with np.errstate(divide="ignore"):
+        inv = np.where(amax != 0, np.float32(127.0) / amax, np.float32(0)).astype(np.float32)
+    return _nearest(blk * inv[:, None]).ravel(), d
+
+
+REFS = {"q8_k": (ref_q8_k, 256), "q8_0": (ref_q8_0, 32)}
+
+
+def _cases(K):
+    rng = np.random.default_rng(11)
+    normal = rng.standard_normal(K).astype(np.float32)
+    heavy = rng.standard_t(2, K).astype(np.float32)
+    heavy[5] = 300.0
+    heavy[300] = -300.0  # the first of two equal magnitudes sets the sign (q8_k)
+    heavy[301] = 300.0
+    normal[32:64] = 0.0  # a zero 32-block
+    normal[512:768] = 0.0  # a zero 256-block
+    halves = (np.arange(K) % 7 - 3).astype(np.float32) * np.float32(0.5)  # few distinct values, signs equal in size
+    return {"normal": normal, "heavy": heavy, "halves": halves}
+
+
+def _tables(isa_name, codes, kind=None):
+    """(int16 kernel and core tables, q8 ones) for the formats `codes`; kind forces the activation blocks."""
+    isa = _isa(isa_name)
+    kern, core = M.kernel_table(codes, isa), M.core_table(isa, 64)
+    k8, c8 = kern.copy(), core.copy()
+    q8_tables.apply(k8, c8, codes, isa)
+    if kind is not None:
+        from fuelcli.backends.cpu.quantize_q8 import addresses
+
+        c8[M.C_QUANTIZE] = addresses(isa)[kind]
+    return (kern, core), (k8, c8)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("kind", ["q8_k", "q8_0"])
+def test_quantize_as_llama_cpp(isa, kind):
+    """The values and scales llama.cpp's quantiser gives, bit for bit; each 32-block's xs (q8_k:
+    its 256-block's d), xf = d * sum(q), xz the 16-element sums of q, and the one-token decode
+    layout: the int8 planes' high one 0 and the low one q (its K-quant layout after), or q as words."""
+    ref, _ = REFS[kind]
+    K = 1024
+    _, (_, core) = _tables(isa, [], kind)
+    cases = _cases(K)
+    x = np.stack(list(cases.values()))
+    for n_dec in (0, 1):  # n_dec 1: the first row also gets its decode layout
+        qx = quantized(len(x), K, tokens=1)
+        quantize_for(x, qx, core, n_dec)
+        for r, name in enumerate(cases):
+            q, d = ref(x[r])
+            got = qx.xq[r * K:(r + 1) * K].astype(np.int32)
+            assert np.array_equal(got, q), (kind, name)
+            xs = qx.xs[r * K // 32:(r + 1) * K // 32]
+            assert np.array_equal(xs.view(np.uint32), np.repeat(d, len(xs) // len(d)).view(np.uint32)), (kind, name)
+            sums = q.reshape(-1, 32).sum(-1).astype(np.float32)
+            assert np.array_equal(qx.xf[r * K // 32:(r + 1) * K // 32], xs * sums), (kind, name)
+            assert np.array_equal(qx.xz[r * K // 16:(r + 1) * K // 16], q.reshape(-1, 16).sum(-1).astype(np.float32))
+        if n_dec:
+            q = qx.xq[:K].astype(np.int32)
+            if llvm.planes_isa(_isa(isa)):
+                assert not qx.xp[:K].any() and np.array_equal(qx.xp[K:2 * K].astype(np.int32), q)
+                k_layout = q.astype(np.int8).reshape(-1, 16, 4, 4).transpose(0, 2, 1, 3).ravel()
+                assert np.array_equal(qx.xp[3 * K:4 * K], k_layout) and not qx.xp[2 * K:3 * K].any()
+            else:
+                words = qx.xp[:2 * K].view(np.int16).reshape(-1, 2, 16).astype(np.int32)
+                assert np.array_equal(words, q.reshape(-1, 16, 2).transpose(0, 2, 1))
+        else:
+            assert not qx.xp.any()
+    assert np.abs(qx.xq.astype(np.int32)).max() == 127
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_quantize_q8_non_finite(isa):
+    """A 32-block with inf or NaN gets a NaN scale (as int16), the other blocks of its 256 their d."""
+    _, (_, core) = _tables(isa, [], "q8_k")
+    x = np.ones((1, 256), np.float32)
+    x[0, 3], x[0, 40] = np.nan, np.inf
+    qx = quantized(1, 256)
+    quantize_for(x, qx, core, 0)
+    assert np.isnan(qx.xs[0]) and np.isnan(qx.xs[1]) and not np.isnan(qx.xs[2:8]).any()
+
+
+def _dequantised(fmt, raw, ncols):
+    return dequantize(as_tensor(fmt, raw, ncols)).astype(np.float64)
+
+
+def _x8(qx, T, K):
+    """The 8-bit activations as the kernels were given them: q * d, f64."""
+    return (qx.xq[:T * K].reshape(-1, 32) * qx.xs[:T * K // 32, None].astype(np.float64)).reshape(T, K)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("fmt", QUANT)
+def test_decode_q8(isa, fmt):
+    """One token and 2, 4 and 7 at once (the B-wide kernels): against the numpy decode times the 8-bit
+    x (only f32 rounding differs: the integer dot is exact), and bit for bit the int16 kernels'
+    result on the same values (the one-plane kernels: the same integers); the B-wide kernels give
+    each token the one-token kernel's bits. Negative control: the int16 path on x itself differs
+    by about 8 bits' rounding."""
+    f = FORMATS[fmt]
+    ncols = 1024 if f.block_elems == 256 else 928
+    nrows = 41
+    raw = np.ascontiguousarray(random_rows(fmt, nrows, ncols, seed=90 + f.code))
+    w = _dequantised(fmt, raw, ncols)
+    (kern, core), (k8, c8) = _tables(isa, [f.code])
+    wide = k8.copy()
+    M.add_wide(wide, [f.code], _isa(isa))
+    q8_tables.apply_wide(wide, [f.code], _isa(isa))
+    cases = _cases(ncols)
+    rng = np.random.default_rng(3)
+    x = np.stack([cases["normal"], cases["heavy"]] + [rng.standard_normal(ncols).astype(np.float32) for _ in range(5)])
+    desc, ddesc = np.zeros((M.DESC_ROWS, M.DESC_COLS), np.int64), np.zeros((len(x), M.DESC_COLS), np.int64)
+
+    def decode(kern, core, n):
+        qx = quantized(n, ncols, tokens=n)
+        quantize_for(x[:n], qx, core, n)
+        out = np.full((n, nrows), np.nan, np.float32)
+        decode_rows(x[:n], qx, raw.ctypes.data, nrows, raw.shape[1], f.code, kern, core, out, n, desc, ddesc)
+        return out, qx
+
+    got, qx = decode(k8, c8, 7)
+    mag = np.abs(x) @ np.abs(w).T
+    assert np.all(np.abs(got - _x8(qx, 7, ncols) @ w.T) <= 1e-5 * mag), fmt
+    same, _ = decode(kern, c8, 7)
+    assert np.array_equal(same.view(np.uint32), got.view(np.uint32)), fmt
+    for n in (2, 4, 7):
+        assert np.array_equal(decode(wide, c8, n)[0].view(np.uint32), got[:n].view(np.uint32)), (fmt, n)
+    int16, _ = decode(kern, core, 7)
+    rel8, rel16 = (np.abs(o - x @ w.T).max() / mag.max() for o in (got, int16))
+    assert rel8 > 20 * rel16, (fmt, rel8, rel16)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("fmt", QUANT)
+def test_prefill_q8(isa, fmt):
+    """Many tokens (the tile kernels: on the planes ISA the vpdpbusd tiles of kernels_prefill_q8 for the
+    formats they take, else the int16 tiles) on the 8-bit values, against the numpy decode times
+    them: every token-tile remainder, a partial last group of rows and task, several chunks of k
+    and a partial one."""
+    from fuelcli.backends.cpu.kernels_prefill import KC, TASK_ROWS
+    from fuelcli.backends.cpu.kernels_prefill_q8 import prefill_w8
+
+    f = FORMATS[fmt]
+    ncols = KC * 2 + 256
+    nrows = TASK_ROWS + 21
+    raw = random_rows(fmt, nrows, ncols, seed=50 + f.code)
+    w = _dequantised(fmt, raw, ncols)
+    (kern, _), (k8, c8) = _tables(isa, [f.code])
+    tiles_q8 = llvm.planes_isa(_isa(isa)) and prefill_w8(f.code)
+    assert (k8[f.code, M.K_PREFILL] != kern[f.code, M.K_PREFILL]) == tiles_q8
+    rng = np.random.default_rng(5)
+    for T in (2, 13, 30):
+        x = rng.standard_normal((T, ncols)).astype(np.float32)
+        x[1, 40] = 200.0
+        qx = quantized(*x.shape)
+        out = np.full((T, nrows), np.nan, np.float32)
+        quantize_for(x, qx, c8, 0)
+        matmul(x, qx, raw.ctypes.data, nrows, raw.shape[1], f.code, k8, out)
+        mag = np.abs(x) @ np.abs(w).T
+        assert np.all(np.abs(out - _x8(qx, T, ncols) @ w.T) <= 1e-5 * mag), (fmt, T)
+        if tiles_q8:  # the int16 tiles on the same values: the same integers, sums in another order
+            same = np.full((T, nrows), np.nan, np.float32)
+            matmul(x, qx, raw.ctypes.data, nrows, raw.shape[1], f.code, kern, same)
+            assert np.allclose(same, out, rtol=0, atol=1e-5 * mag.max()), (fmt, T)
+
+
+def test_block_kind():
+    """q8_k where every block format of the model has 256-element blocks, else q8_0 (float formats
+    take f32 x either way)."""
+    c = lambda *names: [FORMATS[n].code for n in names]  # noqa: E731
+    assert q8_tables.block_kind(c("q4_k", "q6_k", "f32")) == "q8_k"
+    assert q8_tables.block_kind(c("q4_k", "q8_0")) == "q8_0"
+    assert q8_tables.block_kind(c("f16")) == "q8_0"
