@@ -240,7 +240,8 @@ def moe(h, logits, act, mats, exp_idx_l, k, renorm, fn, kern, core, quant, out, 
         n = plan(experts, n_dec, act.ecount, groups, pos, act.esrc)
         dec = n_dec * k
         src = act.esrc[:P]
-        if not quant or kern[mats[exp_idx_l[0, 0], 3], K_QUANT] == 0:
+        g, u = exp_idx_l[0, 0], exp_idx_l[0, 1]
+        if not quant or kern[mats[g, 3], K_QUANT] == 0 or kern[mats[u, 3], K_QUANT] == 0:  # x read as f32
             gather(h, src, y)
         if quant:
             if core[C_SPLIT] != 0:  # AMX: h holds bf16 planes (forward.prepare), the experts want int16
