@@ -261,7 +261,7 @@ def test_argmax_as_numpy():
 def test_moe_kernels_route_as_the_cpu(renorm):
     """Routing (softmax, top-k with a tie, renorm or not) as the CPU's route, the chosen experts'
     SwiGLU on the normed input, and their weighted sum added to the residual."""
-    from fuelcli.backends.cpu.forward import route as cpu_route
+    from fuelcli.backends.cpu.moe import route as cpu_route
     from fuelcli.backends.cuda.kernels.moe import moe_down, moe_swiglu
 
     E, k, H, I, T, L = 8, 2, 32, 16, 3, SIMULATOR
