@@ -34,6 +34,32 @@ def convert(converter: Path, pairs: list) -> None:
     subprocess.run([sys.executable, __file__, str(converter), *args], check=True, capture_output=True, timeout=600)
 
 
+def for_llama_cpp(src, dst, pre: str) -> None:
+    """src rewritten to dst with what llama.cpp's vocabulary loader asks for and these tests do not use
+    (ids go in with --tokens): a merges list, and a pre-tokenizer name it knows for the family (it
+    refuses "gpt2" for gemma4 and wants merges for any BPE vocabulary)."""
+    import gguf
+    import numpy as np
+
+    r = gguf.GGUFReader(str(src))
+    w = gguf.GGUFWriter(str(dst), r.fields["general.architecture"].contents())
+    for f in r.fields.values():
+        if f.name.startswith("GGUF.") or f.name in ("general.architecture", "tokenizer.ggml.pre"):
+            continue
+        if f.types[0] == gguf.GGUFValueType.ARRAY:
+            w.add_array(f.name, f.contents())
+        else:
+            w.add_key_value(f.name, f.contents(), f.types[0])
+    w.add_tokenizer_pre(pre)
+    w.add_token_merges(["a b"])
+    for t in r.tensors:
+        w.add_tensor(t.name, np.array(t.data), raw_shape=[int(n) for n in reversed(t.shape)], raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def _main(converter: Path, args: list) -> None:
     sys.path.insert(0, str(converter))
     sys.path.insert(1, str(converter / "gguf-py"))

@@ -17,7 +17,7 @@ import json
 
 import numpy as np
 import pytest
-from llama_convert import convert
+from llama_convert import convert, for_llama_cpp
 from test_diff import invoke
 from test_qwen3_5_files import BREAKS
 
@@ -26,35 +26,13 @@ from fuelcli.families import FAMILIES
 CASES = {"qwen3_5": "qwen3_5_square_wrapped", "qwen3_5_moe": "qwen3_5_moe_square_wrapped"}
 
 
-def _for_llama_cpp(src, dst) -> None:
-    import gguf
-
-    r = gguf.GGUFReader(str(src))
-    w = gguf.GGUFWriter(str(dst), r.fields["general.architecture"].contents())
-    for f in r.fields.values():
-        if f.name.startswith("GGUF.") or f.name in ("general.architecture", "tokenizer.ggml.pre"):
-            continue
-        if f.types[0] == gguf.GGUFValueType.ARRAY:
-            w.add_array(f.name, f.contents())
-        else:
-            w.add_key_value(f.name, f.contents(), f.types[0])
-    w.add_tokenizer_pre("qwen35")
-    w.add_token_merges(["a b"])
-    for t in r.tensors:
-        w.add_tensor(t.name, np.array(t.data), raw_shape=[int(n) for n in reversed(t.shape)], raw_dtype=t.tensor_type)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-
-
 @pytest.fixture(scope="module")
 def files(tiny, llama_converter, tmp_path_factory):
     pytest.importorskip("llama_cpp")
     out = tmp_path_factory.mktemp("gguf")
     convert(llama_converter, [(tiny(source), out / f"{case}.converted.gguf") for case, source in CASES.items()])
     for case in CASES:
-        _for_llama_cpp(out / f"{case}.converted.gguf", out / f"{case}.gguf")
+        for_llama_cpp(out / f"{case}.converted.gguf", out / f"{case}.gguf", "qwen35")
     return lambda case: out / f"{case}.gguf"
 
 
