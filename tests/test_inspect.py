@@ -68,6 +68,24 @@ def test_mask_plan_moe(tiny, no_weights):
     assert "MoE 2 of 8" in out and "1 distinct mask variant:" in out
 
 
+def test_mask_plan_sinks_shared_kv_and_per_layer_inputs(tiny, no_weights):
+    """gpt-oss's sinks, Gemma 4 E2B's shared KV (which layer each reads) and per-layer inputs, in the
+    JSON and the table; each family against the other's (qwen2's: none of them)."""
+    oss = inspect_json("mask-plan", tiny("gpt_oss"))
+    assert oss["sink_layers"] == [0, 1, 2, 3] and oss["shared_kv_layers"] == {}
+    assert oss["per_layer_input_layers"] == []
+    g4 = inspect_json("mask-plan", tiny("gemma4_e2b"))
+    assert g4["sink_layers"] == [] and g4["shared_kv_layers"] == {"3": 1, "4": 1, "5": 2}
+    assert g4["per_layer_input_layers"] == [0, 1, 2, 3, 4, 5]
+    plain = inspect_json("mask-plan", tiny("qwen2_window"))
+    assert (plain["sink_layers"], plain["shared_kv_layers"], plain["per_layer_input_layers"]) == ([], {}, [])
+    code, out = invoke("inspect", "mask-plan", tiny("gpt_oss"))
+    assert code == 0 and out.count("+ sinks") == 4
+    code, out = invoke("inspect", "mask-plan", tiny("gemma4_e2b"))
+    assert code == 0 and out.count("KV of layer 1") == 2 and out.count("KV of layer 2") == 1
+    assert out.count("+ per-layer input") == 6
+
+
 def test_mask_plan_gemma3_and_smollm3(tiny, no_weights):
     """The block properties per layer: Gemma 3's 5 local : 1 global pattern with its two RoPE bases and
     sandwich norms, SmolLM3's layer without RoPE; each against the other family's value."""

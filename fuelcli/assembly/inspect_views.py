@@ -81,6 +81,11 @@ def mask_plan_view(model) -> dict:
         "rope_rule": cfg.rope_rule,
         "moe_layers": [i for i, m in enumerate(cfg.moe_layers) if m],
         "nope_layers": [i for i, b in enumerate(cfg.blocks) if b.attention.rope is None],
+        "sink_layers": [i for i, b in enumerate(cfg.blocks) if b.attention.sinks],
+        # layer -> the earlier layer whose k/v it attends to (it keeps no cache)
+        "shared_kv_layers": {str(i): b.attention.kv_from for i, b in enumerate(cfg.blocks)
+                             if b.attention.kv_from is not None},
+        "per_layer_input_layers": [i for i, b in enumerate(cfg.blocks) if b.per_layer_input],
     }
 
 
