@@ -197,12 +197,18 @@ def test_each_conversation_lands_on_its_own_slot(slotted):
 
 # --- live: the same answer alone and beside others -----------------------------------------------
 
-@pytest.fixture(scope="module")
-def checkpoint(tiny, tmp_path_factory):
-    return with_tokenizer(tiny("qwen2_window"), tmp_path_factory.mktemp("parallel") / "tiny-chat")
+# gpt-oss: sinks, windows, MoE rows; Gemma 4 E2B-style: shared KV, per-layer inputs
+@pytest.fixture(scope="module", params=["qwen2_window", "gpt_oss", "gemma4_e2b"])
+def checkpoint(tiny, tmp_path_factory, request):
+    return request.param, with_tokenizer(tiny(request.param), tmp_path_factory.mktemp("parallel") / "tiny-chat")
+
+
+# the tiny Gemma 4 answers every prompt with one token repeated; penalised, its answers differ
+SAMPLING = {"gemma4_e2b": {"extra_body": {"repeat_penalty": 5.0}}}
 
 
 def test_greedy_answers_do_not_depend_on_the_company(checkpoint):
+    case, checkpoint = checkpoint
     server = ServerProcess(checkpoint, "--parallel", "4", "-c", "256")
     try:
         client = openai.OpenAI(base_url=server.base_url, api_key="none", max_retries=0)
@@ -210,9 +216,11 @@ def test_greedy_answers_do_not_depend_on_the_company(checkpoint):
 
         def ask(p, n=16):
             return client.chat.completions.create(model="tiny-chat", messages=[{"role": "user", "content": p}],
-                                                  max_tokens=n, temperature=0).choices[0].message.content
+                                                  max_tokens=n, temperature=0,
+                                                  **SAMPLING.get(case, {})).choices[0].message.content
 
         alone = [ask(p) for p in prompts]
+        assert len(set(alone)) == len(prompts)  # answers that depend on the prompt and its cache
         together = [None] * 8
         threads = [threading.Thread(target=lambda i=i: together.__setitem__(i, ask(prompts[i % 4])))
                    for i in range(8)]  # 8 clients on 4 slots: the queue takes the rest

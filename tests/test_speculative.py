@@ -389,9 +389,11 @@ def cli(*args):
     return r.stdout, r.exception
 
 
-def test_run_json_carries_the_acceptance(pair):
-    target, _ = pair
-    path = str(target.source.path)
+# gpt-oss: sinks, windows, MoE; Gemma 4 E2B-style, shared KV (greedy, it repeats one token here: the
+# serve test below gives it prompt-dependent answers)
+@pytest.mark.parametrize("case", ["llama2", "gpt_oss", "gemma4_e2b"])
+def test_run_json_carries_the_acceptance(tiny, case):
+    path = str(write_byte_tokenizer(tiny(case)))
     base = ("run", path, "abcabcabcabcabc", "--no-chat-template", "--temp", "0", "-n", "24", "--json")
     plain, exc = cli(*base)
     assert exc is None
@@ -501,10 +503,16 @@ def serving(m, spec):
 
 
 @pytest.fixture(scope="module")
-def chat_model(tiny, tmp_path_factory):
+def chat_models(tiny, tmp_path_factory):
+    """chat_models(case) -> the tiny checkpoint with a chat tokenizer, opened."""
     from serve_helpers import with_tokenizer
 
-    return open_model(str(with_tokenizer(tiny("qwen2_window"), tmp_path_factory.mktemp("spec") / "tiny-chat")))
+    return lambda case: open_model(str(with_tokenizer(tiny(case), tmp_path_factory.mktemp("spec") / "tiny-chat")))
+
+
+@pytest.fixture(scope="module")
+def chat_model(chat_models):
+    return chat_models("qwen2_window")
 
 
 def ask(client, text, max_tokens=24, **extra):
@@ -512,18 +520,28 @@ def ask(client, text, max_tokens=24, **extra):
                                           max_tokens=max_tokens, temperature=0, **extra)
 
 
-def test_serve_speculates_and_answers_as_without(chat_model):
+# gpt-oss: sinks, windows, MoE; Gemma 4 E2B-style: shared KV, per-layer inputs (a rewind leaves both right)
+@pytest.mark.parametrize("case", ["qwen2_window", "gpt_oss", "gemma4_e2b"])
+def test_serve_speculates_and_answers_as_without(chat_models, case):
     """fuel serve's worker with a speculative round in place of each decode step: the greedy answers
     (a chat whose reply repeats its prompt's words) are the plain worker's, and usage reports the
     proposals in OpenAI's predicted-output fields."""
-    m = chat_model
+    m = chat_models(case)
+    # the tiny Gemma 4 answers every prompt with one token repeated; penalised, its answers differ but
+    # repeat no n-gram the lookup could find: it gets the plain answer as the request's prediction
+    penalty = {"gemma4_e2b": 5.0}.get(case, 1.0)
     answers = {}
-    for name, spec in (("plain", None), ("lookup", S.lookup(4)),
-                       ("self-draft", S.draft_model(engine_of(m), m.cfg.vocab_size, SamplerParams(), 3, p_min=0.0))):
+    drafter = S.draft_model(engine_of(m), m.cfg.vocab_size, SamplerParams(repeat_penalty=penalty), 3, p_min=0.0)
+    for name, spec in (("plain", None), ("lookup", S.lookup(4)), ("self-draft", drafter)):
         with serving(m, spec) as client:
             got = []
-            for text in ("abcabcabc", "hello hello hello"):
-                r = ask(client, text)
+            for i, text in enumerate(("abcabcabc", "hello hello hello")):
+                extra = {}
+                if penalty != 1.0:
+                    extra["extra_body"] = {"repeat_penalty": penalty}
+                    if name == "lookup":
+                        extra["prediction"] = {"type": "content", "content": answers["plain"][i]}
+                r = ask(client, text, **extra)
                 got.append(r.choices[0].message.content)
                 details = r.usage.completion_tokens_details
                 if spec is None:
@@ -534,6 +552,7 @@ def test_serve_speculates_and_answers_as_without(chat_model):
                         assert details.rejected_prediction_tokens == 0 and details.accepted_prediction_tokens > 0
             answers[name] = got
     assert answers["lookup"] == answers["plain"] and answers["self-draft"] == answers["plain"]
+    assert len(set(answers["plain"])) == 2
 
 
 def test_serve_takes_the_prediction_as_lookup_proposals(chat_model):
