@@ -22,7 +22,8 @@ import numpy as np
 import openai
 import pytest
 from serve_helpers import assert_error_shape, raw
-from test_gemma4_chat import TOOLS, gguf_tok  # noqa: F401 (a fixture)
+from test_gemma4_chat import TOOLS, gguf_tok, newer_template  # noqa: F401 (fixtures)
+from test_harmony import gpt_oss_template  # noqa: F401 (a fixture)
 from test_tokenizer_vectors import vocab_dir  # noqa: F401 (a fixture)
 
 from fuelcli.backends.base import Engine
@@ -139,7 +140,15 @@ def joined(chunks):
     return content, reasoning, [calls[i] for i in sorted(calls)], finish, n
 
 
-def test_the_turn_ends_at_gemma_4_s_markers(gguf_tok):  # noqa: F811
+def test_both_templates_are_read_as_gemma_4_and_the_turn_ends_at_its_markers(gguf_tok, newer_template,  # noqa: F811
+                                                                              gpt_oss_template):  # noqa: F811
+    from serve_helpers import CHAT_TEMPLATE
+
+    from fuelcli.text.reply_formats import GEMMA4, HARMONY, reply_format
+
+    assert reply_format(gguf_tok.chat_template) is GEMMA4 and reply_format(newer_template) is GEMMA4
+    assert reply_format(CHAT_TEMPLATE) is None and reply_format(None) is None
+    assert reply_format(gpt_oss_template) is HARMONY
     ids = {gguf_tok.backend.token_to_id(t) for t in ("<turn|>", "<|tool_response>")}
     assert turn_end_ids(gguf_tok) == ids == {106, 50}
 
