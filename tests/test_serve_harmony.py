@@ -273,7 +273,7 @@ def test_the_tiny_gpt_oss_checkpoint(tiny, gpt_oss_template, tmp_path):
 
 
 def test_run_and_chat_show_the_reasoning_and_keep_the_answer(gpt_oss_template):
-    """`fuel run` and `fuel chat` (generate with a harmony.Readable, ChatSession): the reasoning shown
+    """`fuel run` and `fuel chat` (generate with a reply_formats.Readable, ChatSession): the reasoning shown
     between <think> and </think>, then the answer; the conversation keeps the answer as the content and
     the analysis as `thinking`, so the next turn renders the earlier reply as gpt-oss's template wants."""
     from fuelcli.text.chat import ChatSession

@@ -6,7 +6,7 @@ from functools import cached_property
 from ..errors import located
 from ..model.config import ModelConfig, load_hf_config
 from ..sources.source import ModelSource, resolve
-from ..text.harmony import turn_end_ids
+from ..text.reply_formats import turn_end_ids
 
 
 @dataclass
@@ -50,7 +50,8 @@ class Model:
 
     def eos_ids(self) -> set:
         own = self.tokenizer.eos_token_id
-        # a harmony (gpt-oss) turn ends at <|return|> or <|call|>, where a GGUF names one EOS
+        # a harmony (gpt-oss) turn ends at <|return|> or <|call|>, a Gemma 4 one at <turn|> or
+        # <|tool_response>, where a GGUF names one EOS
         return set(self.cfg.eos_token_ids) | ({own} if own is not None else set()) | turn_end_ids(self.tokenizer)
 
 

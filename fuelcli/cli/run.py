@@ -84,7 +84,7 @@ def run(
     from ..process.memory import peak_rss_bytes
     from ..assembly.loader import open_model
     from ..text.generate import Sampler, SamplerParams, Stats, generate
-    from ..text.harmony import Readable, is_harmony
+    from ..text.reply_formats import readable
     from ..process.threads import set_threads
     from ..sources.demo import is_base
     from .run_defaults import chat_instead, offer_pull
@@ -140,8 +140,8 @@ def run(
     spec = speculating.build(m, params, n_ctx, device, cache_type, activations)
     stats = Stats(compile_s=compile_s)
     pieces, interrupted = [], False
-    # gpt-oss's harmony reply: its reasoning shown between <think> and </think>, then the answer
-    reader = Readable() if use_chat_template and is_harmony(tok.chat_template) else None
+    # a harmony (gpt-oss) or Gemma 4 reply: its reasoning shown between <think> and </think>, then the answer
+    reader = readable(tok.chat_template) if use_chat_template else None
     try:
         for piece in generate(engine, tok, ids, max_tokens, sampler, m.eos_ids(), [unescape(s) for s in stop], stats,
                               speculation=spec, reader=reader):

@@ -35,7 +35,8 @@ def serve(
     chat_template_kwargs: Optional[str] = ChatTemplateKwargs,
     reasoning_format: str = typer.Option("auto", "--reasoning-format", help="auto: a reply's <think>...</think> "
                                          "goes to reasoning_content (models whose template knows <think>), and "
-                                         "a harmony reply's analysis channel (gpt-oss); none: it stays in "
+                                         "a harmony reply's analysis channel (gpt-oss), a Gemma 4 reply's thought "
+                                         "channel; none: it stays in "
                                          "content. A request's reasoning_format wins"),
     pooling: Optional[str] = typer.Option(None, "--pooling", help="/v1/embeddings' pooling: mean, cls or last "
                                           "(default: the model's own: GGUF pooling_type, sentence-transformers' "

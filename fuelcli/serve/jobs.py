@@ -12,19 +12,34 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import FuelError, InputError
 from ..text import grammar as g
 from ..text.generate import SamplerParams, Stats
-from ..text.harmony import is_harmony
+from ..text.reply_formats import reply_format
+from . import gemma4, harmony
 from . import tools as tool_formats
 from .errors import APIError, bad_request
-from .harmony import HarmonyTools, final_json as harmony_final_json, parser as harmony_parser
 from .reply import END_THINK, THINK, ReplyParser
 from .schemas import ChatRequest, CompletionRequest, NamedToolChoice
 
 COMPLETION_MAX_TOKENS = 16  # OpenAI's default for /v1/completions; chat runs until EOS or the context
+
+
+@dataclass(frozen=True)
+class Special:
+    """The server's side of a reply format read from its special tokens (text/reply_formats.py)."""
+
+    parser: Callable  # (reasoning) -> the reply's parser
+    tools: Callable  # (tokenizer) -> its tool-call format
+    final_json: Callable  # (tokenizer, schema, strict, what) -> response_format's grammar on the answer
+
+
+SERVED = {"harmony": Special(harmony.parser, lambda tok: harmony.HarmonyTools(),
+                             lambda tok, *schema_strict_what: harmony.final_json(*schema_strict_what)),
+          "gemma4": Special(gemma4.parser, gemma4.Gemma4Tools, gemma4.final_json)}
 
 
 @dataclass
@@ -72,7 +87,9 @@ class Job:
     loop: asyncio.AbstractEventLoop
     grammar: g.Grammar | None = None  # the worker starts its matcher (building the vocabulary may take a second)
     reply: dict = field(default_factory=dict)  # ReplyParser's arguments (chat): how the text is read back
-    harmony: bool = False  # the reply is harmony (gpt-oss): decoded with its special tokens, read by HarmonyParser
+    # a reply read from its special tokens (harmony, Gemma 4: SERVED): its parser's maker; it is
+    # decoded with them kept. None: plain text, read by ReplyParser
+    read_by: Callable | None = None
     prediction: list[int] = field(default_factory=list)  # the predicted output's ids: lookup decoding's proposals
     ignore_eos: bool = False  # generate past the EOS ids, to max_tokens (stop strings still stop)
     arrived: float = field(default_factory=time.perf_counter)  # for the time to first token (/metrics)
@@ -97,8 +114,8 @@ class Job:
         return self._cancelled.is_set()
 
     def parser(self):
-        """A reply.ReplyParser, or for a harmony reply a text.harmony.HarmonyParser: the same interface."""
-        return harmony_parser(**self.reply) if self.harmony else ReplyParser(**self.reply)
+        """A reply.ReplyParser, or the parser of a format read from its special tokens: the same interface."""
+        return self.read_by(**self.reply) if self.read_by is not None else ReplyParser(**self.reply)
 
 
 class Outbox:
@@ -199,20 +216,21 @@ def chat_prompt(req: ChatRequest, model: ServedModel) -> tuple[str, list[int], o
     if tok.chat_template is None:
         raise bad_request("this model has no chat template; use /v1/completions with a raw prompt", param="messages")
     choice = req.tool_choice or "auto"
-    harmony = is_harmony(tok.chat_template)
+    special = reply_format(tok.chat_template)
     fmt, tools = None, []
     if req.tools and choice != "none":  # tool_choice none: the tools are left out of the prompt
-        fmt = tool_formats.detect(tok.chat_template) or (HarmonyTools() if harmony else None)
+        fmt = tool_formats.detect(tok.chat_template) or (SERVED[special.name].tools(tok) if special else None)
         if fmt is None:
             raise bad_request("this model's chat template has no tool-call format fuel knows (Qwen2.5/Qwen3 "
-                              "<tool_call> blocks, Llama 3.1 JSON calls)", param="tools")
+                              "<tool_call> blocks, Llama 3.1 JSON calls, harmony, Gemma 4)", param="tools")
         tools = [tool_formats.Function(t.function.name, t.function.parameters or tool_formats.EMPTY_PARAMETERS,
                                        bool(t.function.strict)) for t in req.tools]
     kwargs = {**(model.template_kwargs or {}), **_effort(req, model),
               **(req.chat_template_kwargs or {})} or None
     messages = [m.as_template_message() for m in req.messages]
-    if harmony:  # gpt-oss's template reads an assistant turn's reasoning as `thinking`
-        messages = [{**m, "thinking": m["reasoning_content"]} if "reasoning_content" in m else m for m in messages]
+    key = special.reasoning_key if special else "reasoning_content"
+    if key != "reasoning_content":  # gpt-oss's template reads an assistant turn's reasoning as `thinking`
+        messages = [{**m, key: m["reasoning_content"]} if "reasoning_content" in m else m for m in messages]
     try:
         text = tok.render_chat(messages, add_generation_prompt=True,
                                template_kwargs=kwargs,
@@ -237,28 +255,29 @@ def _effort(req: ChatRequest, model: ServedModel) -> dict:
     return {"reasoning_effort": req.reasoning_effort}
 
 
-def _harmony_grammar(req: ChatRequest, fmt, tools: list) -> g.Grammar | None:
-    """A harmony reply's grammar (harmony.py): the tools' as for the other formats (HarmonyTools), or
-    response_format's on the final message, the analysis before it free."""
+def _special_grammar(req: ChatRequest, tok, fmt, tools: list, final_json) -> g.Grammar | None:
+    """The grammar of a reply read from its special tokens: the tools' as for the other formats
+    (HarmonyTools, Gemma4Tools), or response_format's on the answer, the reasoning before it free."""
     rf = req.response_format
     if fmt is not None or rf is None or rf.type == "text":
         return _output_grammar(req, fmt, tools, None)
     if rf.type == "json_object":
-        return _compiled(lambda: harmony_final_json({"type": "object"}, False, "response_format json_object"),
+        return _compiled(lambda: final_json(tok, {"type": "object"}, False, "response_format json_object"),
                          "response_format")
     js = rf.json_schema
     schema = {"type": "object"} if js.schema_ is None else js.schema_
-    return _compiled(lambda: harmony_final_json(schema, bool(js.strict), "response_format.json_schema.schema"),
+    return _compiled(lambda: final_json(tok, schema, bool(js.strict), "response_format.json_schema.schema"),
                      "response_format.json_schema")
 
 
-def _harmony_job(req: ChatRequest, model: ServedModel, loop, ids: list[int], fmt, tools: list) -> Job:
-    """A gpt-oss reply: analysis, final and calls are read from its harmony messages (harmony.py)."""
-    grammar = _harmony_grammar(req, fmt, tools)
+def _special_job(req: ChatRequest, model: ServedModel, loop, ids: list[int], fmt, tools: list, name: str) -> Job:
+    """A gpt-oss or Gemma 4 reply: reasoning, content and calls are read from its markers (SERVED)."""
+    served = SERVED[name]
+    grammar = _special_grammar(req, model.tokenizer, fmt, tools, served.final_json)
     reasoning = (req.reasoning_format or model.reasoning_format) != "none"
     prediction = model.tokenizer.encode(req.prediction.content, add_special_tokens=False) if req.prediction else []
     return Job("chat", ids, req.max_new or model.n_ctx, _sampler_params(req), req.stop, req.n_logprobs, loop,
-               grammar=grammar, reply={"reasoning": reasoning}, harmony=True, prediction=prediction,
+               grammar=grammar, reply={"reasoning": reasoning}, read_by=served.parser, prediction=prediction,
                ignore_eos=req.ignore_eos)
 
 
@@ -267,8 +286,9 @@ def chat_job(req: ChatRequest, model: ServedModel, loop) -> Job:
     choice = req.tool_choice or "auto"
     text, ids, fmt, tools = chat_prompt(req, model)
     _check_length(ids, model, "messages")
-    if is_harmony(tok.chat_template):
-        return _harmony_job(req, model, loop, ids, fmt, tools)
+    special = reply_format(tok.chat_template)
+    if special is not None:
+        return _special_job(req, model, loop, ids, fmt, tools, special.name)
     # reasoning is read out of the reply where the template knows <think> (Qwen3, DeepSeek-R1, QwQ);
     # a prompt that ends inside <think> (the template opened it) starts the reply in the reasoning,
     # and a grammar then holds from its end

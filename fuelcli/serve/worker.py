@@ -70,8 +70,8 @@ class Running:
         self.loop = TokenLoop(worker.engine, self.ids, job.max_tokens, Sampler(job.params, constraint),
                               self.eos_ids, self.stats)
         self.next: int | None = None  # the token to feed next, once generating
-        # a harmony reply's channels are special tokens, which its parser reads
-        self.stream = worker.tokenizer.stream(skip_special_tokens=not job.harmony)
+        # a harmony or Gemma 4 reply's markers are special tokens, which its parser reads
+        self.stream = worker.tokenizer.stream(skip_special_tokens=job.read_by is None)
         self.matcher = StopMatcher(job.stops)
         self.stop_string: str | None = None  # the stop string that ended the reply
         self.pending, self.sent, self.entries_len = [], 0, 0  # logprobs not yet sent; characters sent; their tokens' length

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ..errors import InputError
 from .generate import Sampler, Stats, common_prefix, generate
-from .harmony import Readable, is_harmony
+from .reply_formats import readable
 
 
 @dataclass
@@ -74,9 +74,9 @@ class ChatSession:
         self.held = self.held[:n]
         pieces = []
         budget = self.max_tokens or self.engine.n_ctx
-        # a harmony reply (gpt-oss) is kept as its template wants it back: the final answer as the
-        # content, the analysis as `thinking` (which the template drops from earlier turns)
-        reader = Readable() if is_harmony(self.tokenizer.chat_template) else None
+        # a harmony (gpt-oss) or Gemma 4 reply is kept as its template wants it back: the answer as the
+        # content, the reasoning under the template's key (it drops it from earlier turns)
+        reader = readable(self.tokenizer.chat_template)
         try:
             for piece in generate(self.engine, self.tokenizer, turn.ids, budget, self.sampler, self.eos_ids,
                                   self.stops, stats, cached=n, speculation=self.speculation, reader=reader):
@@ -84,6 +84,5 @@ class ChatSession:
                 yield piece
         finally:
             self.held = (turn.ids + stats.tokens)[: self.engine.pos]
-            said = {"content": "".join(pieces)} if reader is None else \
-                {"content": reader.content, "thinking": reader.reasoning}
+            said = {"content": "".join(pieces)} if reader is None else reader.message()
             self.messages = turn.messages + [{"role": "assistant", **said}]

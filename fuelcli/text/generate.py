@@ -289,8 +289,8 @@ def generate(engine, tokenizer, prompt_ids: list[int], max_tokens: int, sampler:
              eos_ids: set, stops: list[str], stats: Stats, cached: int = 0, speculation=None, reader=None):
     """Yields text pieces; fills `stats` as it goes (so an interrupted run still reports).
     `cached` as in sample_steps; speculation: a speculative.Speculation, whose steps replace
-    sample_steps'. reader: a harmony.Readable, for a harmony reply: the text is decoded with its
-    special tokens (the channel markers) and goes through it (feed, then finish)."""
+    sample_steps'. reader: a reply_formats.Readable, for a reply read from its special tokens
+    (harmony, Gemma 4): the text is decoded with them and goes through it (feed, then finish)."""
     steps = (speculation.steps if speculation is not None else sample_steps)(
         engine, prompt_ids, max_tokens, sampler, eos_ids, stats, cached)
     stream, matcher = tokenizer.stream(skip_special_tokens=reader is None), StopMatcher(stops)
