@@ -3,6 +3,7 @@
     python examples/synthetic_gguf.py OUT.gguf --shape qwen2-1.5b --type q4_k_m
     python examples/synthetic_gguf.py OUT.gguf --shape llama-8b --type q8_0 [--layers 4]
     python examples/synthetic_gguf.py OUT.gguf --shape qwen3-30b-a3b --type q4_k_m --layers 8
+    python examples/synthetic_gguf.py OUT.gguf --shape gpt-oss-20b --type mxfp4_moe --layers 4
 
 The demo files are mostly Q5_0 (Qwen2.5-Coder) and Q4_1 (SmolLM2); the files people download are
 mostly Q4_K + Q6_K. This writes any mix fuel reads, in the shapes of the models people run, so that
@@ -296,7 +297,8 @@ def write_hybrid(path: str, shape: str, qtype: str, layers: int | None = None, s
 def write_moe(path: str, shape: str, qtype: str, layers: int | None = None, seed: int = 0) -> None:
     """A MOE_SHAPES file: qwen3moe as convert_hf_to_gguf's Qwen3MoeModel writes it (QK-norms, key and
     value lengths, expert_feed_forward_length; llama.cpp renormalises qwen3moe's top-k, so no
-    norm_topk_prob key), Mixtral as its LlamaModel does (arch llama with expert counts). Each layer's
+    norm_topk_prob key), Mixtral as its LlamaModel does (arch llama with expert counts), gpt-oss as its
+    GptOssModel does (biases, attn_sinks, post_attention_norm, sliding_window, YaRN). Each layer's
     experts are 3-D tensors [experts, rows, cols] (ffn_{gate,up,down}_exps); the router
     (ffn_gate_inp) stays f32, as llama.cpp's quantize leaves it."""
     import gguf
