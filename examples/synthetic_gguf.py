@@ -388,6 +388,8 @@ def main(argv=None):
     p.add_argument("--layers", type=int, default=None, help="fewer layers than the shape has (a smaller file)")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
+    if a.qtype == "mxfp4_moe" and a.shape not in MOE_SHAPES:
+        p.error(f"--type mxfp4_moe needs a MoE shape ({', '.join(sorted(MOE_SHAPES))})")
     writer = write_hybrid if a.shape in HYBRID_SHAPES else write_moe if a.shape in MOE_SHAPES else write
     writer(a.out, a.shape, a.qtype, a.layers, a.seed)
     print(a.out, file=sys.stderr)
