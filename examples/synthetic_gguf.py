@@ -3,6 +3,7 @@
     python examples/synthetic_gguf.py OUT.gguf --shape qwen2-1.5b --type q4_k_m
     python examples/synthetic_gguf.py OUT.gguf --shape llama-8b --type q8_0 [--layers 4]
     python examples/synthetic_gguf.py OUT.gguf --shape qwen3-30b-a3b --type q4_k_m --layers 8
+    python examples/synthetic_gguf.py OUT.gguf --shape gpt-oss-20b --type mxfp4_moe --layers 4
 
 The demo files are mostly Q5_0 (Qwen2.5-Coder) and Q4_1 (SmolLM2); the files people download are
 mostly Q4_K + Q6_K. This writes any mix fuel reads, in the shapes of the models people run, so that
@@ -39,11 +40,15 @@ SHAPES = {
 MOE_SHAPES = {
     "qwen3-30b-a3b": ("qwen3moe", 2048, 48, 32, 4, 128, 6144, 128, 8, 768, 151936, 1e6, 40960, 1e-6),
     "mixtral-8x7b": ("llama", 4096, 32, 32, 8, 128, 14336, 8, 2, 0, 32000, 1e6, 32768, 1e-5),
+    # gpt-oss as its converter writes it: q/k/v/o biases, sinks, windowed (128) and full layers
+    # alternating, YaRN (32x over 4096), a router and experts with biases; `--type mxfp4_moe` is
+    # llama.cpp's MXFP4_MOE (the hub's GGUFs): experts MXFP4, every other matrix Q8_0
+    "gpt-oss-20b": ("gpt-oss", 2880, 24, 64, 8, 64, 2880, 32, 4, 2880, 201088, 150000.0, 131072, 1e-5),
 }
 TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k",
          "iq3_xxs", "iq3_s", "iq4_nl", "iq4_xs", "iq2_xxs", "iq2_xs",
          "iq2_s", "iq1_s", "iq1_m", "tq2_0", "tq1_0", "mxfp4",
-         "q4_k_m")
+         "q4_k_m", "mxfp4_moe")
 
 
 def _more_bits(i: int, n: int) -> bool:
@@ -52,6 +57,8 @@ def _more_bits(i: int, n: int) -> bool:
 
 
 def tensor_type(name: str, layer: int, n_layers: int, qtype: str) -> str:
+    if qtype == "mxfp4_moe":  # llama-quant.cpp: the 3-D (expert) tensors MXFP4, the others Q8_0
+        return "mxfp4" if name.endswith("_exps") else "q8_0"
     if qtype != "q4_k_m":
         return qtype
     if name in ("token_embd", "output") or (name in ("attn_v", "ffn_down") and _more_bits(layer, n_layers)):
@@ -290,7 +297,8 @@ def write_hybrid(path: str, shape: str, qtype: str, layers: int | None = None, s
 def write_moe(path: str, shape: str, qtype: str, layers: int | None = None, seed: int = 0) -> None:
     """A MOE_SHAPES file: qwen3moe as convert_hf_to_gguf's Qwen3MoeModel writes it (QK-norms, key and
     value lengths, expert_feed_forward_length; llama.cpp renormalises qwen3moe's top-k, so no
-    norm_topk_prob key), Mixtral as its LlamaModel does (arch llama with expert counts). Each layer's
+    norm_topk_prob key), Mixtral as its LlamaModel does (arch llama with expert counts), gpt-oss as its
+    GptOssModel does (biases, attn_sinks, post_attention_norm, sliding_window, YaRN). Each layer's
     experts are 3-D tensors [experts, rows, cols] (ffn_{gate,up,down}_exps); the router
     (ffn_gate_inp) stays f32, as llama.cpp's quantize leaves it."""
     import gguf
@@ -311,35 +319,51 @@ def write_moe(path: str, shape: str, qtype: str, layers: int | None = None, seed
     w.add_layer_norm_rms_eps(eps)
     w.add_expert_count(E)
     w.add_expert_used_count(k)
-    if arch == "qwen3moe":
+    if arch in ("qwen3moe", "gpt-oss"):
         w.add_key_length(hd)
         w.add_value_length(hd)
         w.add_expert_feed_forward_length(eff)
-    else:
+    if arch == "gpt-oss":
+        w.add_sliding_window(128)
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(32.0)
+        w.add_rope_scaling_orig_ctx_len(4096)
+        w.add_rope_scaling_yarn_beta_fast(32.0)
+        w.add_rope_scaling_yarn_beta_slow(1.0)
+    elif arch != "qwen3moe":
         w.add_vocab_size(vocab)
         w.add_rope_dimension_count(hd)
-    _write_vocab(w, vocab, "qwen2" if arch == "qwen3moe" else "llama-bpe")
+    _write_vocab(w, vocab, {"qwen3moe": "qwen2", "gpt-oss": "gpt-4o"}.get(arch, "llama-bpe"))
 
     cache: dict = {}
 
     def matrix(name, layer, rows, cols, experts=0):
         n = max(experts, 1)
-        data, gt = _random_rows(tensor_type(name.split(".")[-1].replace("_exps", ""), layer, L, qtype), n * rows, cols,
-                                rng, cache)
+        kind = name.split(".")[-1]
+        data, gt = _random_rows(tensor_type(kind if qtype == "mxfp4_moe" else kind.replace("_exps", ""), layer, L, qtype),
+                                n * rows, cols, rng, cache)
         if experts:
             data = data.reshape(experts, rows, -1)
         full = name if layer < 0 else f"blk.{layer}.{name}"
         w.add_tensor(f"{full}.weight", data, raw_shape=data.shape, raw_dtype=gt)
 
-    def vector(name, n, value):
-        w.add_tensor(name, np.full(n, value, np.float32))
+    def vector(name, n, value=None):
+        v = np.full(n, value, np.float32) if value is not None else (0.02 * rng.standard_normal(n)).astype(np.float32)
+        w.add_tensor(name, v)
 
+    biased = arch == "gpt-oss"
     matrix("token_embd", -1, vocab, H)
     matrix("output", -1, vocab, H)
     vector("output_norm.weight", H, 1.0)
     for i in range(L):
         vector(f"blk.{i}.attn_norm.weight", H, 1.0)
-        vector(f"blk.{i}.ffn_norm.weight", H, 1.0)
+        vector(f"blk.{i}.{'post_attention_norm' if biased else 'ffn_norm'}.weight", H, 1.0)
+        if biased:
+            for name, n in (("attn_q", nh * hd), ("attn_k", nkv * hd), ("attn_v", nkv * hd), ("attn_output", H),
+                            ("ffn_gate_inp", E), ("ffn_gate_exps", (E, inter)), ("ffn_up_exps", (E, inter)),
+                            ("ffn_down_exps", (E, H))):
+                vector(f"blk.{i}.{name}.bias", n)
+            vector(f"blk.{i}.attn_sinks.weight", nh)
         if arch == "qwen3moe":
             vector(f"blk.{i}.attn_q_norm.weight", hd, 1.0)
             vector(f"blk.{i}.attn_k_norm.weight", hd, 1.0)
@@ -364,6 +388,8 @@ def main(argv=None):
     p.add_argument("--layers", type=int, default=None, help="fewer layers than the shape has (a smaller file)")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
+    if a.qtype == "mxfp4_moe" and a.shape not in MOE_SHAPES:
+        p.error(f"--type mxfp4_moe needs a MoE shape ({', '.join(sorted(MOE_SHAPES))})")
     writer = write_hybrid if a.shape in HYBRID_SHAPES else write_moe if a.shape in MOE_SHAPES else write
     writer(a.out, a.shape, a.qtype, a.layers, a.seed)
     print(a.out, file=sys.stderr)
