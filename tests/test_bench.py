@@ -501,3 +501,24 @@ def test_first_token(smollm2_gguf):
     assert len(cold) == len(warm) == 1 and cold[0] > warm[0] > 0  # the empty cache compiles
     md = B.render_first_token_md(rep)
     assert "empty kernel cache (fresh install)" in md and "warm kernel cache" in md
+
+
+def test_moe_bytes_per_token_count_the_distinct_experts(tmp_path):
+    """An MoE step of B rows reads the experts they choose once each: n(1 - (1 - k/n)^B) of n on
+    average (uniform, independent choices), so a token's share of them is not the one row's k/n
+    divided by B. The control: a step's bytes are more than one row's (8 experts, top 2, B = 2:
+    7/16 of them against 1/4)."""
+    import gguf
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_moe_engine import write_tiny_qwen3moe
+
+    from fuelcli.assembly.loader import open_model
+    from fuelcli.families.schema import EXPERT_ROLES
+    from fuelcli.measure.roofline import bytes_per_token
+
+    m = open_model(str(write_tiny_qwen3moe(tmp_path / "moe.gguf", gguf.GGMLQuantizationType.Q8_0)), None, None)
+    experts = sum(t.nbytes for layer in m.weights.layers for role in EXPERT_ROLES for t in getattr(layer, role))
+    one, two = (bytes_per_token(m.cfg, m.weights, 0, seqs=b) for b in (1, 2))
+    assert 2 * two - one == pytest.approx(experts * (7 / 16 - 1 / 4), abs=2)
+    assert 2 * two > one

@@ -14,7 +14,8 @@ from ..weights.build import layer_vectors
 
 def bytes_per_token(cfg, weights, ctx: float, kv_value_bytes: int = 4, seqs: int = 1) -> int:
     """Bytes one decode step reads, per token it makes: every matrix it multiplies by (the embedding
-    contributes one row unless it is also the output; MoE experts at k of n), norms and biases, read
+    contributes one row unless it is also the output; MoE experts: the n(1 - (1 - k/n)^seqs) distinct
+    ones that `seqs` rows choose, each k of n uniformly and independently), norms and biases, read
     once for the step's `seqs` tokens, each sequence's K and V of ctx cached positions of its
     attention layers (kv_value_bytes each: 4 for f32, 2 for f16) and its linear-attention layers'
     state, read and written."""
@@ -23,8 +24,8 @@ def bytes_per_token(cfg, weights, ctx: float, kv_value_bytes: int = 4, seqs: int
     total += sum(t.nbytes for t in weights.tensors() if t is not weights.embed or t is weights.output)
     for layer in weights.layers:
         experts = [t for role in EXPERT_ROLES for t in getattr(layer, role)]
-        if experts:  # only k of n experts are read
-            total -= sum(t.nbytes for t in experts) * (1 - cfg.experts_per_tok / cfg.num_experts)
+        if experts:  # only the chosen experts are read, once however many rows chose them
+            total -= sum(t.nbytes for t in experts) * (1 - cfg.experts_per_tok / cfg.num_experts) ** seqs
         total += sum(int(v.nbytes) for v in layer_vectors(layer))
     # each sequence's K and V of its attention layers, and its linear layers' state read and written
     return int(total / seqs + 2 * attention_layers(cfg) * ctx * cfg.kv_dim * kv_value_bytes + 2 * state_bytes(cfg))

@@ -29,6 +29,9 @@ TAKEN = np.float32(-1.0)  # route's mark of a chosen expert: no probability (>= 
 # a layer's routing and expert variants (forward.moe_extras): its softmax over the top-k only (gpt-oss),
 # the addresses of its router's and experts' biases (0: none), its clamped SwiGLU's limit and alpha
 X_TOPK_SOFTMAX, X_ROUTER_BIAS, X_GATE_BIAS, X_UP_BIAS, X_DOWN_BIAS, X_LIMIT, X_ALPHA = range(7)
+# decode pairs up to this many (4 sequences' top-8) run their GLU and quantisation in the calling
+# thread: a few thousand values, where a parallel loop's join waits for every thread, a descheduled one too
+SERIAL_PAIRS = 32
 _Z = np.int64(0)
 NO_EXTRAS = (_Z, _Z, _Z, _Z, _Z, _Z, _Z)
 
@@ -97,11 +100,16 @@ def group(groups, n, e, start, rows, dec, src):
 
 @helper()
 def plan_one(experts, groups, pos):
-    """One row's k experts: pair i is expert i's group, reading h's row (the forward prepared it)."""
+    """One row's k experts, each a group reading h's row (the forward prepared it), in the order the
+    experts lie in the file, so that a thread's run of tasks reads its rows in address order: pos[0, i]
+    <- the pair row of its i-th expert (scatter sums in routing order, so the bits are the same)."""
     k = experts.shape[1]
     for i in range(k):
-        group(groups, i, experts[0, i], i, 1, 1, 0)
-        pos[0, i] = i
+        rank = 0
+        for j in range(k):
+            rank += experts[0, j] < experts[0, i]
+        group(groups, rank, experts[0, i], rank, 1, 1, 0)
+        pos[0, i] = rank
     return k
 
 
@@ -257,9 +265,15 @@ def moe(h, logits, act, mats, exp_idx_l, k, renorm, fn, kern, core, quant, out, 
         expert_biases(gate, groups, n, ex[X_GATE_BIAS], core)
     if ex[X_UP_BIAS] != 0:
         expert_biases(up, groups, n, ex[X_UP_BIAS], core)
-    expert_glu(gate, up, fn, ex, core)
-    if quant:
-        quantize_for(gate, act.eqx, core, dec)
+    if P == dec and P <= SERIAL_PAIRS:
+        for i in range(P):  # here, row by row: two parallel loops fewer (the same kernels, the same bits)
+            expert_glu(gate[i:i + 1], up[i:i + 1], fn, ex, core)
+            if quant:
+                quantize_for(gate[i:i + 1], qx_rows(act.eqx, i, gate.shape[1]), core, np.int64(1))
+    else:
+        expert_glu(gate, up, fn, ex, core)
+        if quant:
+            quantize_for(gate, act.eqx, core, dec)
     r, _ = describe_experts(gate, act.eqx, G_START, groups, n, 2, exp_idx_l, mats, kern, core, y, act.edesc, 0,
                             act.eddesc)
     batch(act.edesc, r, core, P > dec)
