@@ -1,7 +1,6 @@
 """exp of an f32 in numba code as inline IR (irgen.vexp: Cephes expf, within 2 ulp, NaN stays NaN),
 so that a loop over it vectorises: numba's np.exp is a call to libm's expf per element (no SVML
-here), ~10x slower per element than the loop around it (conv_silu over 6144 channels: 0.7 ms of a
-decode step of 6 linear layers, most of it in expf).
+here): 3.8 ns a value in a silu loop, against 0.73 ns inline.
 
 numba adds its fast-math flags to every float instruction that has none; with `reassoc` LLVM may
 fold the rounding trick (x * log2e + 1.5 * 2^23) - 1.5 * 2^23 back into x * log2e, so each
