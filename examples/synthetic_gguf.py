@@ -159,7 +159,11 @@ def write(path: str, shape: str, qtype: str, layers: int | None = None, seed: in
 # ssm_a = -exp(A_log), ffn_norm named post_attention_norm); no MTP layer (nextn_predict_layers 0).
 # arch, hidden, layers, heads, kv heads, head_dim, FFN (dense: intermediate; MoE: (experts, used,
 # expert intermediate, shared intermediate)), vocab, tied, linear (key heads, value heads, key dim,
-# value dim); Qwen3.5's published sizes as recalled, rope 1e7, 262144 context, partial rotary 1/4
+# value dim); Qwen3.5's published sizes as recalled, rope 1e7, 262144 context, partial rotary 1/4.
+# qwen35moe-35b-a3b is Qwen3.6-35B-A3B's text shape too: its model card gives the same sizes (40 layers
+# of hidden 2048, 3 DeltaNet to 1 attention, 16 QK / 32 V linear heads of 128, 16 / 2 heads of 256,
+# 256 experts of 512 top 8 plus a shared one, vocab 248320), and transformers loads Qwen3.6 files
+# with Qwen3.5's classes and model_type (qwen3_5_moe), so it has no shape of its own
 HYBRID_SHAPES = {
     "qwen35-0.8b": ("qwen35", 1024, 24, 8, 2, 256, 3584, 248320, True, (16, 16, 128, 128)),
     "qwen35-2b": ("qwen35", 2048, 24, 8, 2, 256, 6144, 248320, True, (16, 16, 128, 128)),

@@ -226,6 +226,31 @@ def test_roofline(tiny):
     assert bw["bytes"] == rep["tests"][1]["bytes_per_token"]  # the largest working set
 
 
+def test_roofline_counts_a_hybrids_recurrent_state(tmp_path_factory):
+    """A linear-attention layer's decode step reads its sequence's state (conv window, delta-rule
+    matrices) and writes it back: a hybrid's bytes per token are its tensors (one embedding row),
+    the K and V of its attention layers only (1 of 4) and the engine's own state arrays twice.
+    Control: the same sum without the state misses."""
+    from safetensors.numpy import load_file
+
+    from fuelcli.assembly.loader import open_model
+    from fuelcli.backends import make_engine
+
+    d = write_tiny("qwen3_5", tmp_path_factory.mktemp("bench_hybrid"))
+    model = open_model(str(d))
+    held = make_engine(model.cfg, model.weights, n_ctx=16).state
+    state = held.rec[:, 0].nbytes + held.conv[:, 0].nbytes  # one sequence's
+    # 3 linear layers, f32: 4 value heads of an 8 x 12 matrix, a conv window of 3 x (2 * 2 * 8 + 4 * 12)
+    assert state == 4 * 3 * (4 * 8 * 12 + 3 * 80)
+    tensors = sum(a.nbytes for f in d.glob("*.safetensors") for a in load_file(f).values())
+    weights = tensors - 4 * (256 - 1) * 64  # untied: one row of the embedding
+    rep = json.loads(bench(d, "-p", "0", "-n", "4", "-r", "1", "-t", "1", "-o", "json"))
+    kv = 2 * 1 * 2.5 * 2 * 16 * 4  # K and V, 1 attention layer, mean position, kv heads, head_dim, f32
+    got = rep["tests"][0]["bytes_per_token"]
+    assert got == int(weights + kv + 2 * state)
+    assert got != int(weights + kv)  # the control: the state left out
+
+
 def test_roofline_takes_the_higher_bandwidth():
     """A shared host's memory bandwidth moves within minutes: the roofline is the higher of the two
     measurements, whichever came first, so a test is not put above 100% by a low one."""

@@ -202,10 +202,12 @@ def hmax_any(bd, v):
 
 
 def vexp(bd, x):
-    """exp of a float vector (Cephes expf: within 2 ulp; inputs clamped to [-87.3, 88.4], a NaN stays
-    NaN). 2^k comes from the bits of the rounded k + 1.5 * 2^23 (no fptosi: NaN is poison there)."""
-    n = x.type.count
-    c = lambda v: splat_c(F32T, v, n)  # noqa: E731
+    """exp of a float vector or a float (Cephes expf: within 2 ulp; inputs clamped to [-87.3, 88.4], a
+    NaN stays NaN). 2^k comes from the bits of the rounded k + 1.5 * 2^23 (no fptosi: NaN is poison
+    there)."""
+    n = x.type.count if isinstance(x.type, ir.VectorType) else 0
+    c = (lambda v: splat_c(F32T, v, n)) if n else (lambda v: ir.Constant(F32T, v))
+    ci = (lambda v: splat_c(I32, v, n)) if n else (lambda v: ir.Constant(I32, v))
     x = fmax(bd, bd.select(bd.fcmp_ordered(">", x, c(88.3762626647949)), c(88.3762626647949), x), c(-87.33654475))
     magic = c(12582912.0)  # 1.5 * 2^23: adding and subtracting it rounds to the nearest integer
     kb = bd.fadd(bd.fmul(x, c(1.44269504088896341)), magic)
@@ -215,7 +217,7 @@ def vexp(bd, x):
     for a in _EXP_POLY[1:]:
         p = fmuladd(bd, p, r, c(a))
     p = fmuladd(bd, p, bd.fmul(r, r), bd.fadd(r, c(1.0)))
-    e = bd.shl(bd.add(bd.bitcast(kb, vec(I32, n)), splat_c(I32, 127, n)), splat_c(I32, 23, n))  # k's bits
+    e = bd.shl(bd.add(bd.bitcast(kb, vec(I32, n) if n else I32), ci(127)), ci(23))  # k's bits
     return bd.fmul(p, bd.bitcast(e, x.type))
 
 

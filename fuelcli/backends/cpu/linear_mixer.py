@@ -10,6 +10,7 @@ runs the chunked form (delta_chunked.py), the same maths in another order, withi
 import numpy as np
 from numba import njit, prange
 
+from .fast_exp import fast_exp
 from .jit import PARALLEL, helper
 
 
@@ -28,7 +29,8 @@ def _softplus(x):
 def conv_silu(x, w, taps, window, pos0, out):
     """out = silu(causal depthwise conv of x [rows, C] with w (flat [C, taps])), the window [taps - 1, C]
     holding the inputs before this segment's first row (zeros from position 0); the window then
-    holds this segment's last inputs."""
+    holds this segment's last inputs. exp inline (fast_exp) lets the loop over the channels
+    vectorise: 512 rows of 6144 channels took 10.6 ms with libm's expf, 2.7 ms so (one row: the same)."""
     rows, C = x.shape
     keep = taps - 1
     if pos0 == 0:
@@ -40,7 +42,7 @@ def conv_silu(x, w, taps, window, pos0, out):
                 src = t - keep + j
                 value = x[src, c] if src >= 0 else window[keep + src, c]
                 acc += w[c * taps + j] * value
-            out[t, c] = acc / (np.float32(1.0) + np.exp(-acc))
+            out[t, c] = acc / (np.float32(1.0) + fast_exp(-acc))
     if rows >= keep:
         for i in range(keep):
             for c in range(C):
@@ -83,7 +85,7 @@ def delta_rule(qkv, z, b, a, a_log, dt_bias, norm_w, state, pos0, k_heads, dk, d
 def _delta_head(qkv, z, b, a, a_log, dt_bias, norm_w, S, h, group, key_dim, dk, dv, eps, out):
     qh = np.empty(dk, np.float32)
     kh = np.empty(dk, np.float32)
-    u = np.empty(dv, np.float32)
+    u, sq = np.empty(dv, np.float32), np.empty(dv, np.float32)
     scale = np.float32(1.0) / np.sqrt(np.float32(dk))
     kk = h // group
     v0 = 2 * key_dim + h * dv
@@ -93,21 +95,25 @@ def _delta_head(qkv, z, b, a, a_log, dt_bias, norm_w, S, h, group, key_dim, dk, 
         _l2norm_scaled(row, key_dim + kk * dk, dk, np.float32(1.0), kh)
         decay = np.exp(-np.exp(a_log[h]) * _softplus(a[t, h] + dt_bias[h]))
         beta = _sigmoid(b[t, h])
+        # one pass reads S for S^T k and S^T q, one rewrites it: with S' = decay S + k u^T,
+        # S'^T q = decay S^T q + (k . q) u, so the decay needs no pass of its own
         for j in range(dv):
             u[j] = 0
+            sq[j] = 0
         for i in range(dk):
             for j in range(dv):
-                S[i, j] *= decay
                 u[j] += S[i, j] * kh[i]
-        for j in range(dv):
-            u[j] = (row[v0 + j] - u[j]) * beta
+                sq[j] += S[i, j] * qh[i]
+        kq = np.float32(0.0)
+        for i in range(dk):
+            kq += kh[i] * qh[i]
         o = out[t, h * dv:(h + 1) * dv]
         for j in range(dv):
-            o[j] = 0
+            u[j] = (row[v0 + j] - decay * u[j]) * beta
+            o[j] = decay * sq[j] + kq * u[j]
         for i in range(dk):
             for j in range(dv):
-                S[i, j] += kh[i] * u[j]
-                o[j] += S[i, j] * qh[i]
+                S[i, j] = decay * S[i, j] + kh[i] * u[j]
         _gated_norm(o, z[t, h * dv:(h + 1) * dv], norm_w, dv, eps)
 
 
@@ -119,7 +125,7 @@ def _gated_norm(o, z, norm_w, dv, eps):
         ss += o[j] * o[j]
     inv = np.float32(1.0) / np.sqrt(ss / dv + eps)
     for j in range(dv):
-        o[j] = o[j] * inv * norm_w[j] * (z[j] / (np.float32(1.0) + np.exp(-z[j])))
+        o[j] = o[j] * inv * norm_w[j] * (z[j] / (np.float32(1.0) + fast_exp(-z[j])))
 
 
 @helper()
@@ -142,7 +148,7 @@ def gate_rows(x, gate):
     """x *= sigmoid(gate), elementwise."""
     for t in range(x.shape[0]):
         for i in range(x.shape[1]):
-            x[t, i] *= np.float32(1.0) / (np.float32(1.0) + np.exp(-gate[t, i]))
+            x[t, i] *= np.float32(1.0) / (np.float32(1.0) + fast_exp(-gate[t, i]))
 
 
 @helper()
