@@ -250,19 +250,19 @@ def test_block_kind():
 def test_q8_tile_instructions(isa):
     """The q8 tiles use the instruction their ISA is named for, compiled for that ISA's CPU (avxvnni's
     is Alder Lake's VEX `{vex} vpdpbusd` on ymm, which no Zen 4 runs: checked here as assembly only);
-    avx2's assembly tile sums runs of int16 pair sums (vpaddw) for Q4_K and Q6_K, and leaves Q8_0 and
-    IQ4_XS (|w| up to 128) to the int16 tiles."""
+    avx2's assembly tile sums runs of int16 pair sums (vpaddw) for Q4_K and Q4_0, and leaves Q8_0 and
+    IQ4_XS (|w| up to 128) and Q6_K (runs of 2) to the int16 tiles."""
     from fuelcli.backends.cpu.kernels import q8_prefill_module
     from fuelcli.backends.cpu.kernels_prefill_q8 import driver_of, takes
 
     target = llvm.ISAS[isa]
-    fmts = ("q4_k", "q6_k") if isa == "avx2" else ("q8_0", "q4_k")
+    fmts = ("q4_k", "q4_0") if isa == "avx2" else ("q8_0", "q4_k")
     asm = {f: llvm.assembly(q8_prefill_module(driver_of(FORMATS[f].code, target), target)[0], target)
            for f in fmts}
     if isa == "avx2":
         assert all("vpmaddubsw" in a and "vpmaddwd" in a and "vpdpbusd" not in a for a in asm.values())
         assert all("vpaddw" in a.split("#APP")[1].split("#NO_APP")[0] for a in asm.values())
-        assert not takes(target, FORMATS["q8_0"].code) and not takes(target, FORMATS["iq4_xs"].code)
+        assert not any(takes(target, FORMATS[f].code) for f in ("q8_0", "iq4_xs", "q6_k"))
     else:
         assert all("vpdpbusd" in a and "vpmaddubsw" not in a for a in asm.values())
         assert all(("zmm" in a) == (isa == "avx512vnni") for a in asm.values())

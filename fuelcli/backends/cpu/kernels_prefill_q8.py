@@ -20,11 +20,12 @@ folded in (q * sc <= 45 fits a byte), and its two mins a block times each half's
 16-element sums of xq, xz, times the block's activation scale), as the int16 tiles do.
 
 vpmaddubsw (avx2) sums two u8 x s8 products into int16 with saturation: x + 128 (up to 255) against
-|w| > 64 could pass 32767. So avx2 takes the q8 tiles only for the formats whose |w| <= 32 (run_of:
-then runs of 2-8 quads' pair sums add up as int16 before vpmaddwd, kernels_prefill_q8_avx2's
-assembly; the IR tile, there only a matrix's edge, pair by pair); the others (Q8_0, the IQ4s, the
-IQ2s, IQ3_XXS, Q5_1... whose runs would be 0 or 1) keep the int16 tiles on the 8-bit values: llama.cpp's
-sign trick (vpsignb / vpabsb, no saturation) modelled 0.85-1.05x the int16 tile (docs/performance.md).
+|w| > 64 could pass 32767. So avx2 takes the q8 tiles only for the formats whose weights are small
+enough for runs of MIN_RUN quads or more (run_of: their pair sums add up as int16 before one
+vpmaddwd; kernels_prefill_q8_avx2's assembly; the IR tile, there only a matrix's edge, pair by
+pair); the others (Q8_0, the IQ4s and IQ2s, Q5_K, Q6_K...) keep the int16 tiles on the 8-bit values
+(the same integers). llama.cpp's sign trick (vpsignb / vpabsb: never saturated) was modelled at
+0.85-1.05x the int16 tile and measured slower than it (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -69,8 +70,8 @@ W_MAX = {"q4_0": 8, "q4_1": 15, "q5_0": 16, "q5_1": 31, "q4_k": 15, "q5_k": 31, 
 
 def run_of(code: int) -> int:
     """Quads of a block (or half) whose pair sums of x + 128 and w add up as int16 on avx2
-    (kernels_prefill_q8_avx2): 510 * |w| * run <= 32767, a power of two dividing the quads; 0:
-    the sign trick."""
+    (kernels_prefill_q8_avx2): 510 * |w| * run <= 32767, a power of two dividing the quads (0: even
+    one pair sum could saturate)."""
     from ...formats import BY_CODE
 
     cap = 32767 // (510 * W_MAX.get(BY_CODE[code].name, 128))
@@ -86,7 +87,7 @@ def driver_of(code: int, isa: Isa) -> str:
 
 
 ISAS = ("avx512vnni", "avxvnni", "avx2")  # the ISAs with q8 tiles (generic: the int16 tiles on the values)
-MIN_RUN = 2  # avx2: the shortest run that beats the int16 tile (modelled 1.16-1.21x; a run of 1 1.04x)
+MIN_RUN = 4  # avx2: the shortest run that is not slower than the int16 tile on Zen 4 (Q6_K's runs of 2: 0.79-0.87x)
 
 
 def tile(isa: Isa) -> tuple[int, int]:
@@ -103,7 +104,7 @@ def takes(isa: Isa, code: int) -> bool:
 
 def _dot(isa, bd, acc, xv, wv):
     """acc + quad sums of x + 128 (unsigned bytes) and w (<L x i32> each): vpdpbusd; on avx2
-    vpmaddubsw (|w| <= 32 there: a pair at most 16320), then vpmaddwd by ones."""
+    vpmaddubsw (|w| <= 16 there, takes: a pair at most 8160), then vpmaddwd by ones."""
     if isa.name != "avx2":
         return dpb(isa, bd, acc, xv, wv)
     L = acc.type.count
