@@ -209,7 +209,7 @@ def test_prefill_q8(isa, fmt):
     """Many tokens (the tile kernels: the 8-bit tiles of kernels_prefill_q8 on the ISAs that have
     them, else the int16 tiles) on the 8-bit values, against the numpy decode times
     them: every token-tile remainder, a partial last group of rows and task, several chunks of k
-    and a partial one."""
+    and a partial one. Negative control: against x itself the same tolerance fails."""
     from fuelcli.backends.cpu.kernels_prefill import KC, TASK_ROWS
     from fuelcli.backends.cpu.kernels_prefill_q8 import takes
 
@@ -231,6 +231,8 @@ def test_prefill_q8(isa, fmt):
         matmul(x, qx, raw.ctypes.data, nrows, raw.shape[1], f.code, k8, out)
         mag = np.abs(x) @ np.abs(w).T
         assert np.all(np.abs(out - _x8(qx, T, ncols) @ w.T) <= 1e-5 * mag), (fmt, T)
+        # negative control: the exact x (not its 8-bit values) misses that tolerance
+        assert not np.all(np.abs(out - x.astype(np.float64) @ w.T) <= 1e-5 * mag), (fmt, T)
         if tiles_q8:  # the int16 tiles on the same values: the same integers, sums in another order
             same = np.full((T, nrows), np.nan, np.float32)
             matmul(x, qx, raw.ctypes.data, nrows, raw.shape[1], f.code, kern, same)
