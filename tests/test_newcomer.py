@@ -61,7 +61,7 @@ def test_compile_message_names_the_formats(byte_model, monkeypatch, cached):
     """A first run says what it compiles and that it happens once per format; a warm one says nothing."""
     import fuelcli.backends.cpu.engine as E
 
-    monkeypatch.setattr(E, "kernels_cached", lambda weights=None: cached)
+    monkeypatch.setattr(E, "kernels_cached", lambda weights=None, activations="int16": cached)
     r = runner.invoke(app, ["run", str(byte_model), "hi", "-n", "1", "--no-chat-template", "--temp", "0"])
     assert r.exit_code == 0, r.output
     msg = "compiling fuel's CPU kernels for f32 weights (once per weight format"

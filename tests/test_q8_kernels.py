@@ -20,6 +20,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from test_formats import (ISAS, QUANT, _isa, as_tensor, decode_rows, matmul, quantize_for,  # noqa: E402
                           random_rows)
 
+import llvmlite.binding as llb
+
 from fuelcli.backends.cpu import llvm  # noqa: E402
 from fuelcli.backends.cpu import matmul as M  # noqa: E402
 from fuelcli.backends.cpu import q8_tables  # noqa: E402
@@ -75,9 +77,24 @@ def _cases(K):
     return {"normal": normal, "heavy": heavy, "halves": halves}
 
 
+# avxvnni's kernels (8 lanes, vpdpbusd on ymm) compiled for this host: on a CPU with AVX512-VNNI and
+# AVX512-VL but no AVX-VNNI (Zen 4), LLVM encodes the same instructions as EVEX, which it runs; the
+# VEX encoding an AVX-VNNI CPU runs is checked as assembly only (test_q8_tile_instructions)
+VNNI_EVEX = "avxvnni-evex"
+_EVEX_OK = (not llvm.supported("avxvnni") and llvm.supported("avx512vnni")
+            and llvm.host_features().get("avx512vl", False))
+TILE_ISAS = ISAS + [pytest.param(VNNI_EVEX, marks=pytest.mark.skipif(not _EVEX_OK, reason="no EVEX-only VNNI host"))]
+
+
+def _tile_isa(name):
+    if name == VNNI_EVEX:
+        return llvm.ISAS["avxvnni"]._replace(cpu=llb.get_host_cpu_name(), features=llb.get_host_cpu_features().flatten())
+    return _isa(name)
+
+
 def _tables(isa_name, codes, kind=None):
     """(int16 kernel and core tables, q8 ones) for the formats `codes`; kind forces the activation blocks."""
-    isa = _isa(isa_name)
+    isa = _tile_isa(isa_name)
     kern, core = M.kernel_table(codes, isa), M.core_table(isa, 64)
     k8, c8 = kern.copy(), core.copy()
     q8_tables.apply(k8, c8, codes, isa)
@@ -186,15 +203,15 @@ def test_decode_q8(isa, fmt):
     assert rel8 > 20 * rel16, (fmt, rel8, rel16)
 
 
-@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("isa", TILE_ISAS)
 @pytest.mark.parametrize("fmt", QUANT)
 def test_prefill_q8(isa, fmt):
-    """Many tokens (the tile kernels: on the planes ISA the vpdpbusd tiles of kernels_prefill_q8 for the
-    formats they take, else the int16 tiles) on the 8-bit values, against the numpy decode times
+    """Many tokens (the tile kernels: the 8-bit tiles of kernels_prefill_q8 on the ISAs that have
+    them, else the int16 tiles) on the 8-bit values, against the numpy decode times
     them: every token-tile remainder, a partial last group of rows and task, several chunks of k
-    and a partial one."""
+    and a partial one. Negative control: against x itself the same tolerance fails."""
     from fuelcli.backends.cpu.kernels_prefill import KC, TASK_ROWS
-    from fuelcli.backends.cpu.kernels_prefill_q8 import prefill_w8
+    from fuelcli.backends.cpu.kernels_prefill_q8 import takes
 
     f = FORMATS[fmt]
     ncols = KC * 2 + 256
@@ -202,7 +219,7 @@ def test_prefill_q8(isa, fmt):
     raw = random_rows(fmt, nrows, ncols, seed=50 + f.code)
     w = _dequantised(fmt, raw, ncols)
     (kern, _), (k8, c8) = _tables(isa, [f.code])
-    tiles_q8 = llvm.planes_isa(_isa(isa)) and prefill_w8(f.code)
+    tiles_q8 = takes(_tile_isa(isa), f.code)
     assert (k8[f.code, M.K_PREFILL] != kern[f.code, M.K_PREFILL]) == tiles_q8
     rng = np.random.default_rng(5)
     for T in (2, 13, 30):
@@ -214,6 +231,8 @@ def test_prefill_q8(isa, fmt):
         matmul(x, qx, raw.ctypes.data, nrows, raw.shape[1], f.code, k8, out)
         mag = np.abs(x) @ np.abs(w).T
         assert np.all(np.abs(out - _x8(qx, T, ncols) @ w.T) <= 1e-5 * mag), (fmt, T)
+        # negative control: the exact x (not its 8-bit values) misses that tolerance
+        assert not np.all(np.abs(out - x.astype(np.float64) @ w.T) <= 1e-5 * mag), (fmt, T)
         if tiles_q8:  # the int16 tiles on the same values: the same integers, sums in another order
             same = np.full((T, nrows), np.nan, np.float32)
             matmul(x, qx, raw.ctypes.data, nrows, raw.shape[1], f.code, kern, same)
@@ -227,3 +246,139 @@ def test_block_kind():
     assert q8_tables.block_kind(c("q4_k", "q6_k", "f32")) == "q8_k"
     assert q8_tables.block_kind(c("q4_k", "q8_0")) == "q8_0"
     assert q8_tables.block_kind(c("f16")) == "q8_0"
+
+
+@pytest.mark.parametrize("isa", ["avx512vnni", "avxvnni", "avx2"])
+def test_q8_tile_instructions(isa):
+    """The q8 tiles use the instruction their ISA is named for, compiled for that ISA's CPU (avxvnni's
+    is Alder Lake's VEX `{vex} vpdpbusd` on ymm, which no Zen 4 runs: checked here as assembly only);
+    avx2's assembly tile sums runs of int16 pair sums (vpaddw) for Q4_K and Q4_0, and leaves Q8_0 and
+    IQ4_XS (|w| up to 128) and Q6_K (runs of 2) to the int16 tiles."""
+    from fuelcli.backends.cpu.kernels import q8_prefill_module
+    from fuelcli.backends.cpu.kernels_prefill_q8 import driver_of, takes
+
+    target = llvm.ISAS[isa]
+    fmts = ("q4_k", "q4_0") if isa == "avx2" else ("q8_0", "q4_k")
+    asm = {f: llvm.assembly(q8_prefill_module(driver_of(FORMATS[f].code, target), target)[0], target)
+           for f in fmts}
+    if isa == "avx2":
+        assert all("vpmaddubsw" in a and "vpmaddwd" in a and "vpdpbusd" not in a for a in asm.values())
+        assert all("vpaddw" in a.split("#APP")[1].split("#NO_APP")[0] for a in asm.values())
+        assert not any(takes(target, FORMATS[f].code) for f in ("q8_0", "iq4_xs", "q6_k"))
+    else:
+        assert all("vpdpbusd" in a and "vpmaddubsw" not in a for a in asm.values())
+        assert all(("zmm" in a) == (isa == "avx512vnni") for a in asm.values())
+        assert all(("{vex}\tvpdpbusd" in a) == (isa == "avxvnni") for a in asm.values())
+
+
+def _aligned(n, dtype):
+    buf = np.zeros(n + 64, dtype)
+    o = (-buf.ctypes.data % 64) // buf.itemsize
+    return buf[o:o + n]
+
+
+@pytest.mark.skipif(not llvm.supported("avx2"), reason="CPU lacks avx2")
+def test_w_max():
+    """kernels_prefill_q8.W_MAX is each format's largest |w| on its q8 panel (the avx2 unpack, on
+    every bit pattern of random rows), and the formats it leaves out reach past 64 (their pair sums
+    of x + 128 could saturate vpmaddubsw: the sign trick)."""
+    import ctypes
+
+    from fuelcli.backends.cpu import kernels as K
+    from fuelcli.backends.cpu.kernels_prefill import KC, TASK_ROWS
+    from fuelcli.backends.cpu.kernels_prefill_q8 import QUADS, W_MAX, kind_of, per_block
+
+    isa = llvm.ISAS["avx2"]
+    seen = {}
+    for name in QUANT:
+        code = FORMATS[name].code
+        raw = np.ascontiguousarray(random_rows(name, TASK_ROWS, KC, seed=7))
+        P = per_block(kind_of(code))
+        panel = _aligned(TASK_ROWS * KC // 32 * P, np.int32)
+        sc, mn = _aligned(TASK_ROWS * KC // 32 * 2, np.float32), _aligned(TASK_ROWS * KC // 32 * 2, np.float32)
+        (unpack,) = K._compiled("q8prefill", code, isa)
+        ctypes.CFUNCTYPE(None, *[ctypes.c_int64] * 8)(unpack)(raw.ctypes.data, raw.shape[1], TASK_ROWS, 0, KC,
+                                                              panel.ctypes.data, sc.ctypes.data, mn.ctypes.data)
+        seen[name] = int(np.abs(panel.reshape(-1, P, 8)[:, :QUADS].view(np.int8).astype(np.int32)).max())
+    assert {n: v for n, v in seen.items() if n in W_MAX} == {n: W_MAX[n] for n in seen if n in W_MAX}
+    assert all(v > 64 for n, v in seen.items() if n not in W_MAX), seen
+
+
+def _extreme_rows(fmt, nrows, ncols):
+    """Rows of scale 1 whose every weight is the format's most negative: Q8_0 -128, Q5_0 -16, Q4_0 -8."""
+    f = FORMATS[fmt]
+    blocks = np.zeros((nrows * ncols // f.block_elems, f.block_bytes), np.uint8)
+    blocks[:, :2] = np.frombuffer(np.float16(1.0).tobytes(), np.uint8)
+    if fmt == "q8_0":
+        blocks[:, f.layout.qs:] = 0x80
+    return blocks.reshape(nrows, -1)
+
+
+def _maddubs(u, s):
+    """vpmaddubsw on int arrays (..., 2k): pair sums saturated to int16."""
+    p = u[..., 0::2].astype(np.int64) * s[..., 0::2] + u[..., 1::2].astype(np.int64) * s[..., 1::2]
+    return np.clip(p, -32768, 32767)
+
+
+@pytest.mark.skipif(not llvm.supported("avx2"), reason="CPU lacks avx2")
+@pytest.mark.parametrize("fmt", ["q8_0", "q5_0", "q4_0"])
+def test_avx2_saturation(fmt):
+    """The avx2 q8 prefill where vpmaddubsw's int16 pair sums would be largest: every weight the
+    format's most negative, x at +-127. Q5_0 (x + 128 = 255 against -16: runs of 4 quads reach
+    -32640), Q4_0 (-8: runs of 8); Q8_0 (-128) on the int16 tiles. Against the integer dot,
+    exactly (the sums are integers, the scales powers of two but x's). Negative controls, on the
+    same integers: x + 128 against Q8_0's weights saturates (why it keeps the int16 tiles), and a
+    run twice as long overflows int16."""
+    from fuelcli.backends.cpu.kernels_prefill_q8 import run_of, takes
+
+    f = FORMATS[fmt]
+    nrows, ncols, T = 16, 512, 6
+    raw = _extreme_rows(fmt, nrows, ncols)
+    w = _dequantised(fmt, raw, ncols)
+    assert np.all(w == {"q8_0": -128, "q5_0": -16, "q4_0": -8}[fmt])
+    (kern, _), (k8, c8) = _tables("avx2", [f.code])
+    assert (k8[f.code, M.K_PREFILL] != kern[f.code, M.K_PREFILL]) == (fmt != "q8_0") == takes(_isa("avx2"), f.code)
+    x = np.where(np.arange(T)[:, None] % 2 == 0, 1.0, -1.0).astype(np.float32) * np.ones((T, ncols), np.float32)
+    qx = quantized(T, ncols)
+    quantize_for(x, qx, c8, 0)
+    q = qx.xq[:T * ncols].reshape(T, ncols).astype(np.int64)
+    assert np.all(np.abs(q) == 127)
+    out = np.full((T, nrows), np.nan, np.float32)
+    matmul(x, qx, raw.ctypes.data, nrows, raw.shape[1], f.code, k8, out)
+    want = _x8(qx, T, ncols) @ w.T
+    assert np.array_equal(out, want.astype(np.float32)), fmt
+    wi = w[0].astype(np.int64)
+    exact = (q * wi).sum(-1)
+    u = (q + 128).reshape(T, -1, 4)
+    if fmt == "q8_0":  # x + 128 against w: the tokens of x = +127 (255 * -128 twice) saturate
+        naive = _maddubs(u, np.broadcast_to(wi.reshape(-1, 4), u.shape)).sum((-1, -2)) - 128 * wi.sum()
+        assert np.all(np.abs(naive - exact)[0::2] > 0.4 * np.abs(exact)[0::2])
+    else:  # a run of twice the quads, summed as int16 (vpaddw wraps)
+        run = run_of(f.code)
+        pairs = _maddubs(u, np.broadcast_to(wi.reshape(-1, 4), u.shape))  # (T, quads, 2 int16 lanes)
+        runs = pairs.reshape(T, -1, 2 * run, 2).sum(2)  # each lane's sum over 2 * run quads
+        wrapped = ((runs + 32768) % 65536 - 32768).sum((-1, -2)) - 128 * wi.sum()
+        assert np.any(wrapped != exact)
+
+
+def test_kernels_cached_counts_q8(tmp_path):
+    """engine.kernels_cached (`fuel run`'s "compiling" notice) counts the q8 modules with
+    `--activations q8`: in a fresh cache, after the int16 kernels of a Q4_0 model compiled, int16 is
+    warm and q8 cold (the negative control) until the q8 tables compile; on avx2, whose q8 path has
+    tiles of its own (FUEL_ISA picks it)."""
+    import subprocess
+
+    code = ("from fuelcli.backends.cpu import engine as E, kernels, llvm, q8_tables, matmul as M\n"
+            "E._forward_cached = lambda: True\n"
+            "class T: format = type('F', (), {'code': 4})()\n"
+            "class W:\n    def tensors(self): return [T()]\n"
+            "isa = llvm.host_isa(); kernels.addresses(4, isa)\n"
+            "before = (E.kernels_cached(W()), E.kernels_cached(W(), 'q8'))\n"
+            "q8_tables.apply(M.kernel_table([4], isa), M.core_table(isa, 64), [4], isa)\n"
+            "print(isa.name, before, E.kernels_cached(W(), 'q8'))\n")
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path), "FUEL_ISA": "avx2"}
+    if not llvm.supported("avx2"):
+        pytest.skip("CPU lacks avx2")
+    r = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[0] == "avx2 (True, False) True", r.stdout

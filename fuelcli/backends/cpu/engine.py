@@ -43,16 +43,19 @@ def _forward_cached() -> bool:
         return True
 
 
-def kernels_cached(weights: ModelWeights | None = None) -> bool:
-    """Whether the forward (numba's on-disk cache) and the kernels of the weights' formats are
-    compiled already (False: the first engine compiles them). Says True when it cannot tell."""
+def kernels_cached(weights: ModelWeights | None = None, activations: str = "int16") -> bool:
+    """Whether the forward (numba's on-disk cache) and the kernels of the weights' formats, with
+    those of the activations (q8_tables.py), are compiled already (False: the first engine compiles
+    them). Says True when it cannot tell."""
+    from . import q8_tables
     from .kernels import cached
 
     try:
         codes = {t.format.code for t in weights.tensors()} if weights is not None else ()
         isa = host_isa()
-        use_amx = amx.available(isa) and any(is_quant(c) for c in codes)
-        return _forward_cached() and cached(codes, isa, use_amx)
+        use_amx = amx.available(isa) and any(is_quant(c) for c in codes) and activations == "int16"
+        return (_forward_cached() and cached(codes, isa, use_amx)
+                and (activations == "int16" or q8_tables.cached(codes, isa)))
     except Exception:  # never let it break a run
         return True
 
@@ -228,7 +231,7 @@ class CpuEngine(Engine):
                 states)
 
     def compiled(self) -> bool:
-        return kernels_cached(self.weights)
+        return kernels_cached(self.weights, self.activations)
 
     def warm_up(self):
         """Loads the forward numba compiled for the argument types every prefill passes (or compiles

@@ -36,7 +36,7 @@ from . import amx
 from . import unpack as U
 from .kernels_decode import DECODE_WIDTHS, build_decode, build_decode_q8, build_dequant, wide_widths
 from .kernels_prefill import build_driver, build_unpack
-from .kernels_prefill_q8 import build_driver_q8, build_unpack_q8, kind_of
+from .kernels_prefill_q8 import build_driver_q8, build_unpack_q8, driver_of
 from .llvm import Isa, compile_module, is_cached
 
 KINDS = ("decode", "unpack", "dequant")
@@ -84,8 +84,8 @@ def q8_module(code: int, isa: Isa, widths=(1,)) -> tuple[ir.Module, list[str]]:
 
 
 def q8_prefill_module(key, isa: Isa) -> tuple[ir.Module, list[str]]:
-    """The q8 prefill tiles (kernels_prefill_q8.py): key a driver kind ("quant", "quant_min"), or a
-    format's code for its panel unpack."""
+    """The q8 prefill tiles (kernels_prefill_q8.py): key a driver (kernels_prefill_q8.driver_of), or
+    a format's code for its panel unpack."""
     from ...formats import BY_CODE
 
     tag = key if isinstance(key, str) else BY_CODE[key].name
@@ -160,7 +160,7 @@ def q8_wide_addresses(code: int, isa: Isa) -> tuple:
 
 def q8_prefill_addresses(code: int, isa: Isa) -> tuple[int, int]:
     """(q8 prefill driver, the format's q8 panel unpack): kernels_prefill_q8.py."""
-    (driver,) = _compiled("q8prefill", kind_of(code), isa)
+    (driver,) = _compiled("q8prefill", driver_of(code, isa), isa)
     (unpack,) = _compiled("q8prefill", code, isa)
     return driver, unpack
 

@@ -296,13 +296,14 @@ def _prefill_task(mod, driver, name, rows=TASK_ROWS):
     bd.ret_void()
 
 
-def _panel_driver(isa, mod, name, kc_max, panel_ty, panel_elems, micro, quant, nm=0):
+def _panel_driver(isa, mod, name, kc_max, panel_ty, panel_elems, micro, quant, nm=0, tile=None):
     """prefill(unpack, w, row_bytes, n_rows, K, T, x, xs, xf, out, ldo, xz): for each chunk of k, the
     format's `unpack` (called by address) fills the stack panel, then every token tile runs over it
-    (micro[tokens, groups]: TT tokens x RG groups of rows, a task's last groups and tokens singly);
-    nm mins a 32-block (_micro_quant: with 2, the tiles read xz where the others read xf)."""
+    (micro[tokens, groups]: TT tokens x RG groups of rows, a task's last groups and tokens singly:
+    `tile`, else tile_shape's); nm mins a 32-block (_micro_quant: with 2, the tiles read xz where the
+    others read xf)."""
     L = isa.lanes
-    TT, RG = tile_shape(isa, quant)
+    TT, RG = tile or tile_shape(isa, quant)
     fn, bd = func(mod, name, 12)
     fn.linkage = "internal"
     unpack_, w, row_bytes, n_rows, K, T, x_, xs_, xf_, out_, ldo, xz_ = fn.args

@@ -1,8 +1,9 @@
-"""Prefill with 8-bit activations (`--activations q8`) on avx512vnni: vpdpbusd, 64 multiply-adds an
-instruction where the int16 tiles' vpdpwssd do 32.
+"""Prefill with 8-bit activations (`--activations q8`): on avx512vnni vpdpbusd, 64 multiply-adds an
+instruction where the int16 tiles' vpdpwssd do 32; on avxvnni the same on ymm; on avx2 vpmaddubsw +
+vpmaddwd (_dot). One description for every width: the lanes are the ISA's (16 or 8 rows a vector).
 
 The same driver as the int16 tiles (kernels_prefill._panel_driver: a task's rows unpacked a chunk
-of k at a time into a stack panel, token tiles of TT x RG groups of 16 rows over it) with another
+of k at a time into a stack panel, token tiles of TT x RG groups of L rows over it) with another
 panel and micro-kernel. The panel holds the format's block emitter's integer weights (the int16
 tiles' own unpacking) as signed bytes, four consecutive k of a row in each i32 lane
 (`panel[b][quad][lane]`), and per 32-block and row -128 times the sum of its weights. The
@@ -14,20 +15,33 @@ Where a format's scales are per 16 elements (the record's words_sub16: Q3_K, Q6_
 with 16-element scales), the int16 tiles take weights with those scales folded in; here the panel
 takes the exact decode's small weights and scales (Block.exact) instead, and the micro-kernel sums
 and scales each 16-element half on its own (kind "quant16": the second scale where the mins go).
-Q2_K (a min per 16 elements) keeps the int16 tiles on the 8-bit values.
+Q2_K (kind "quant_min16": a min per 16 elements) takes the int16 tiles' weights, its sub-block scales
+folded in (q * sc <= 45 fits a byte), and its two mins a block times each half's activation sum (the
+16-element sums of xq, xz, times the block's activation scale), as the int16 tiles do.
+
+vpmaddubsw (avx2) sums two u8 x s8 products into int16 with saturation: x + 128 (up to 255) against
+|w| > 64 could pass 32767. So avx2 takes the q8 tiles only for the formats whose weights are small
+enough for runs of MIN_RUN quads or more (run_of: their pair sums add up as int16 before one
+vpmaddwd; kernels_prefill_q8_avx2's assembly; the IR tile, there only a matrix's edge, pair by
+pair); the others (Q8_0, the IQ4s and IQ2s, Q5_K, Q6_K...) keep the int16 tiles on the 8-bit values
+(the same integers). llama.cpp's sign trick (vpsignb / vpabsb: never saturated) was modelled at
+0.85-1.05x the int16 tile and measured slower than it (docs/performance.md).
 """
 
 from __future__ import annotations
 
 from llvmlite import ir
 
+from . import kernels_prefill_q8_avx2 as avx2
 from . import unpack as U
-from .irgen import (F32T, G, I8, I16, I32, Loop, Var, c64, const, dpb, fmuladd, func, hsum, load, ptr_to, splat,
-                    splat_c, transpose, vec)
+from .irgen import (F32T, G, I8, I16, I32, Loop, Var, c64, call_intrinsic, const, dpb, fmuladd, func, hsum, load,
+                    ptr_to, splat, splat_c, transpose, vec)
+from .llvm import Isa
 from .kernels_prefill import KC, TASK_ROWS, _load_out, _lane_mask, _panel_driver, _prefill_task, _store_out
 
 QUADS = G // 4  # i32 lanes of four weights in a 32-block's row
-KINDS = ("quant", "quant_min", "quant16")  # a scale a 32-block; and a min; a scale per 16 elements
+KINDS = ("quant", "quant_min", "quant16", "quant_min16")  # a scale a 32-block; and a min; a scale per 16
+# elements; a scale a 32-block and a min per 16 elements
 
 
 def per_block(kind: str) -> int:
@@ -37,16 +51,66 @@ def per_block(kind: str) -> int:
 
 def kind_of(code: int) -> str:
     rec = U.record(code)
+    if rec.min_sub16:
+        return "quant_min16"
     return "quant16" if rec.words_sub16 else KINDS[rec.mins_per_group]
-TILE = (3, 4)  # tokens x groups of 16 rows (kernels_prefill.tile_shape's AVX-512 tile)
-LANES = 16
 
 
-def prefill_w8(code: int) -> bool:
-    """Whether the q8 prefill tiles take the format: all block formats but those with a min per 16
-    elements."""
-    rec = U.record(code)
-    return rec.quant and not rec.min_sub16
+def mins_of(kind: str) -> int:
+    """Mins a 32-block (kernels_prefill._micro_quant's nm)."""
+    return {"quant_min": 1, "quant_min16": 2}.get(kind, 0)
+
+
+# the largest |w| of each format's panel weights where it is below 128 (Q8_0 and the IQ4s reach
+# 128): the avx2 tile's form (run_of); test_q8_kernels checks each on its unpacked panel
+W_MAX = {"q4_0": 8, "q4_1": 15, "q5_0": 16, "q5_1": 31, "q4_k": 15, "q5_k": 31, "q6_k": 32, "q3_k": 4, "q2_k": 45,
+         "iq3_xxs": 62, "iq3_s": 15, "iq2_xxs": 43, "iq2_xs": 43, "iq2_s": 43, "iq1_s": 9, "iq1_m": 9,
+         "tq2_0": 2, "tq1_0": 1, "mxfp4": 12}
+
+
+def run_of(code: int) -> int:
+    """Quads of a block (or half) whose pair sums of x + 128 and w add up as int16 on avx2
+    (kernels_prefill_q8_avx2): 510 * |w| * run <= 32767, a power of two dividing the quads (0: even
+    one pair sum could saturate)."""
+    from ...formats import BY_CODE
+
+    cap = 32767 // (510 * W_MAX.get(BY_CODE[code].name, 128))
+    run = QUADS // (2 if kind_of(code) == "quant16" else 1)
+    while run > cap:
+        run //= 2
+    return run
+
+
+def driver_of(code: int, isa: Isa) -> str:
+    """The q8 prefill driver a format takes on the ISA: its kind; on avx2 and its run (run_of)."""
+    return kind_of(code) + (f"_run{run_of(code)}" if isa.name == "avx2" else "")
+
+
+ISAS = ("avx512vnni", "avxvnni", "avx2")  # the ISAs with q8 tiles (generic: the int16 tiles on the values)
+MIN_RUN = 4  # avx2: the shortest run that is not slower than the int16 tile on Zen 4 (Q6_K's runs of 2: 0.79-0.87x)
+
+
+def tile(isa: Isa) -> tuple[int, int]:
+    """Tokens x groups of L rows of the IR tile (avx2's assembly: kernels_prefill_q8_avx2.TILE):
+    kernels_prefill.tile_shape's AVX-512 tile; on ymm 3 x 2 (6 int32 and 6 f32 sums, 2 weight vectors
+    and a broadcast of the 16 registers)."""
+    return (3, 4) if isa.lanes == 16 else (3, 2)
+
+
+def takes(isa: Isa, code: int) -> bool:
+    """Whether the ISA has q8 tiles for the format (avx2: run_of >= MIN_RUN)."""
+    return isa.name in ISAS and U.record(code).quant and (isa.name != "avx2" or run_of(code) >= MIN_RUN)
+
+
+def _dot(isa, bd, acc, xv, wv):
+    """acc + quad sums of x + 128 (unsigned bytes) and w (<L x i32> each): vpdpbusd; on avx2
+    vpmaddubsw (|w| <= 16 there, takes: a pair at most 8160), then vpmaddwd by ones."""
+    if isa.name != "avx2":
+        return dpb(isa, bd, acc, xv, wv)
+    L = acc.type.count
+    b8 = vec(I8, 4 * L)
+    p16 = call_intrinsic(bd, "llvm.x86.avx2.pmadd.ub.sw", vec(I16, 2 * L), [bd.bitcast(xv, b8), bd.bitcast(wv, b8)])
+    return bd.add(acc, call_intrinsic(bd, "llvm.x86.avx2.pmadd.wd", acc.type, [p16, splat_c(I16, 1, 2 * L)]))
 
 
 def _unpack_q8(isa, mod, code, name):
@@ -55,7 +119,7 @@ def _unpack_q8(isa, mod, code, name):
     per_block: quad q, its elements 4q .. 4q + 3 of 32-block b), -128 * sum(w) after them (quant16:
     of each half); scales and mins as the int16 unpack (quant16: each half's scale in scales and
     mins). Lanes past n_rows get zeros."""
-    L = LANES
+    L = isa.lanes
     fn, bd = func(mod, name, 8)
     w_, row_bytes, n_rows, k0, kc, panel_, scales_, mins_ = fn.args
     rec = U.record(code)
@@ -66,6 +130,7 @@ def _unpack_q8(isa, mod, code, name):
     wp = ptr_to(bd, w_, I8)
     panel, scales = ptr_to(bd, panel_, vec(I32, L)), ptr_to(bd, scales_, F32T)
     mins = ptr_to(bd, mins_, F32T) if kind != "quant" else None
+    nm = max(mins_of(kind), 1)  # mins of a block in the panel's mins (quant16: the second scale)
     nb = bd.udiv(kc, c64(G))
     vq = vec(I32, QUADS)
     with bd.goto_entry_block():
@@ -76,18 +141,18 @@ def _unpack_q8(isa, mod, code, name):
     with Loop(bd, 0, TASK_ROWS // L) as g:
         pg = bd.gep(panel, [bd.mul(g, c64(KC // G * P))])
         sg = bd.gep(scales, [bd.mul(g, c64(KC // G * L))])
-        mg = bd.gep(mins, [bd.mul(g, c64(KC // G * L))]) if mins is not None else None
+        mg = bd.gep(mins, [bd.mul(g, c64(nm * KC // G * L))]) if mins is not None else None
         with Loop(bd, 0, L) as lane:
             rr = bd.add(bd.mul(g, c64(L)), lane)
 
-            def put(b, w8, wsums, scale, mn):
+            def put(b, w8, wsums, scale, mns):
                 bd.store(w8, bd.gep(stage, [bd.add(bd.mul(lane, c64(KC // G)), b)]), align=32)
                 at = bd.add(bd.mul(b, c64(L)), lane)
                 for h, ws in enumerate(wsums):
                     bd.store(ws, bd.gep(sums, [bd.add(bd.mul(bd.add(bd.mul(b, c64(halves)), c64(h)), c64(L)), lane)]))
                 bd.store(scale, bd.gep(sg, [at]))
-                if mg is not None:
-                    bd.store(mn, bd.gep(mg, [at]))
+                for h, mn in enumerate(mns if mg is not None else []):  # [b * nm + h][lane]
+                    bd.store(mn, bd.gep(mg, [bd.add(bd.mul(bd.add(bd.mul(b, c64(nm)), c64(h)), c64(L)), lane)]))
 
             def wsum(w, lo, hi):
                 part = bd.shuffle_vector(w, w, const(I32, range(lo, hi)))
@@ -105,35 +170,37 @@ def _unpack_q8(isa, mod, code, name):
                                 sv, w = blk.exact[j]
                                 put(at, bd.bitcast(bd.trunc(w, vec(I8, G)), vq), [wsum(w, 0, 16), wsum(w, 16, G)],
                                     bd.extract_element(sv, ir.Constant(I32, 0)),
-                                    bd.extract_element(sv, ir.Constant(I32, 16)))
+                                    [bd.extract_element(sv, ir.Constant(I32, 16))])
                             else:
                                 put(at, bd.bitcast(bd.trunc(w, vec(I8, G)), vq), [wsum(w, 0, G)],
                                     bd.extract_element(blk.scale, jj),
-                                    bd.extract_element(blk.min, jj) if mg is not None else None)
+                                    [bd.extract_element(blk.min, ir.Constant(I32, nm * j + h)) for h in range(nm)]
+                                    if mg is not None else [])
                 with otherwise:
                     with Loop(bd, 0, nb) as b:
                         put(b, splat_c(I32, 0, QUADS), [ir.Constant(I32, 0)] * halves, ir.Constant(F32T, 0.0),
-                            ir.Constant(F32T, 0.0))
+                            [ir.Constant(F32T, 0.0)] * nm)
         with Loop(bd, 0, nb) as b:
             rows = [bd.load(bd.gep(stage, [bd.add(c64(lane * (KC // G)), b)]), align=32) for lane in range(L)]
-            lo, hi = transpose(bd, rows[:QUADS]), transpose(bd, rows[QUADS:])  # 8 x 8 quads each
+            parts = [transpose(bd, rows[i:i + QUADS]) for i in range(0, L, QUADS)]  # 8 x 8 quads each
             at = bd.mul(b, c64(P))
             for q in range(QUADS):
-                v = bd.shuffle_vector(lo[q], hi[q], const(I32, range(L)))
-                bd.store(v, bd.gep(pg, [bd.add(at, c64(q))]), align=64)
+                v = parts[0][q] if L == QUADS else bd.shuffle_vector(parts[0][q], parts[1][q], const(I32, range(L)))
+                bd.store(v, bd.gep(pg, [bd.add(at, c64(q))]), align=4 * L)
             for h in range(halves):
                 src = bd.gep(sums, [bd.mul(bd.add(bd.mul(b, c64(halves)), c64(h)), c64(L))])
-                ws = bd.load(bd.bitcast(src, vec(I32, L).as_pointer()), align=64)
-                bd.store(ws, bd.gep(pg, [bd.add(at, c64(QUADS + h))]), align=64)
+                ws = bd.load(bd.bitcast(src, vec(I32, L).as_pointer()), align=4 * L)
+                bd.store(ws, bd.gep(pg, [bd.add(at, c64(QUADS + h))]), align=4 * L)
     bd.ret_void()
 
 
 def _micro_q8(isa, mod, kind, TT, RG, name):
-    """The token tile: TT tokens x RG groups of 16 rows over nb 32-blocks (kernels_prefill._micro_quant's
+    """The token tile: TT tokens x RG groups of L rows over nb 32-blocks (kernels_prefill._micro_quant's
     arguments and arithmetic after the integer sums): per block, each token's 32 values + 128 as
     bytes, each quad broadcast to RG vpdpbusd with the groups' weight quads, from -128 * sum(w);
-    quant16: each 16-element half so, scaled by its own scale (in mn)."""
-    L = LANES
+    quant16: each 16-element half so, scaled by its own scale (in mn); quant_min16: two mins a block
+    times the tokens' 16-element sums (xf is xz); avx2: see _dot."""
+    L = isa.lanes
     fn, bd = func(mod, name, 13)
     fn.linkage = "internal"
     fn.attributes.add("noinline")
@@ -143,7 +210,7 @@ def _micro_q8(isa, mod, kind, TT, RG, name):
     out = ptr_to(bd, out_, F32T)
     first = bd.icmp_signed("!=", first_, c64(0))
     gstride = KC // G
-    nm = int(kind == "quant_min")
+    nm = mins_of(kind)
     halves = 2 if kind == "quant16" else 1
     P = per_block(kind)
     masks = [_lane_mask(bd, bd.sub(nvalid, c64(r * L)), L) for r in range(RG)]
@@ -163,28 +230,37 @@ def _micro_q8(isa, mod, kind, TT, RG, name):
         xs8 = [bd.bitcast(bd.gep(scratch, [c64(t)]), I32.as_pointer()) for t in range(TT)]
         d = [bd.load(bd.gep(sc, [bd.add(b, c64(r * gstride))]), align=4) for r in range(RG)]
         m = [bd.load(bd.gep(mn, [bd.add(b, c64(r * gstride))]), align=4) for r in range(RG)] \
-            if kind != "quant" else None
+            if kind in ("quant_min", "quant16") else None
         xst = [splat(bd, bd.load(bd.gep(xs, [bd.add(srow[t], b)])), L) for t in range(TT)]
         for h in range(halves):
             quads = range(QUADS) if halves == 1 else range(h * QUADS // 2, (h + 1) * QUADS // 2)
-            isums = [[bd.load(bd.gep(panel, [bd.add(blk[r], c64(QUADS + h))]), align=64) for r in range(RG)]
+            isums = [[bd.load(bd.gep(panel, [bd.add(blk[r], c64(QUADS + h))]), align=4 * L) for r in range(RG)]
                      for _ in range(TT)]
             for qd in quads:
-                wv = [bd.load(bd.gep(panel, [bd.add(blk[r], c64(qd))]), align=64) for r in range(RG)]
+                wv = [bd.load(bd.gep(panel, [bd.add(blk[r], c64(qd))]), align=4 * L) for r in range(RG)]
                 for t in range(TT):
                     xv = splat(bd, bd.load(bd.gep(xs8[t], [c64(qd)]), align=4), L)
                     for r in range(RG):
-                        isums[t][r] = dpb(isa, bd, isums[t][r], xv, wv[r])
+                        isums[t][r] = _dot(isa, bd, isums[t][r], xv, wv[r])
             scale = d if h == 0 else m  # quant16: the second half's scale where the mins go
             for t in range(TT):
                 for r in range(RG):
                     a = fmuladd(bd, bd.sitofp(isums[t][r], vec(F32T, L)), bd.fmul(scale[r], xst[t]), accs[t][r].get())
                     accs[t][r].set(a)
-        if nm:
+        if nm == 1:
             for t in range(TT):
                 xft = splat(bd, bd.load(bd.gep(xf, [bd.add(srow[t], b)])), L)
                 for r in range(RG):
                     accs[t][r].set(fmuladd(bd, m[r], xft, accs[t][r].get()))
+        elif nm == 2:  # xf is xz: min h times the activation scale times half h's sum of xq
+            for t in range(TT):
+                zrow = bd.mul(bd.add(srow[t], b), c64(2))
+                for h in range(2):
+                    xzt = splat(bd, bd.fmul(bd.load(bd.gep(xs, [bd.add(srow[t], b)])),
+                                            bd.load(bd.gep(xf, [bd.add(zrow, c64(h))]))), L)
+                    for r in range(RG):
+                        mh = bd.load(bd.gep(mn, [bd.add(bd.mul(b, c64(2)), c64(h + r * 2 * gstride))]), align=4)
+                        accs[t][r].set(fmuladd(bd, mh, xzt, accs[t][r].get()))
     for t in range(TT):
         for r in range(RG):
             _store_out(bd, outp[t][r], accs[t][r].get(), masks[r], L)
@@ -192,17 +268,21 @@ def _micro_q8(isa, mod, kind, TT, RG, name):
     return fn
 
 
-def build_driver_q8(isa, mod, kind, name) -> list[str]:
-    """The q8 prefill driver of a kind of format (KINDS: kind_of) into mod."""
-    assert isa.lanes == LANES and kind in KINDS
-    tt, rg = TILE
+def build_driver_q8(isa, mod, key, name) -> list[str]:
+    """The q8 prefill driver of a kind of format (driver_of) into mod."""
+    kind, _, run = key.partition("_run")
+    assert isa.name in ISAS and kind in KINDS and bool(run) == (isa.name == "avx2")
+    tt, rg = avx2.TILE if run else tile(isa)
     micro = {(n, g): _micro_q8(isa, mod, kind, n, g, f"{name}_tile{n}x{g}") for n in {tt, 1} for g in {rg, 1}}
-    driver = _panel_driver(isa, mod, name + "_rows", KC, I32, KC // G * per_block(kind) * LANES, micro, True,
-                           int(kind == "quant_min"))
+    if run:
+        micro[tt, rg] = avx2.micro(mod, 2 if kind == "quant16" else 1, mins_of(kind), int(run),
+                                   per_block(kind), f"{name}_asm", micro[tt, rg])
+    driver = _panel_driver(isa, mod, name + "_rows", KC, I32, KC // G * per_block(kind) * isa.lanes, micro, True,
+                           mins_of(kind), (tt, rg))
     _prefill_task(mod, driver, name)
     return [name]
 
 
 def build_unpack_q8(isa, mod, code, name):
-    assert prefill_w8(code)
+    assert U.record(code).quant
     _unpack_q8(isa, mod, code, name)

@@ -5,8 +5,10 @@ where every block format of the model has 256-element blocks (the K- and i-quant
 (Q8_0), and written in the int16 path's buffers and layouts. So every block-format kernel computes
 the q8 arithmetic (the exact integer dot of the stored weights with the 8-bit values, then the
 scales): on avx512vnni the one-token and B-wide decode kernels dot one int8 plane instead of two
-(kernels_decode: one_plane), half the vpdpbusd; prefill, and decode on the other ISAs, run the int16
-kernels on the 8-bit values (the same integers, today's speed). Float formats take x as f32 either way.
+(kernels_decode: one_plane), half the vpdpbusd; prefill runs the 8-bit tiles (kernels_prefill_q8:
+vpdpbusd on avx512vnni and avxvnni, vpmaddubsw on avx2 for the formats of small weights); the rest
+(decode on the other ISAs, every kernel on generic) run the int16 kernels on the 8-bit values (the
+same integers, the int16 path's speed). Float formats take x as f32 either way.
 """
 
 from __future__ import annotations
@@ -30,33 +32,32 @@ def apply(kern: np.ndarray, core: np.ndarray, codes, isa: Isa) -> None:
     """The q8 quantize kernel into the core table and, on the planes ISA, the one-plane decode
     kernels into the kernel table (matmul.kernel_table, core_table)."""
     from .kernels import q8_addresses, q8_prefill_addresses
-    from .kernels_prefill_q8 import prefill_w8
+    from .kernels_prefill_q8 import takes
     from .matmul import C_QUANTIZE, K_DECODE, K_PREFILL, K_UNPACK
     from .quantize_q8 import addresses
 
     core[C_QUANTIZE] = addresses(isa)[block_kind(codes)]
-    if planes_isa(isa):
-        for code in sorted(set(int(c) for c in codes)):
-            if record(code).quant:
-                kern[code, K_DECODE] = q8_addresses(code, isa)
-            if prefill_w8(code):
-                kern[code, K_PREFILL], kern[code, K_UNPACK] = q8_prefill_addresses(code, isa)
+    for code in sorted({int(c) for c in codes}):
+        if planes_isa(isa) and record(code).quant:
+            kern[code, K_DECODE] = q8_addresses(code, isa)
+        if takes(isa, code):
+            kern[code, K_PREFILL], kern[code, K_UNPACK] = q8_prefill_addresses(code, isa)
 
 
 def cached(codes, isa: Isa) -> bool:
     """Whether the modules apply() loads are in the on-disk cache (kernels.py's module names)."""
     from .kernels import _module_name
-    from .kernels_prefill_q8 import kind_of, prefill_w8
+    from .kernels_prefill_q8 import driver_of, takes
     from .llvm import is_cached
     from .quantize_q8 import MODULE
 
     names = [MODULE]
+    quant = [c for c in codes if record(c).quant]
     if planes_isa(isa):
-        quant = [c for c in codes if record(c).quant]
         names += [_module_name("q8", c) for c in quant]
-        on_tiles = [c for c in quant if prefill_w8(c)]
-        names += [_module_name("q8prefill", c) for c in on_tiles]
-        names += [_module_name("q8prefill", k) for k in {kind_of(c) for c in on_tiles}]
+    on_tiles = [c for c in quant if takes(isa, c)]
+    names += [_module_name("q8prefill", c) for c in on_tiles]
+    names += [_module_name("q8prefill", k) for k in {driver_of(c, isa) for c in on_tiles}]
     return all(is_cached(n, isa) for n in names)
 
 
