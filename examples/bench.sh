@@ -23,7 +23,7 @@
 # files `pip install libgguf gguf` (examples/synthetic_gguf.py writes them into SYNTH, once), the
 # safetensors directories transformers (examples/gguf_to_safetensors.py writes them, once).
 # Env: FUEL (default `fuel`), THREADS (-t), REPS (-r, default 3), PP / TG (defaults 512 / 128),
-#      SYNTH (default $FUEL_HOME/synthetic). Keep the machine otherwise idle while it runs.
+#      SYNTH (default $FUEL_HOME/synthetic), ACTIVATIONS (--activations: int16, the default, or q8). Keep the machine otherwise idle while it runs.
 set -euo pipefail
 
 OUT=${1:-bench-results}
@@ -39,6 +39,7 @@ mkdir -p "$OUT" "$SYNTH"
 
 common=(-p "$PP" -n "$TG" -r "$REPS" --no-progress)
 [ -n "${THREADS:-}" ] && common+=(-t "$THREADS")
+[ -n "${ACTIVATIONS:-}" ] && common+=(--activations "$ACTIVATIONS")
 
 run() {  # run NAME MODEL PEER [extra bench args]
     local name=$1 model=$2 peer=$3

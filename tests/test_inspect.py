@@ -68,9 +68,11 @@ def test_mask_plan_moe(tiny, no_weights):
     assert "MoE 2 of 8" in out and "1 distinct mask variant:" in out
 
 
-def test_mask_plan_sinks_shared_kv_and_per_layer_inputs(tiny, no_weights):
+def test_mask_plan_sinks_shared_kv_and_per_layer_inputs(tiny, no_weights, monkeypatch):
     """gpt-oss's sinks, Gemma 4 E2B's shared KV (which layer each reads) and per-layer inputs, in the
-    JSON and the table; each family against the other's (qwen2's: none of them)."""
+    JSON and the table; each family against the other's (qwen2's: none of them). The table is read at
+    a width that keeps each cell on one line (at 80 columns "KV of layer 1" wraps)."""
+    monkeypatch.setenv("COLUMNS", "300")
     oss = inspect_json("mask-plan", tiny("gpt_oss"))
     assert oss["sink_layers"] == [0, 1, 2, 3] and oss["shared_kv_layers"] == {}
     assert oss["per_layer_input_layers"] == []
