@@ -251,6 +251,25 @@ def test_roofline_counts_a_hybrids_recurrent_state(tmp_path_factory):
     assert got != int(weights + kv)  # the control: the state left out
 
 
+def test_roofline_reads_one_row_of_the_per_layer_input_table(tmp_path_factory):
+    """Gemma 4's per-layer inputs read the token's row of their table, as the embedding does: bytes per
+    token count one row of each. Control: the whole table counted (what the roofline did, reading
+    133% on an E4B-shape file) misses."""
+    from fuelcli.assembly.loader import open_model
+    from fuelcli.measure.roofline import bytes_per_token
+    from fuelcli.weights.build import layer_vectors
+
+    model = open_model(str(write_tiny("gemma4_e2b", tmp_path_factory.mktemp("bench_ple"))))
+    w = model.weights
+    ple, emb = w.per_layer_embed, w.embed
+    assert ple is not None and w.output is emb  # tied: the embedding is read whole, as the output
+    rest = sum(t.nbytes for t in w.tensors() if t is not ple) + w.final_norm.nbytes
+    rest += sum(int(v.nbytes) for layer in w.layers for v in layer_vectors(layer))
+    got = bytes_per_token(model.cfg, w, 0)
+    assert got == rest + ple.nbytes // ple.shape[0]
+    assert got != rest + ple.nbytes  # the control: the whole table
+
+
 def test_roofline_takes_the_higher_bandwidth():
     """A shared host's memory bandwidth moves within minutes: the roofline is the higher of the two
     measurements, whichever came first, so a test is not put above 100% by a low one."""

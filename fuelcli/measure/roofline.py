@@ -14,14 +14,17 @@ from ..weights.build import layer_vectors
 
 def bytes_per_token(cfg, weights, ctx: float, kv_value_bytes: int = 4, seqs: int = 1) -> int:
     """Bytes one decode step reads, per token it makes: every matrix it multiplies by (the embedding
-    contributes one row unless it is also the output; MoE experts: the n(1 - (1 - k/n)^seqs) distinct
-    ones that `seqs` rows choose, each k of n uniformly and independently), norms and biases, read
+    and Gemma 4's per-layer-input table contribute one row each, the embedding none where it is also
+    the output; MoE experts: the n(1 - (1 - k/n)^seqs) distinct ones that `seqs` rows choose, each k of n uniformly and independently), norms and biases, read
     once for the step's `seqs` tokens, each sequence's K and V of ctx cached positions of its
     attention layers (kv_value_bytes each: 4 for f32, 2 for f16) and its linear-attention layers'
     state, read and written."""
     embed_row = 0 if weights.output is weights.embed else weights.embed.nbytes // weights.embed.shape[0]
-    total = embed_row + int(weights.final_norm.nbytes)
-    total += sum(t.nbytes for t in weights.tensors() if t is not weights.embed or t is weights.output)
+    ple = weights.per_layer_embed  # per-layer inputs (Gemma 4): the token's row of the table
+    ple_row = 0 if ple is None else ple.nbytes // ple.shape[0]
+    total = embed_row + ple_row + int(weights.final_norm.nbytes)
+    total += sum(t.nbytes for t in weights.tensors()
+                 if (t is not weights.embed or t is weights.output) and t is not ple)
     for layer in weights.layers:
         experts = [t for role in EXPERT_ROLES for t in getattr(layer, role)]
         if experts:  # only the chosen experts are read, once however many rows chose them
