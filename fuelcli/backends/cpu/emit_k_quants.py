@@ -206,7 +206,7 @@ def _q4_k_planes(bd, rows, fb, nblk, xs8):
     return PlanesBlocks(units, lane_scales, mins, None)
 
 
-_ODD = [(i // 2) % 2 for i in range(LANES)]  # lane i of the K-quant layout: in an odd sub-block (Q4_K, Q5_K)
+_ODD = [(i // 2) % 2 for i in range(LANES)]  # 1 where lane i of the K-quant layout lies in an odd sub-block
 
 
 def _q5_k_planes(bd, rows, fb, nblk, xs8):
