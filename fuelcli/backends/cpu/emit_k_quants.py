@@ -7,7 +7,7 @@
     q2_k  w = q * sc_s            scale d,        min -(dmin*m_s) per 16 elements (min_sub16: |w| <= 45)
 
 A K-quant block is 8 groups, so its sub-block indices are compile-time constants; the 6-bit scales
-are unpacked with vector operations, not per group.
+are unpacked a block at a time (_q4_k_scale_bytes), not per group.
 """
 
 from __future__ import annotations
@@ -25,27 +25,14 @@ from .irgen import F32T, G, I8, I16, I32, I64, c64, call_intrinsic, const, load,
 
 def _q4_k_scales(bd, blocks, L=Q4_K.layout):
     """<8n x float> d * sc_i and -(dmin * m_i) of n blocks [(row, byte offset)], block after
-    block. The 8 six-bit scales and mins come out of the 12 scale bytes in the byte domain, as
-    ggml's get_scale_min_k4 (sub-block i < 4: the low 6 bits of bytes i and i+4; i >= 4: the
-    nibbles of byte i+4 and the top 2 bits of bytes i-4 and i): two byte shuffles put each value's
-    low and high bits in its place, masks and shifts of 16-bit lanes finish it, every block's bytes
-    in one vector; then one widening and one conversion for all the scales, one for the mins.
-    L: the layout (q4_k's or q5_k's: the same d, dmin and scales)."""
+    block. The 8 six-bit scales and mins of each block come out of its 12 scale bytes by 32-bit
+    integer operations (_q4_k_scale_bytes: the integer pipes, idle in the planes kernels, where the
+    vector ones are the bound: byte shuffles, masks and shifts there took 1.09x the one-token
+    kernel's time on Zen 4); then one widening and one conversion for all the scales, one for the
+    mins. L: the layout (q4_k's or q5_k's: the same d, dmin and scales)."""
     n, m = L.sub_blocks, len(blocks)
-    half = n // 2
-    raws = [load(bd, row, bd.add(p, c64(L.scales)), vec(I8, 16)) for row, p in blocks]
-    raw = raws[0] if m == 1 else bd.shuffle_vector(raws[0], raws[1], const(I32, range(32)))
-    zero = 16 * m  # an index past raw: a zero byte
-    # per block: [scales 0-7 | mins 0-7]; lows: sc_i<4 byte i, sc_i>=4 byte i+4, m_i<4 byte i+4,
-    # m_i>=4 byte i+4 again (its high nibble); highs: the bytes whose top 2 bits go to bits 4-5
-    low_idx = [*range(half), *range(2 * half, 3 * half), *range(half, 2 * half), *range(2 * half, 3 * half)]
-    high_idx = [zero] * half + [*range(half)] + [zero] * half + [*range(half, 2 * half)]
-    pick = lambda idx: bd.shuffle_vector(raw, splat_c(I8, 0, 16 * m), const(I32, [16 * b + i if i != zero else zero for b in range(m) for i in idx]))  # noqa: E731
-    lows, highs = pick(low_idx), pick(high_idx)
-    k8 = lambda vals: const(I8, list(vals) * m)  # noqa: E731
-    low = bd.or_(bd.and_(lows, k8([63] * half + [15] * half + [63] * half + [0] * half)),
-                 bd.and_(bd.lshr(lows, splat_c(I8, 4, 16 * m)), k8([0] * (3 * half) + [15] * half)))
-    sm = bd.or_(low, bd.and_(bd.lshr(highs, splat_c(I8, 2, 16 * m)), splat_c(I8, 0x30, 16 * m)))
+    raws = [_q4_k_scale_bytes(bd, row, p, L) for row, p in blocks]
+    sm = concat(bd, raws)  # per block: [scales 0-7 | mins 0-7]
     sc = bd.shuffle_vector(sm, sm, const(I32, [16 * b + i for b in range(m) for i in range(n)]))
     mn = bd.shuffle_vector(sm, sm, const(I32, [16 * b + n + i for b in range(m) for i in range(n)]))
 
@@ -59,8 +46,6 @@ def _q4_k_scales(bd, blocks, L=Q4_K.layout):
     scale = bd.fmul(per_block(0), bd.uitofp(sc, vec(F32T, n * m)))
     mins = bd.fneg(bd.fmul(per_block(1), bd.uitofp(mn, vec(F32T, n * m))))
     return scale, mins
-
-
 
 
 def _q4_k(bd, row, blk):
@@ -221,35 +206,35 @@ def _q4_k_planes(bd, rows, fb, nblk, xs8):
     return PlanesBlocks(units, lane_scales, mins, None)
 
 
-def _twice(bd, v):
-    """<32 x i8> -> its bytes twice over, as <32 x i16> (a unit's two halves, shifted apart)."""
-    n = v.type.count
-    return bd.bitcast(bd.shuffle_vector(v, v, const(I32, [*range(n)] * 2)), vec(I16, n))
+_ODD = [(i // 2) % 2 for i in range(LANES)]  # 1 where lane i of the K-quant layout lies in an odd sub-block
 
 
 def _q5_k_planes(bd, rows, fb, nblk, xs8):
-    """Unit u: sub-blocks 2u (the low nibbles of qs chunk u) and 2u + 1 (its high nibbles), 64
-    consecutive elements, each with bit 2u or 2u + 1 of qh's bytes moved to bit 4 (one 16-bit shift
-    per half); lane i of unit u lies in sub-block 2u + i // 8."""
+    """On the K-quant layout (planes_klayout), as Q4_K's: unit u, lane i is qs dword KDW_Q4_K[i] + u
+    shifted down to its nibble (the high one in an odd sub-block: 5 bits do not fit a byte as 16 * q),
+    with qh dword 4 (i % 2) + u rotated to bring bit i // 2 (the sub-block's) of each byte to bit 4:
+    two permutes, a shift, a rotate and two masks a unit (plain units transposed onto the layout by
+    the kernel took 1.34x the one-token time on Zen 4). One lane-scale vector a row."""
     L = Q5_K.layout
-    n, half = L.sub_blocks, PLANES_UNIT // 2
+    n = L.sub_blocks
     p = bd.mul(fb, c64(L.block_bytes))
     scale, mins = _q4_k_scales(bd, [(row, p) for row in rows], L)
     sv = bd.fmul(scale, concat(bd, [xs8] * len(rows)))
-    w16 = lambda v: _twice(bd, v)  # noqa: E731
+    lanes = vec(I32, LANES)
+    down = const(I32, [4 * o for o in _ODD])
+    rotate = const(I32, [(4 - i // 2) % 32 for i in range(LANES)])
     units, lane_scales = [], []
     for r, row in enumerate(rows):
-        qh = w16(load(bd, row, bd.add(p, c64(L.qh)), vec(I8, half)))
+        q0, q1 = (load(bd, row, bd.add(p, c64(L.qs + 64 * h)), lanes) for h in range(2))
+        qh = load(bd, row, bd.add(p, c64(L.qh)), vec(I32, LANES // 2))
         units.append([])
-        for u in range(n // 2):
-            qs = w16(load(bd, row, bd.add(p, c64(L.qs + u * L.sub_elems)), vec(I8, half)))
-            nib = bd.and_(bd.lshr(qs, const(I16, [0] * (half // 2) + [4] * (half // 2))), splat_c(I16, 0x0F0F, half))
-            left = const(I16, [max(0, 4 - 2 * u)] * (half // 2) + [max(0, 3 - 2 * u)] * (half // 2))
-            right = const(I16, [max(0, 2 * u - 4)] * (half // 2) + [max(0, 2 * u - 3)] * (half // 2))
-            hb = bd.and_(bd.lshr(bd.shl(qh, left), right), splat_c(I16, 0x1010, half))
-            units[-1].append(bd.bitcast(bd.or_(nib, hb), vec(I8, PLANES_UNIT)))
-        lane_scales.append([bd.shuffle_vector(sv, sv, const(I32, [n * r + 2 * u + i // 8 for i in range(LANES)]))
-                            for u in range(n // 2)])
+        for u in range(4):
+            lo = bd.lshr(bd.shuffle_vector(q0, q1, const(I32, [d + u for d in KDW_Q4_K])), down)
+            h = bd.shuffle_vector(qh, qh, const(I32, [4 * (i % 2) + u for i in range(LANES)]))
+            hb = call_intrinsic(bd, f"llvm.fshl.v{LANES}i32", lanes, [h, h, rotate])  # a rotate
+            q = bd.or_(bd.and_(lo, splat_c(I32, 0x0F0F0F0F, LANES)), bd.and_(hb, splat_c(I32, 0x10101010, LANES)))
+            units[-1].append(bd.bitcast(q, vec(I8, PLANES_UNIT)))
+        lane_scales.append([bd.shuffle_vector(sv, sv, const(I32, [n * r + i // 2 for i in range(LANES)]))])
     return PlanesBlocks(units, lane_scales, mins, None)
 
 
@@ -316,41 +301,42 @@ def _q3_k_planes(bd, rows, fb, nblk, xs8):
     return PlanesBlocks(units, lane_scales, None, concat(bd, svs))
 
 
+_Q6_K_FIELD = [(i % 8) // 2 for i in range(LANES)]  # lane i's k: bits 2k of qh, ql's high nibble from 2
+
+
 def _q6_k_planes(bd, rows, fb, nblk, xs8):
-    """Unit u = 2h + kk (half h, k in {2kk, 2kk+1}): the low 4 bits are 64 consecutive bytes of ql
-    (low nibbles for kk = 0, high for kk = 1), the top 2 bits those of qh[32h .. 32h+31] at bits
-    2k, moved to bits 4-5 by one 16-bit shift per half (a shift across the byte boundary only moves
-    bits that the 0x30 mask drops). Lane i of unit u lies in sub-block 4u + i // 4."""
+    """On the K-quant layout (planes_klayout) lane i of every unit lies in sub-block i: its element
+    16i + 4u + j is 128h + 32k + l (h = i // 8, k = _Q6_K_FIELD[i], l = 16 (i % 2) + 4u + j), so
+    unit u, lane i is ql dword 16h + 8 (k & 1) + 4 (i % 2) + u shifted down to its nibble (the high
+    one from k = 2), with qh dword 8h + 4 (i % 2) + u rotated to bring bits 2k of each byte to bits
+    4-5: q = 0..63, the zero point 32 off in the integer dot. Two permutes, a shift, a rotate and
+    two masks a unit (plain units transposed onto the layout by the kernel took 1.33x the
+    one-token time on Zen 4); one lane-scale vector a row (d * scale_i * the activation scale)."""
     L = Q6_K.layout
+    n = L.sub_blocks
     p = bd.mul(fb, c64(L.block_bytes))
-    quarter = L.half // 4
-    xs16 = bd.shuffle_vector(xs8, xs8, const(I32, [s // 2 for s in range(L.sub_blocks)]))
+    xs16 = bd.shuffle_vector(xs8, xs8, const(I32, [s // 2 for s in range(n)]))
+    lanes = vec(I32, LANES)
+    down = const(I32, [4 * (k // 2) for k in _Q6_K_FIELD])
+    rotate = const(I32, [(4 - 2 * k) % 32 for k in _Q6_K_FIELD])
     units, lane_scales, svs = [], [], []
     for row in rows:
         d = f16(bd, row, bd.add(p, c64(L.d)))
-        scs = bd.sitofp(load(bd, row, bd.add(p, c64(L.scales)), vec(I8, L.sub_blocks)), vec(F32T, L.sub_blocks))
-        sv = bd.fmul(bd.fmul(splat(bd, d, L.sub_blocks), scs), xs16)
+        scs = bd.sitofp(load(bd, row, bd.add(p, c64(L.scales)), vec(I8, n)), vec(F32T, n))
+        sv = bd.fmul(bd.fmul(splat(bd, d, n), scs), xs16)
         svs.append(sv)
-        lane_scales.append([bd.shuffle_vector(sv, sv, const(I32, [4 * u + i // 4 for i in range(LANES)]))
-                            for u in range(L.block_elems // PLANES_UNIT)])
+        lane_scales.append([sv])
+        ql0, ql1 = (load(bd, row, bd.add(p, c64(L.ql + 64 * h)), lanes) for h in range(2))
+        qh = load(bd, row, bd.add(p, c64(L.qh)), lanes)
         units.append([])
-        for u in range(L.block_elems // PLANES_UNIT):
-            h, kk = divmod(u, 2)
-            ql = load(bd, row, bd.add(p, c64(L.ql + h * L.half // 2)), vec(I8, PLANES_UNIT))
-            lo = bd.and_(bd.lshr(ql, splat_c(I8, 4, PLANES_UNIT)) if kk else ql, splat_c(I8, 15, PLANES_UNIT))
-            qh = load(bd, row, bd.add(p, c64(L.qh + h * quarter)), vec(I8, quarter))
-            words = bd.bitcast(bd.shuffle_vector(qh, qh, const(I32, [*range(quarter), *range(quarter)])),
-                               vec(I16, PLANES_UNIT // 2))
-            w = PLANES_UNIT // 4  # words per half
-            if kk == 0:  # bits 0-1 (first half) and 2-3 (second) to bits 4-5
-                words = bd.shl(words, const(I16, [4] * w + [2] * w))
-            else:  # bits 4-5 stay, bits 6-7 to 4-5
-                words = bd.lshr(words, const(I16, [0] * w + [2] * w))
-            hi = bd.and_(bd.bitcast(words, vec(I8, PLANES_UNIT)), splat_c(I8, 0x30, PLANES_UNIT))
-            units[-1].append(bd.or_(lo, hi))
+        for u in range(4):
+            idx = [16 * (i // 8) + 8 * (k & 1) + 4 * (i % 2) + u for i, k in enumerate(_Q6_K_FIELD)]
+            lo = bd.lshr(bd.shuffle_vector(ql0, ql1, const(I32, idx)), down)
+            h = bd.shuffle_vector(qh, qh, const(I32, [8 * (i // 8) + 4 * (i % 2) + u for i in range(LANES)]))
+            hb = call_intrinsic(bd, f"llvm.fshl.v{LANES}i32", lanes, [h, h, rotate])  # a rotate
+            q = bd.or_(bd.and_(lo, splat_c(I32, 0x0F0F0F0F, LANES)), bd.and_(hb, splat_c(I32, 0x30303030, LANES)))
+            units[-1].append(bd.bitcast(q, vec(I8, PLANES_UNIT)))
     return PlanesBlocks(units, lane_scales, None, concat(bd, svs))
-
-
 
 
 # ------------------------------------------------------------------ words
@@ -478,12 +464,11 @@ def _q6_k_words(bd, row, b0, n):
     return WordChunk(groups, scale, None)
 
 
-# (Q6_K's 16 sub-blocks would need 7 operations a unit to gather on the K-quant layout: slower)
 RECORDS = [CpuFormat(Q4_K, block=_q4_k, words=_q4_k_words, planes=_q4_k_planes, has_min=True, planes_klayout=True),
-           CpuFormat(Q5_K, block=_q5_k, words=_q5_k_words, planes=_q5_k_planes, has_min=True),
+           CpuFormat(Q5_K, block=_q5_k, words=_q5_k_words, planes=_q5_k_planes, has_min=True, planes_klayout=True),
            CpuFormat(Q2_K, block=_q2_k, words=_q2_k_words, planes=_q2_k_planes, planes_klayout=True,
                      words_sub16=True, min_sub16=True, planes_rows=2),
            CpuFormat(Q3_K, block=_q3_k, words=_q3_k_words, planes=_q3_k_planes, planes_zero=Q3_K.layout.zero,
                      planes_klayout=True, words_sub16=True, words_zero=Q3_K.layout.zero),
            CpuFormat(Q6_K, block=_q6_k, words=_q6_k_words, planes=_q6_k_planes, planes_zero=Q6_K.layout.zero,
-                     words_sub16=True, words_zero=Q6_K.layout.zero)]
+                     planes_klayout=True, words_sub16=True, words_zero=Q6_K.layout.zero)]
