@@ -277,10 +277,10 @@ def _quad(bd, q, first, direct, obase, ostride, ldo, cs, tv, nq, abase, lo_plane
             _copy_c(bd, obase, ldo, cs, tv, nq, to_out=True)
 
 
-def _prefetch_row(bd, wp, r, row_bytes, b0, b1):
-    """Bytes [b0, b1) of stored row r, a cache line at a time."""
+def prefetch_row(bd, wp, r, row_bytes, b0, b1, locality=3):
+    """Bytes [b0, b1) of stored row r, a cache line at a time (irgen.prefetch's locality)."""
     with Loop(bd, b0, b1, 64) as off:
-        prefetch(bd, bd.gep(wp, [bd.add(bd.mul(r, row_bytes), off)]))
+        prefetch(bd, bd.gep(wp, [bd.add(bd.mul(r, row_bytes), off)]), locality)
 
 
 def driver(mod, name):
@@ -321,7 +321,7 @@ def driver(mod, name):
             r0 = bd.mul(bd.udiv(t0, c64(TILE)), rp)
             r1 = bd.add(r0, rp)
             with Loop(bd, r0, bd.select(bd.icmp_signed("<", r1, n_rows), r1, n_rows)) as r:
-                _prefetch_row(bd, wp, r, row_bytes, nb0, nb1)
+                prefetch_row(bd, wp, r, row_bytes, nb0, nb1)
             left = bd.sub(T, t0)
             tv = bd.select(bd.icmp_signed("<", left, c64(TILE)), left, c64(TILE))
             abase = bd.add(x_, bd.mul(bd.add(bd.mul(t0, Kp), bd.mul(k0, c64(TILE))), c64(2)))

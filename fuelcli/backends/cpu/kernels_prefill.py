@@ -316,6 +316,7 @@ def _panel_driver(isa, mod, name, kc_max, panel_ty, panel_elems, micro, quant, n
         mins = bd.alloca(F32T, c64(ngroups * nmn))
     panel.align = scales.align = mins.align = 64
     unpack = bd.inttoptr(unpack_, ir.FunctionType(ir.VoidType(), [I64] * 8).as_pointer())
+    wp = bd.inttoptr(w, I8.as_pointer())
     nbk = bd.udiv(K, c64(G))  # row stride of xs / xf
     xbytes = 2 if quant else 4
     with Loop(bd, 0, K, kc_max) as k0:
@@ -353,7 +354,25 @@ def _panel_driver(isa, mod, name, kc_max, panel_ty, panel_elems, micro, quant, n
                     groups(g, 1)
 
         n_main = bd.mul(bd.udiv(T, c64(TT)), c64(TT))
+        # the next chunk's weights (after the last, the next task's rows' first chunk), a few rows
+        # per token tile, so that the unpack finds them in cache: a MoE expert's ~32 tokens leave
+        # too little work a chunk to hide its reads from memory (q8, Q4_K 768 x 2048, 32 tokens, one
+        # thread: 117.6 GMAC/s cached, 95.6 from memory before, 118.5 now)
+        last = bd.icmp_signed(">=", bd.add(k0, c64(kc_max)), K)
+        nxt = bd.select(last, c64(0), bd.add(k0, c64(kc_max)))
+        pb0 = bd.udiv(bd.mul(nxt, row_bytes), K)
+        pb1 = bd.udiv(bd.mul(bd.add(nxt, c64(kc_max)), row_bytes), K)
+        pb1 = bd.select(bd.icmp_signed("<", pb1, row_bytes), pb1, row_bytes)
+        roff = bd.select(last, c64(TASK_ROWS), c64(0))
+        n_tiles = bd.udiv(T, c64(TT))
+        n_tiles = bd.select(bd.icmp_signed(">", n_tiles, c64(0)), n_tiles, c64(1))
+        rp = bd.udiv(bd.add(n_tiles, c64(TASK_ROWS - 1)), n_tiles)  # rows a token tile
         with Loop(bd, 0, n_main, TT) as t0:
+            r0 = bd.add(roff, bd.mul(bd.udiv(t0, c64(TT)), rp))
+            r1 = bd.add(r0, rp)
+            r1 = bd.select(bd.icmp_signed("<", r1, bd.add(roff, c64(TASK_ROWS))), r1, bd.add(roff, c64(TASK_ROWS)))
+            with Loop(bd, r0, r1) as r:
+                amx.prefetch_row(bd, wp, r, row_bytes, pb0, pb1, 2)
             tile(t0, TT)
         with Loop(bd, n_main, T) as t0:
             tile(t0, 1)
