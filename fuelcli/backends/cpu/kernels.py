@@ -104,7 +104,7 @@ def q8_ksum_module(key, isa: Isa) -> tuple[ir.Module, list[str]]:
     from ...formats import BY_CODE
 
     tag = key if isinstance(key, str) else BY_CODE[key].name
-    name = f"fuel_prefill_q8_{tag}_{isa.name}"
+    name = f"fuel_prefill_q8ksum_{tag}_{isa.name}"
     mod = ir.Module(name=name)
     if isinstance(key, str):
         return mod, ksum.build_driver(isa, mod, key, name)

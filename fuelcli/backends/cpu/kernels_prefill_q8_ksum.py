@@ -4,7 +4,9 @@ avx512vnni and avxvnni (the same description at 16 or 8 lanes); avx2 keeps kerne
 
 kernels_prefill_q8's tiles convert each 32-block's (Q6_K, Q3_K: each 16-element half's) integer dot
 to f32 and scale it by d * sc and the activation scale: a conversion, a product and an FMA per
-(token, group of rows) beside its 8 vpdpbusd. Here the panel keeps the integer sub-block scales sc
+(token, group of rows) beside its 8 vpdpbusd, the product and the FMA in vpdpbusd's one slot a
+cycle on Zen 4 (as vpmulld is: 10 slots a Q6_K block here against 12; docs/performance.md, "q8
+tiles: a super-block's integer sums"). Here the panel keeps the integer sub-block scales sc
 (CpuFormat.ksum) beside the weights, and each (token, group) sums sc * dot over the super-block in
 int32 (vpmulld + vpaddd a sub-block; Q2_K, whose weights carry their scales, chains its vpdpbusd
 through all 8 blocks), then converts once and scales once by d times the activation scale. The
@@ -16,7 +18,8 @@ halves, or none: Q2_K), and in block 0 of each super-block -128 * sum over it of
 activations go in as x + 128, unsigned bytes: the sums start there). scales: d in every block's slot;
 mins as kernels_prefill_q8.
 
-Exact in int32 (the true sum, which bounds every partial one as well): |x| <= 127 and per super-block
+Exact in int32: the adds and vpmulld wrap modulo 2^32 and vpdpbusd does not saturate, so the true
+sum must fit, and does: |x| <= 127 and per super-block
 Q6_K 256 * 127 * 32 * 128 (|q - 32| <= 32, |sc| <= 128) = 1.33e8, Q5_K 256 * 127 * 31 * 63 = 6.3e7,
 Q4_K 3.1e7, Q3_K 256 * 127 * 4 * 32 = 4.2e6, Q2_K 256 * 127 * 45 = 1.5e6; with the x + 128 form
 the running sums reach at most twice 256 * 255 * |w| * |sc| (Q6_K 5.3e8), all below 2^31. Above
