@@ -259,6 +259,78 @@ def test_prefill_q8(isa, fmt):
             assert np.allclose(same, out, rtol=0, atol=1e-5 * mag.max()), (fmt, T)
 
 
+K_QUANTS = ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k"]
+
+
+@pytest.mark.parametrize("isa", TILE_ISAS)
+@pytest.mark.parametrize("fmt", K_QUANTS)
+def test_prefill_q8_k_quants_on_q8_0(isa, fmt):
+    """A K-quant beside a 32-element format (q8_0 activations: a scale per 32-block) keeps
+    kernels_prefill_q8's tiles, not the super-block ones (kernels_prefill_q8_ksum, which take one
+    activation scale a super-block), and its results are the 8-bit values' dot as in
+    test_prefill_q8. Negative control: the super-block tiles on these activations miss it."""
+    from fuelcli.backends.cpu import kernels as K
+    from fuelcli.backends.cpu.kernels_prefill_q8_ksum import takes
+
+    f = FORMATS[fmt]
+    ncols, nrows, T = 768, 40, 7
+    raw = random_rows(fmt, nrows, ncols, seed=60 + f.code)
+    w = _dequantised(fmt, raw, ncols)
+    codes = [f.code, FORMATS["q8_0"].code]
+    _, (k8, c8) = _tables(isa, codes)
+    assert q8_tables.block_kind(codes) == "q8_0"
+    tisa = _tile_isa(isa)
+    rng = np.random.default_rng(8)
+    x = (rng.standard_normal((T, ncols)) * np.repeat(rng.uniform(0.1, 10, ncols // 32), 32)).astype(np.float32)
+    qx = quantized(*x.shape)
+    quantize_for(x, qx, c8, 0)
+    mag = np.abs(x) @ np.abs(w).T
+    want = _x8(qx, T, ncols) @ w.T
+    out = np.full((T, nrows), np.nan, np.float32)
+    matmul(x, qx, raw.ctypes.data, nrows, raw.shape[1], f.code, k8, out)
+    assert np.all(np.abs(out - want) <= 1e-5 * mag), fmt
+    if takes(tisa, f.code):
+        ks = k8.copy()
+        ks[f.code, M.K_PREFILL], ks[f.code, M.K_UNPACK] = K.q8_prefill_addresses(f.code, tisa, True)
+        matmul(x, qx, raw.ctypes.data, nrows, raw.shape[1], f.code, ks, out)
+        assert not np.all(np.abs(out - want) <= 1e-5 * mag), fmt
+
+
+@pytest.mark.parametrize("isa", TILE_ISAS)
+def test_ksum_extremes(isa):
+    """The super-block tiles' int32 sums at their largest (kernels_prefill_q8_ksum's bound): Q6_K
+    rows whose every q is 0 (w = -32), every scale -128 and d 1, against x = +-127: each super-block
+    sums 256 * 127 * 4096 = 1.33e8 exactly (a multiple of 2^12: exact in f32 as well), so the result
+    is the exact product. Negative control: 17 such super-blocks summed in int32 would wrap (the
+    bound holds per super-block, which is why the sums convert there)."""
+    from fuelcli.backends.cpu.kernels_prefill_q8_ksum import takes
+
+    f = FORMATS["q6_k"]
+    if not takes(_tile_isa(isa), f.code):
+        pytest.skip(f"{isa} has no super-block tiles")
+    nrows, ncols, T = 16, 512, 6
+    L = f.layout
+    blocks = np.zeros((nrows * ncols // 256, f.block_bytes), np.uint8)
+    blocks[:, L.scales:L.scales + 16] = np.uint8(0x80)  # int8 -128
+    blocks[:, L.d:L.d + 2] = np.frombuffer(np.float16(1.0).tobytes(), np.uint8)
+    raw = blocks.reshape(nrows, -1)
+    w = _dequantised("q6_k", raw, ncols)
+    assert np.all(w == 4096.0)
+    _, (k8, c8) = _tables(isa, [f.code])
+    x = np.where(np.arange(T)[:, None] % 2 == 0, 1.0, -1.0).astype(np.float32) * np.ones((T, ncols), np.float32)
+    qx = quantized(T, ncols)
+    quantize_for(x, qx, c8, 0)
+    q = qx.xq[:T * ncols].reshape(T, ncols).astype(np.int64)
+    assert np.all(np.abs(q) == 127)
+    out = np.full((T, nrows), np.nan, np.float32)
+    matmul(x, qx, raw.ctypes.data, nrows, raw.shape[1], f.code, k8, out)
+    per_super = (q.reshape(T, -1, 256) * 4096).sum(-1)
+    assert np.all(np.abs(per_super) == 256 * 127 * 4096)
+    want = (per_super.astype(np.float64) * qx.xs[:T * ncols // 32:8].reshape(T, -1)).sum(-1)
+    assert np.array_equal(out, np.repeat(want[:, None], nrows, 1).astype(np.float32))
+    assert 17 * 256 * 127 * 4096 > 2 ** 31 - 1 > 16 * 256 * 127 * 4096
+
+
 def test_block_kind():
     """q8_k where every block format of the model has 256-element blocks, else q8_0 (float formats
     take f32 x either way)."""
@@ -285,7 +357,11 @@ def test_q8_tile_instructions(isa):
         assert all("vpmaddubsw" in a and "vpmaddwd" in a and "vpdpbusd" not in a for a in asm.values())
         assert all("vpaddw" in a.split("#APP")[1].split("#NO_APP")[0] for a in asm.values())
         assert not any(takes(target, FORMATS[f].code) for f in ("q8_0", "iq4_xs", "q6_k"))
-    else:
+    else:  # and the K-quants' super-block tiles: the sub-block sums times their integer scales, vpmulld
+        from fuelcli.backends.cpu.kernels import q8_ksum_module
+
+        asm["ksum16"] = llvm.assembly(q8_ksum_module("ksum16", target)[0], target)
+        assert "vpmulld" in asm["ksum16"]
         assert all("vpdpbusd" in a and "vpmaddubsw" not in a for a in asm.values())
         assert all(("zmm" in a) == (isa == "avx512vnni") for a in asm.values())
         assert all(("{vex}\tvpdpbusd" in a) == (isa == "avxvnni") for a in asm.values())

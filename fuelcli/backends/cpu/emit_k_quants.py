@@ -23,18 +23,25 @@ from .irgen import F32T, G, I8, I16, I32, I64, c64, call_intrinsic, const, load,
 # ------------------------------------------------------------------ block
 
 
-def _q4_k_scales(bd, blocks, L=Q4_K.layout):
-    """<8n x float> d * sc_i and -(dmin * m_i) of n blocks [(row, byte offset)], block after
-    block. The 8 six-bit scales and mins of each block come out of its 12 scale bytes by 32-bit
-    integer operations (_q4_k_scale_bytes: the integer pipes, idle in the planes kernels, where the
-    vector ones are the bound: byte shuffles, masks and shifts there took 1.09x the one-token
-    kernel's time on Zen 4); then one widening and one conversion for all the scales, one for the
-    mins. L: the layout (q4_k's or q5_k's: the same d, dmin and scales)."""
+def _q4_k_ints(bd, blocks, L=Q4_K.layout):
+    """<8n x i8> the six-bit scales sc_i and mins m_i of n blocks [(row, byte offset)], block after
+    block, out of each block's 12 scale bytes by 32-bit integer operations (_q4_k_scale_bytes: the
+    integer pipes, idle in the planes kernels, where the vector ones are the bound: byte shuffles,
+    masks and shifts there took 1.09x the one-token kernel's time on Zen 4). L: the layout (q4_k's
+    or q5_k's: the same d, dmin and scales)."""
     n, m = L.sub_blocks, len(blocks)
     raws = [_q4_k_scale_bytes(bd, row, p, L) for row, p in blocks]
     sm = concat(bd, raws)  # per block: [scales 0-7 | mins 0-7]
     sc = bd.shuffle_vector(sm, sm, const(I32, [16 * b + i for b in range(m) for i in range(n)]))
     mn = bd.shuffle_vector(sm, sm, const(I32, [16 * b + n + i for b in range(m) for i in range(n)]))
+    return sc, mn
+
+
+def _q4_k_scales(bd, blocks, L=Q4_K.layout):
+    """<8n x float> d * sc_i and -(dmin * m_i) of n blocks [(row, byte offset)], block after block
+    (_q4_k_ints): one widening and one conversion for all the scales, one for the mins."""
+    n, m = L.sub_blocks, len(blocks)
+    sc, mn = _q4_k_ints(bd, blocks, L)
 
     # d and dmin of every block converted at once: [d_0, dmin_0, d_1, dmin_1]
     dd = f16_lanes(bd, [row for row, _ in blocks for _ in range(2)],
@@ -170,6 +177,37 @@ def _q6_k(bd, row, blk):
     n = L.block_elems // G
     return Block(w, splat(bd, d, n), None, exact)
 
+
+
+# ------------------------------------------------------------------ ksum: d and the integer sub-block scales
+
+
+def _q4_k_ksum(bd, row, blk, L=Q4_K.layout):
+    p = bd.mul(blk, c64(L.block_bytes))
+    sc, _ = _q4_k_ints(bd, [(row, p)], L)
+    return f16(bd, row, bd.add(p, c64(L.d))), bd.zext(sc, vec(I32, L.sub_blocks))
+
+
+def _q5_k_ksum(bd, row, blk):
+    return _q4_k_ksum(bd, row, blk, Q5_K.layout)
+
+
+def _q3_k_ksum(bd, row, blk):
+    L = Q3_K.layout
+    p = bd.mul(blk, c64(L.block_bytes))
+    return f16(bd, row, bd.add(p, c64(L.d))), bd.sext(_q3_k_scales(bd, row, p), vec(I32, L.sub_blocks))
+
+
+def _q6_k_ksum(bd, row, blk):
+    L = Q6_K.layout
+    p = bd.mul(blk, c64(L.block_bytes))
+    isc = bd.sext(load(bd, row, bd.add(p, c64(L.scales)), vec(I8, L.sub_blocks)), vec(I32, L.sub_blocks))
+    return f16(bd, row, bd.add(p, c64(L.d))), isc
+
+
+def _q2_k_ksum(bd, row, blk):
+    L = Q2_K.layout
+    return f16(bd, row, bd.add(bd.mul(blk, c64(L.block_bytes)), c64(L.d))), None
 
 
 # ------------------------------------------------------------------ planes
@@ -464,11 +502,13 @@ def _q6_k_words(bd, row, b0, n):
     return WordChunk(groups, scale, None)
 
 
-RECORDS = [CpuFormat(Q4_K, block=_q4_k, words=_q4_k_words, planes=_q4_k_planes, has_min=True, planes_klayout=True),
-           CpuFormat(Q5_K, block=_q5_k, words=_q5_k_words, planes=_q5_k_planes, has_min=True, planes_klayout=True),
+RECORDS = [CpuFormat(Q4_K, block=_q4_k, words=_q4_k_words, planes=_q4_k_planes, has_min=True, planes_klayout=True,
+                     ksum=_q4_k_ksum),
+           CpuFormat(Q5_K, block=_q5_k, words=_q5_k_words, planes=_q5_k_planes, has_min=True, planes_klayout=True,
+                     ksum=_q5_k_ksum),
            CpuFormat(Q2_K, block=_q2_k, words=_q2_k_words, planes=_q2_k_planes, planes_klayout=True,
-                     words_sub16=True, min_sub16=True, planes_rows=2),
+                     words_sub16=True, min_sub16=True, planes_rows=2, ksum=_q2_k_ksum),
            CpuFormat(Q3_K, block=_q3_k, words=_q3_k_words, planes=_q3_k_planes, planes_zero=Q3_K.layout.zero,
-                     planes_klayout=True, words_sub16=True, words_zero=Q3_K.layout.zero),
+                     planes_klayout=True, words_sub16=True, words_zero=Q3_K.layout.zero, ksum=_q3_k_ksum),
            CpuFormat(Q6_K, block=_q6_k, words=_q6_k_words, planes=_q6_k_planes, planes_zero=Q6_K.layout.zero,
-                     planes_klayout=True, words_sub16=True, words_zero=Q6_K.layout.zero)]
+                     planes_klayout=True, words_sub16=True, words_zero=Q6_K.layout.zero, ksum=_q6_k_ksum)]

@@ -33,6 +33,7 @@ from functools import lru_cache
 from llvmlite import ir
 
 from . import amx
+from . import kernels_prefill_q8_ksum as ksum
 from . import unpack as U
 from .kernels_decode import DECODE_WIDTHS, build_decode, build_decode_q8, build_dequant, wide_widths
 from .kernels_prefill import build_driver, build_unpack
@@ -97,6 +98,20 @@ def q8_prefill_module(key, isa: Isa) -> tuple[ir.Module, list[str]]:
     return mod, [name]
 
 
+def q8_ksum_module(key, isa: Isa) -> tuple[ir.Module, list[str]]:
+    """The K-quants' q8 prefill tiles on q8_k activations (kernels_prefill_q8_ksum.py): key a driver
+    (its kind_of), or a format's code for its panel unpack."""
+    from ...formats import BY_CODE
+
+    tag = key if isinstance(key, str) else BY_CODE[key].name
+    name = f"fuel_prefill_q8ksum_{tag}_{isa.name}"
+    mod = ir.Module(name=name)
+    if isinstance(key, str):
+        return mod, ksum.build_driver(isa, mod, key, name)
+    ksum.build_unpack(isa, mod, key, name)
+    return mod, [name]
+
+
 def amx_module(code: int, isa: Isa) -> tuple[ir.Module, list[str]]:
     """One format's AMX panel unpack (amx.py)."""
     from ...formats import BY_CODE
@@ -125,7 +140,7 @@ def _module_name(which: str, key) -> str:
 
 _BUILDERS = {"format": format_module, "driver": driver_module, "amx": amx_module, "wide": wide_module,
              "q8": q8_module, "q8wide": lambda code, isa: q8_module(code, isa, wide_widths(code)),
-             "q8prefill": q8_prefill_module}
+             "q8prefill": q8_prefill_module, "q8ksum": q8_ksum_module}
 
 
 @lru_cache(maxsize=None)
@@ -158,8 +173,13 @@ def q8_wide_addresses(code: int, isa: Isa) -> tuple:
     return tuple(got.get(B, 0) for B in DECODE_WIDTHS)
 
 
-def q8_prefill_addresses(code: int, isa: Isa) -> tuple[int, int]:
-    """(q8 prefill driver, the format's q8 panel unpack): kernels_prefill_q8.py."""
+def q8_prefill_addresses(code: int, isa: Isa, super_blocks: bool = False) -> tuple[int, int]:
+    """(q8 prefill driver, the format's q8 panel unpack): kernels_prefill_q8.py, or with
+    super_blocks (q8_k activations) kernels_prefill_q8_ksum.py where it takes the format."""
+    if super_blocks and ksum.takes(isa, code):
+        (driver,) = _compiled("q8ksum", ksum.kind_of(code), isa)
+        (unpack,) = _compiled("q8ksum", code, isa)
+        return driver, unpack
     (driver,) = _compiled("q8prefill", driver_of(code, isa), isa)
     (unpack,) = _compiled("q8prefill", code, isa)
     return driver, unpack

@@ -18,6 +18,8 @@ and scales each 16-element half on its own (kind "quant16": the second scale whe
 Q2_K (kind "quant_min16": a min per 16 elements) takes the int16 tiles' weights, its sub-block scales
 folded in (q * sc <= 45 fits a byte), and its two mins a block times each half's activation sum (the
 16-element sums of xq, xz, times the block's activation scale), as the int16 tiles do.
+On q8_k activations (one scale per 256 elements) the K-quants take kernels_prefill_q8_ksum's tiles
+instead on avx512vnni and avxvnni: a super-block's integer sums, converted once.
 
 vpmaddubsw (avx2) sums two u8 x s8 products into int16 with saturation: x + 128 (up to 255) against
 |w| > 64 could pass 32767. So avx2 takes the q8 tiles only for the formats whose weights are small

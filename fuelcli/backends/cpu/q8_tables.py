@@ -8,9 +8,9 @@ scales): on avx512vnni the one-token and B-wide decode kernels dot one int8 plan
 (kernels_decode: one_plane), half the vpdpbusd, and so do avxvnni's and avx2's for the formats
 where that was not slower than their int16 words kernels (kernels_decode.q8_decode_takes);
 prefill runs the 8-bit tiles (kernels_prefill_q8: vpdpbusd on avx512vnni and avxvnni, vpmaddubsw
-on avx2 for the formats of small weights); the rest (every kernel on generic) run the int16
-kernels on the 8-bit values (the same integers, the int16 path's speed). Float formats take x as
-f32 either way.
+on avx2 for the formats of small weights; with q8_k blocks the K-quants' super-block tiles,
+kernels_prefill_q8_ksum); the rest (every kernel on generic) run the int16 kernels on the 8-bit
+values (the same integers, the int16 path's speed). Float formats take x as f32 either way.
 """
 
 from __future__ import annotations
@@ -38,16 +38,18 @@ def apply(kern: np.ndarray, core: np.ndarray, codes, isa: Isa) -> None:
     from .matmul import C_QUANTIZE, K_DECODE, K_PREFILL, K_UNPACK
     from .quantize_q8 import addresses
 
-    core[C_QUANTIZE] = addresses(isa)[block_kind(codes)]
+    kind = block_kind(codes)
+    core[C_QUANTIZE] = addresses(isa)[kind]
     for code in sorted({int(c) for c in codes}):
         if q8_decode_takes(isa, code):
             kern[code, K_DECODE] = q8_addresses(code, isa)
         if takes(isa, code):
-            kern[code, K_PREFILL], kern[code, K_UNPACK] = q8_prefill_addresses(code, isa)
+            kern[code, K_PREFILL], kern[code, K_UNPACK] = q8_prefill_addresses(code, isa, kind == "q8_k")
 
 
 def cached(codes, isa: Isa) -> bool:
     """Whether the modules apply() loads are in the on-disk cache (kernels.py's module names)."""
+    from . import kernels_prefill_q8_ksum as ksum
     from .kernels import _module_name
     from .kernels_prefill_q8 import driver_of, takes
     from .llvm import is_cached
@@ -57,6 +59,9 @@ def cached(codes, isa: Isa) -> bool:
     quant = [c for c in codes if record(c).quant]
     names += [_module_name("q8", c) for c in quant if q8_decode_takes(isa, c)]
     on_tiles = [c for c in quant if takes(isa, c)]
+    sums = [c for c in on_tiles if block_kind(codes) == "q8_k" and ksum.takes(isa, c)]
+    names += [_module_name("q8ksum", k) for k in sums + list({ksum.kind_of(c) for c in sums})]
+    on_tiles = [c for c in on_tiles if c not in sums]
     names += [_module_name("q8prefill", c) for c in on_tiles]
     names += [_module_name("q8prefill", k) for k in {driver_of(c, isa) for c in on_tiles}]
     return all(is_cached(n, isa) for n in names)
