@@ -238,9 +238,9 @@ class CpuEngine(Engine):
     def warm_up(self):
         """Loads the forward numba compiled for the argument types every prefill passes (or compiles
         it in a child process, jit.compile_elsewhere, while the kernels compile beside it: tables.py),
-        without running it: a forward here
-        would only also page in the weights, which the first prefill does as it goes (a start saves
-        the ~0.1 s of a token). The tables' types are all the compile needs of them."""
+        without running it: a forward here would only also page in the weights, which the first
+        prefill does as it goes (a start saves the ~0.1 s of a token). The tables' types are all the
+        compile needs of them."""
         f = self._forward
         stand_in = (np.zeros((1, N_KERNEL_COLS), np.int64), np.zeros(1, np.int64))
         args = self._args(np.zeros(1, np.int64), self._segs([(0, 0, 1)]), False, self._last[:1],

@@ -79,10 +79,12 @@ def compile_elsewhere(dispatcher, sig) -> bool:
     then loads it here (load_cached). numba keeps what a compile built for the life of the process:
     the Qwen3-30B-A3B-shape forward's compile left 370 MB on this process's heap (malloc_trim gave
     back 20 MB), which a loaded forward's 28 MB replaces. False when the child failed or left
-    nothing to load: the caller compiles here, as before."""
+    nothing to load (or there is no disk cache to leave it in): the caller compiles here, as before."""
     import pickle
     import subprocess
 
+    if type(getattr(dispatcher, "_cache", None)).__name__ != "FunctionCache":
+        return False
     job = pickle.dumps((dispatcher.py_func.__module__, dispatcher.py_func.__qualname__, tuple(sig)))
     code = f"import sys; sys.path.insert(0, {str(_ROOT)!r}); from {__name__} import compile_job; compile_job()"
     try:
