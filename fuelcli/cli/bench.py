@@ -104,7 +104,8 @@ def bench(
     engine = make_engine(m.cfg, m.weights, n_ctx=n_ctx, device=device, cache_type=cache_type,
                          slots=B.seqs_needed(tests), activations=activations)
     engine.free_cpus = None  # a benchmark runs on its thread count throughout, as its peer does
-    engine.warm_up()  # the cpu forward compiles in a child (jit.compile_elsewhere): not in the peak RSS
+    if engine.device == "cpu":  # its forward compiles in a child (jit.compile_elsewhere): not in the peak RSS
+        engine.warm_up()
     info = B.model_info(m.source, m.cfg, m.weights)
 
     peer_factory = None
@@ -266,7 +267,6 @@ def _speculation(model, speculating, prompt, file, n_gen, compare, repetitions, 
         raise InputError(f"the prompt and -n need a context of {n_ctx}; the model's is {m.cfg.max_position}")
     engine, _ = ready_engine(m, n_ctx, device, quiet=True, cache_type=cache_type, rows=True, activations=activations)
     engine.free_cpus = None  # a benchmark runs on its thread count throughout, as its peer does
-    engine.warm_up()  # the cpu forward compiles in a child (jit.compile_elsewhere): not in the peak RSS
     params = SamplerParams(temp=0.0)
     first = speculating.build(m, params, n_ctx, device, cache_type, activations)
     if speculating.draft is not None:
