@@ -26,6 +26,7 @@ from fuelcli.backends.cpu import llvm  # noqa: E402
 from fuelcli.backends.cpu import matmul as M  # noqa: E402
 from fuelcli.backends.cpu import q8_tables  # noqa: E402
 from fuelcli.backends.cpu.activations import quantized  # noqa: E402
+from fuelcli.backends.cpu.kernels_decode import q8_decode_isa, q8_decode_takes  # noqa: E402
 from fuelcli.formats import FORMATS, dequantize  # noqa: E402
 
 
@@ -134,9 +135,15 @@ def test_quantize_as_llama_cpp(isa, kind):
                 assert not qx.xp[:K].any() and np.array_equal(qx.xp[K:2 * K].astype(np.int32), q)
                 k_layout = q.astype(np.int8).reshape(-1, 16, 4, 4).transpose(0, 2, 1, 3).ravel()
                 assert np.array_equal(qx.xp[3 * K:4 * K], k_layout) and not qx.xp[2 * K:3 * K].any()
-            else:
+            else:  # the words, then (an ISA with q8 decode kernels) the low plane, plain and on the K-quant layout
                 words = qx.xp[:2 * K].view(np.int16).reshape(-1, 2, 16).astype(np.int32)
                 assert np.array_equal(words, q.reshape(-1, 16, 2).transpose(0, 2, 1))
+                k_layout = q.astype(np.int8).reshape(-1, 16, 4, 4).transpose(0, 2, 1, 3).ravel()
+                low = q8_decode_isa(_isa(isa))
+                if low:
+                    assert np.array_equal(qx.xp[2 * K:3 * K], q) and np.array_equal(qx.xp[3 * K:4 * K], k_layout)
+                else:
+                    assert not qx.xp[2 * K:4 * K].any()
         else:
             assert not qx.xp.any()
     assert np.abs(qx.xq.astype(np.int32)).max() == 127
@@ -162,14 +169,22 @@ def _x8(qx, T, K):
     return (qx.xq[:T * K].reshape(-1, 32) * qx.xs[:T * K // 32, None].astype(np.float64)).reshape(T, K)
 
 
-@pytest.mark.parametrize("isa", ISAS)
+def _planes_reference():
+    """The ISA whose q8 decode kernels the others' must equal: avx512vnni, emulated on a host without it."""
+    return "avx512vnni" if llvm.supported("avx512vnni") else "avx512vnni-emulated"
+
+
+@pytest.mark.parametrize("isa", TILE_ISAS)
 @pytest.mark.parametrize("fmt", QUANT)
 def test_decode_q8(isa, fmt):
     """One token and 2, 4 and 7 at once (the B-wide kernels): against the numpy decode times the 8-bit
-    x (only f32 rounding differs: the integer dot is exact), and bit for bit the int16 kernels'
-    result on the same values (the one-plane kernels: the same integers); the B-wide kernels give
-    each token the one-token kernel's bits. Negative control: the int16 path on x itself differs
-    by about 8 bits' rounding."""
+    x (only f32 rounding differs: the integer dot is exact); on avx512vnni bit for bit the int16
+    kernels' result on the same values (the one-plane kernels: the same integers and sums); on
+    avxvnni and avx2, where a format has q8 decode kernels (kernels_decode.Q8_DECODE), bit for bit
+    avx512vnni's (the same IR on ymm halves), which the int16 words kernels on the same values are
+    not (they sum in another order: the comparison discriminates); the B-wide kernels give each
+    token the one-token kernel's bits. Negative control: the int16 path on x itself differs by
+    about 8 bits' rounding."""
     f = FORMATS[fmt]
     ncols = 1024 if f.block_elems == 256 else 928
     nrows = 41
@@ -177,8 +192,8 @@ def test_decode_q8(isa, fmt):
     w = _dequantised(fmt, raw, ncols)
     (kern, core), (k8, c8) = _tables(isa, [f.code])
     wide = k8.copy()
-    M.add_wide(wide, [f.code], _isa(isa))
-    q8_tables.apply_wide(wide, [f.code], _isa(isa))
+    M.add_wide(wide, [f.code], _tile_isa(isa))
+    q8_tables.apply_wide(wide, [f.code], _tile_isa(isa))
     cases = _cases(ncols)
     rng = np.random.default_rng(3)
     x = np.stack([cases["normal"], cases["heavy"]] + [rng.standard_normal(ncols).astype(np.float32) for _ in range(5)])
@@ -195,7 +210,12 @@ def test_decode_q8(isa, fmt):
     mag = np.abs(x) @ np.abs(w).T
     assert np.all(np.abs(got - _x8(qx, 7, ncols) @ w.T) <= 1e-5 * mag), fmt
     same, _ = decode(kern, c8, 7)
-    assert np.array_equal(same.view(np.uint32), got.view(np.uint32)), fmt
+    if llvm.planes_isa(_tile_isa(isa)):
+        assert np.array_equal(same.view(np.uint32), got.view(np.uint32)), fmt
+    elif q8_decode_takes(_tile_isa(isa), f.code):
+        _, (kr, cr) = _tables(_planes_reference(), [f.code])
+        assert np.array_equal(decode(kr, cr, 7)[0].view(np.uint32), got.view(np.uint32)), fmt
+        assert not np.array_equal(same.view(np.uint32), got.view(np.uint32)), fmt
     for n in (2, 4, 7):
         assert np.array_equal(decode(wide, c8, n)[0].view(np.uint32), got[:n].view(np.uint32)), (fmt, n)
     int16, _ = decode(kern, core, 7)
@@ -269,6 +289,74 @@ def test_q8_tile_instructions(isa):
         assert all("vpdpbusd" in a and "vpmaddubsw" not in a for a in asm.values())
         assert all(("zmm" in a) == (isa == "avx512vnni") for a in asm.values())
         assert all(("{vex}\tvpdpbusd" in a) == (isa == "avxvnni") for a in asm.values())
+
+
+@pytest.mark.parametrize("isa", ["avxvnni", "avx2"])
+def test_q8_decode_instructions(isa):
+    """The q8 decode kernels of the ISAs without the int8 planes, compiled for their CPUs: avxvnni's
+    are Alder Lake's VEX `{vex} vpdpbusd` on ymm (no Zen 4 runs it: assembly only), avx2's
+    vpmaddubsw then vpmaddwd; neither touches a zmm register. Formats with unit bytes past
+    AVX2_UNIT_MAX (Q4_K: 240) have none on avx2."""
+    from fuelcli.backends.cpu.kernels import q8_module
+    from fuelcli.backends.cpu.kernels_decode import Q8_DECODE
+
+    target = llvm.ISAS[isa]
+    assert Q8_DECODE[isa], isa
+    for name in sorted(Q8_DECODE[isa])[:2]:
+        asm = llvm.assembly(q8_module(FORMATS[name].code, target, (1, 2))[0], target)
+        assert "zmm" not in asm, name
+        if isa == "avx2":
+            assert "vpmaddubsw" in asm and "vpmaddwd" in asm and "vpdpbusd" not in asm, name
+        else:
+            assert "{vex}\tvpdpbusd" in asm and "vpmaddubsw" not in asm, name
+    assert not q8_decode_takes(llvm.ISAS["avx2"], FORMATS["q4_k"].code)
+
+
+@pytest.mark.skipif(not llvm.supported("avx2"), reason="CPU lacks avx2")
+def test_unit_max():
+    """kernels_decode.UNIT_MAX is each format's largest planes unit byte (every step the decode
+    kernels take: full chunks, and a 32-element format's pairs and single blocks), on every bit
+    pattern of random rows: what bounds avx2's vpmaddubsw pair sums (AVX2_UNIT_MAX). Negative
+    control: at Q4_0's 240 (16 * q, its high nibbles in place), a pair of products with x = 127
+    passes 32767 and vpmaddubsw saturates (why Q4_0 keeps the words kernels on avx2)."""
+    import ctypes
+
+    from llvmlite import ir
+
+    from fuelcli.backends.cpu import emit as E
+    from fuelcli.backends.cpu import unpack as U
+    from fuelcli.backends.cpu.irgen import F32T, I8, Loop, c64, func, ptr_to, splat_c, vec
+    from fuelcli.backends.cpu.kernels_decode import AVX2_UNIT_MAX, UNIT_MAX
+
+    isa = llvm.ISAS["avx2"]
+    seen = {}
+    for name in QUANT:
+        code = FORMATS[name].code
+        BL = U.record(code).layout
+        chunk = E.PLANES_CHUNK // BL.block_elems
+        steps = sorted({chunk, min(2, chunk), 1})
+        mod = ir.Module(name=f"units_{name}")
+        fn, bd = func(mod, f"units_{name}", 3)
+        w, nb, o = fn.args[:3]
+        row, out = ptr_to(bd, w, I8), ptr_to(bd, o, vec(I8, E.PLANES_UNIT))
+        for si, n in enumerate(steps):  # step si's units of chunk c at out[(si * nb / chunk + c) * 4 + u]
+            with Loop(bd, 0, nb, chunk) as b0:
+                blk = U.planes_blocks(code, bd, [row], b0, n, splat_c(F32T, 1.0, n * BL.block_elems // 32))
+                c = bd.add(bd.udiv(b0, c64(chunk)), bd.mul(c64(si), bd.udiv(nb, c64(chunk))))
+                for u, unit in enumerate(blk.units[0]):
+                    bd.store(unit, bd.gep(out, [bd.add(bd.mul(c, c64(4)), c64(u))]), align=1)
+        bd.ret_void()
+        (addr,) = llvm.compile_module(f"test-units-{name}", lambda m=mod, n=name: (m, [f"units_{n}"]), isa).values()
+        ncols = 256 * 32
+        raw = np.ascontiguousarray(random_rows(name, 1, ncols, seed=7))
+        units = np.zeros(len(steps) * ncols // 256 * 4 * E.PLANES_UNIT, np.uint8)
+        ctypes.CFUNCTYPE(None, *[ctypes.c_int64] * 3)(addr)(raw.ctypes.data, ncols // BL.block_elems,
+                                                            units.ctypes.data)
+        seen[name] = int(units.max())
+    assert seen == UNIT_MAX
+    assert 2 * 127 * AVX2_UNIT_MAX <= 32767 < 2 * 127 * (AVX2_UNIT_MAX + 1)
+    u = np.full((1, 2), UNIT_MAX["q4_0"], np.int64)
+    assert _maddubs(u, np.full((1, 2), 127))[0] == 32767 < 2 * 127 * UNIT_MAX["q4_0"]
 
 
 def _aligned(n, dtype):
@@ -382,3 +470,27 @@ def test_kernels_cached_counts_q8(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split("\n")[0] == "avx2 (True, False) True", r.stdout
+
+
+def test_q8_cached_counts_decode_modules(tmp_path):
+    """q8_tables.cached (what engine.kernels_cached asks with `--activations q8`) counts the q8
+    decode module of a format that has one on avxvnni (compiled here for Alder Lake, not run): warm
+    after q8_tables.apply, cold again without that module's object file (the negative control),
+    and a format without one (Q4_0 on avx2) needs none."""
+    import subprocess
+
+    code = ("from pathlib import Path\n"
+            "from fuelcli.backends.cpu import llvm, q8_tables, matmul as M\n"
+            "from fuelcli.backends.cpu.kernels_decode import q8_decode_takes\n"
+            "from fuelcli.formats import FORMATS\n"
+            "isa = llvm.ISAS['avxvnni']; c = FORMATS['q4_k'].code\n"
+            "assert q8_decode_takes(isa, c)\n"
+            "q8_tables.apply(M.kernel_table([c], isa), M.core_table(isa, 64), [c], isa)\n"
+            "warm = q8_tables.cached([c], isa)\n"
+            "for p in (Path(llvm.cache_dir())).glob(f'avxvnni-q8-{c}-*.o'): p.unlink()\n"
+            "avx2, c0 = llvm.ISAS['avx2'], FORMATS['q4_0'].code\n"
+            "print(warm, q8_tables.cached([c], isa), q8_decode_takes(avx2, c0))\n")
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[0] == "True False False", r.stdout

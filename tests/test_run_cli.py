@@ -291,4 +291,4 @@ def test_cpu_warm_up_loads_the_forward_every_prefill_calls(tiny):
     e.decode(6)
     assert len(spy.compiled) == 1 and set(spy.called) == set(spy.compiled)
     # control: the recorded signature tells argument types apart (a 1-D logits buffer differs)
-    assert spy.f.typeof_pyval(e._last[0]) != spy.compiled[0][-2]
+    assert spy.f.typeof_pyval(e._logits(1)[0]) != spy.compiled[0][-2]

@@ -83,7 +83,7 @@ def test_negative_control_the_same_row_on_the_tiles(smollm2):
     e.step([(0, seqs[0])])
     chunk = seqs[2]
     segs = e._segs([(2, 0, len(chunk)), (0, e.positions[0], 1)])  # the one-token row second: on the tiles
-    logits = e._last[:2]
+    logits = e._logits(2)
     e._forward(*e._args(np.array(chunk + [5], np.int64), segs, False, logits, np.empty((0, 1, 1), np.float32)))
     tiled = logits[1].copy()
     assert not np.array_equal(tiled, ref) and float(np.abs(tiled - ref).max()) < 1e-2

@@ -13,20 +13,13 @@ whichever way the text is cut.
 
 from __future__ import annotations
 
+from ..text.stream_parser import StreamParser, held
 from .tools import bare_call
 
 THINK, END_THINK = "<think>", "</think>"
 
 
-def _held(text: str, marker: str) -> int:
-    """How many trailing characters of `text` are a proper prefix of `marker` (so may yet become it)."""
-    for n in range(min(len(marker) - 1, len(text)), 0, -1):
-        if text.endswith(marker[:n]):
-            return n
-    return 0
-
-
-class ReplyParser:
+class ReplyParser(StreamParser):
     def __init__(self, tools=None, reasoning: bool = False, in_reasoning: bool = False, functions=None):
         self.tools = tools  # a tools.Hermes / Llama3Json, or None: no call parsing
         self.functions = functions or []  # the declared tools.Function: a bare JSON reply may call one
@@ -36,22 +29,11 @@ class ReplyParser:
         self.opened = False  # content has begun (llama3_json decides at its first character)
         self.calls: list[dict] = []
 
-    def feed(self, text: str) -> list[tuple[str, object]]:
-        """Parts ready to send: ("reasoning" | "content", text) or ("tool_call", OpenAI call dict)."""
-        self.buf += text
-        return self._drain(final=False)
+    def _where(self):
+        return self.phase
 
-    def finish(self) -> list[tuple[str, object]]:
-        return self._drain(final=True)
-
-    def _drain(self, final: bool) -> list:
-        out: list = []
-        while True:
-            before = (self.phase, len(self.buf))
-            getattr(self, f"_{self.phase}")(out, final)
-            if (self.phase, len(self.buf)) == before:
-                break
-        return [p for p in out if p[1] != ""]
+    def _step(self, out, final):
+        getattr(self, f"_{self.phase}")(out, final)
 
     def _start(self, out, final):
         s = self.buf.lstrip()
@@ -79,7 +61,7 @@ class ReplyParser:
             out.append(("reasoning", self.buf[:at]))
             self.buf, self.phase, self.strip = self.buf[at + len(END_THINK):], "content", True
             return
-        keep = 0 if final else _held(self.buf, END_THINK)
+        keep = 0 if final else held(self.buf, (END_THINK,))
         out.append(("reasoning", self.buf[: len(self.buf) - keep]))
         self.buf = self.buf[len(self.buf) - keep:]
 
@@ -109,7 +91,7 @@ class ReplyParser:
                 out.append(("content", self.buf[:at]))
                 self.buf, self.phase = self.buf[at:], "hermes_call"
                 return
-            keep = 0 if final else _held(self.buf, tools.open)
+            keep = 0 if final else held(self.buf, (tools.open,))
         else:
             keep = 0
         self.opened = self.opened or bool(self.buf)

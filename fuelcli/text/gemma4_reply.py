@@ -27,6 +27,8 @@ from __future__ import annotations
 import json
 import re
 
+from .stream_parser import StreamParser, held, marker_ids, plain_call
+
 CHANNEL, CHANNEL_END = "<|channel>", "<channel|>"
 CALL, CALL_END = "<|tool_call>", "<tool_call|>"
 QUOTE = '<|"|>'
@@ -45,23 +47,10 @@ def turn_end_ids(tokenizer) -> set[int]:
     """The ids of the tokens that end a Gemma 4 turn, for a tokenizer whose template is Gemma 4's."""
     if not is_gemma4(tokenizer.chat_template):
         return set()
-    ids = (tokenizer.backend.token_to_id(t) for t in TURN_ENDS)
-    return {i for i in ids if i is not None}
+    return marker_ids(tokenizer, TURN_ENDS)
 
 
-def _held(text: str, markers) -> int:
-    """How many trailing characters of `text` may still become one of `markers`."""
-    for n in range(min(max(map(len, markers)) - 1, len(text)), 0, -1):
-        if any(m.startswith(text[-n:]) for m in markers):
-            return n
-    return 0
-
-
-def plain_call(name: str, arguments: dict) -> dict:
-    return {"name": name, "arguments": arguments}
-
-
-class Gemma4Parser:
+class Gemma4Parser(StreamParser):
     """`call(name, arguments)` makes a call's part (serve: OpenAI's call dict with an id)."""
 
     def __init__(self, reasoning: bool = True, call=plain_call):
@@ -76,28 +65,17 @@ class Gemma4Parser:
         """"reasoning" while inside a thought channel (reply.whole reads it)."""
         return "reasoning" if self.state == "thought" else "content"
 
-    def feed(self, text: str) -> list[tuple[str, object]]:
-        """Parts ready to send: ("reasoning" | "content", text) or ("tool_call", call)."""
-        self.buf += text
-        return self._drain(final=False)
+    def _where(self):
+        return self.state
 
-    def finish(self) -> list[tuple[str, object]]:
-        return self._drain(final=True)
-
-    def _drain(self, final: bool) -> list:
-        out: list = []
-        while True:
-            before = (self.state, len(self.buf))
-            getattr(self, f"_{self.state}")(out, final)
-            if (self.state, len(self.buf)) == before:
-                break
-        return [p for p in out if p[1] != ""]
+    def _step(self, out, final):
+        getattr(self, f"_{self.state}")(out, final)
 
     def _content(self, out, final):
         found = [(self.buf.find(m), m) for m in _MARKERS]
         at, marker = min(((i, m) for i, m in found if i >= 0), default=(-1, ""))
         if at < 0:
-            keep = 0 if final else _held(self.buf, _MARKERS)
+            keep = 0 if final else held(self.buf, _MARKERS)
             out.append(("content", self.buf[: len(self.buf) - keep]))
             self.buf = self.buf[len(self.buf) - keep:]
             return
@@ -131,7 +109,7 @@ class Gemma4Parser:
             out.append(("reasoning", self.buf[:at]))
             self.buf, self.state = self.buf[at + len(CHANNEL_END):], "content"
             return
-        keep = 0 if final else _held(self.buf, (CHANNEL_END,))
+        keep = 0 if final else held(self.buf, (CHANNEL_END,))
         out.append(("reasoning", self.buf[: len(self.buf) - keep]))
         self.buf = self.buf[len(self.buf) - keep:]
         if final:

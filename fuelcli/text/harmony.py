@@ -27,6 +27,8 @@ from __future__ import annotations
 import json
 import re
 
+from .stream_parser import StreamParser, held, marker_ids, plain_call
+
 START, END, MESSAGE, CHANNEL = "<|start|>", "<|end|>", "<|message|>", "<|channel|>"
 RETURN, CALL, CONSTRAIN = "<|return|>", "<|call|>", "<|constrain|>"
 # what ends a message's body: <|start|> too, for a model that opens the next message without <|end|>
@@ -45,8 +47,7 @@ def turn_end_ids(tokenizer) -> set[int]:
     """The ids of the tokens that end a harmony turn, for a tokenizer whose template writes harmony."""
     if not is_harmony(tokenizer.chat_template):
         return set()
-    ids = (tokenizer.backend.token_to_id(t) for t in TURN_ENDS)
-    return {i for i in ids if i is not None}
+    return marker_ids(tokenizer, TURN_ENDS)
 
 
 HEADER_MAX = 256  # characters before <|message|>: past this the text is no header
@@ -54,19 +55,7 @@ _CHANNEL = re.compile(re.escape(CHANNEL) + r"\s*([A-Za-z_]+)")
 _RECIPIENT = re.compile(r"\bto=([^\s<]+)")
 
 
-def _held(text: str) -> int:
-    """How many trailing characters of `text` may still become a body-ending marker."""
-    for n in range(min(max(map(len, BODY_ENDS)) - 1, len(text)), 0, -1):
-        if any(m.startswith(text[-n:]) for m in BODY_ENDS):
-            return n
-    return 0
-
-
-def plain_call(name: str, arguments: dict) -> dict:
-    return {"name": name, "arguments": arguments}
-
-
-class HarmonyParser:
+class HarmonyParser(StreamParser):
     """`call(name, arguments)` makes a call's part (serve: OpenAI's call dict with an id)."""
 
     def __init__(self, reasoning: bool = True, call=plain_call):
@@ -84,22 +73,11 @@ class HarmonyParser:
         """"reasoning" while inside an analysis message (reply.whole reads it)."""
         return "reasoning" if self.state == "body" and self.kind == "reasoning" else "content"
 
-    def feed(self, text: str) -> list[tuple[str, object]]:
-        """Parts ready to send: ("reasoning" | "content", text) or ("tool_call", OpenAI call dict)."""
-        self.buf += text
-        return self._drain(final=False)
+    def _where(self):
+        return self.state
 
-    def finish(self) -> list[tuple[str, object]]:
-        return self._drain(final=True)
-
-    def _drain(self, final: bool) -> list:
-        out: list = []
-        while True:
-            before = (self.state, len(self.buf))
-            (self._header if self.state == "header" else self._body)(out, final)
-            if (self.state, len(self.buf)) == before:
-                break
-        return [p for p in out if p[1] != ""]
+    def _step(self, out, final):
+        (self._header if self.state == "header" else self._body)(out, final)
 
     def _header(self, out, final):
         s = self.buf.lstrip()
@@ -141,7 +119,7 @@ class HarmonyParser:
         elif at >= 0:
             out.append((self._part(), self.buf[:at] + (self._written(marker) if self.kind == "raw" else "")))
         else:
-            keep = 0 if final else _held(self.buf)
+            keep = 0 if final else held(self.buf, BODY_ENDS)
             out.append((self._part(), self.buf[: len(self.buf) - keep]))
             self.buf = self.buf[len(self.buf) - keep:]
             return

@@ -43,7 +43,7 @@ TASK_ARGS = 12
 Q_MAX = 32639.0
 
 
-def _quantize(isa, mod, name, block=None):
+def _quantize(isa, mod, name, block=None, low_planes=False):
     """Row t -> xq = rint(x * Q_MAX / amax) per 32-block, xs = amax / Q_MAX, xf = the block's f32
     sum, and at xz + t * K/16, xz[j] = the sum of xq over elements 16j..16j+15 (exact in f32: below
     2^20), for the zero points of the formats whose stored q is offset and the mins per 16 elements
@@ -55,7 +55,8 @@ def _quantize(isa, mod, name, block=None):
     then its odd ones (the words kernels).
 
     `block`: another quantisation of the blocks (quantize_q8.py: 8-bit values and their scales)
-    into the same buffers and layouts."""
+    into the same buffers and layouts; with `low_planes` (8-bit values on a words ISA), the words
+    are followed by the low plane alone, plain from xp[2K] and on the K-quant layout from xp[3K]."""
     fn, bd = func(mod, name, TASK_ARGS)
     t, x_, ldx, K, xq_, xs_, xf_, xp_, xz_, n_dec = fn.args[:10]
     x, xq, xs, xf = ptr_to(bd, x_, F32T), ptr_to(bd, xq_, I16), ptr_to(bd, xs_, F32T), ptr_to(bd, xf_, F32T)
@@ -74,7 +75,7 @@ def _quantize(isa, mod, name, block=None):
         k = bd.mul(b, c64(G))
         v = bd.load(bd.bitcast(bd.gep(xrow, [k]), vt.as_pointer()), align=4)
         q = (block.quantize if block is not None else _int16_block)(bd, row, b, k, v)
-        _decode_layouts(isa, bd, q, k, K, xp, one_token)
+        _decode_layouts(isa, bd, q, k, K, xp, one_token, low_planes)
         for half in range(2):
             part = bd.shuffle_vector(q, q, const(I32, range(16 * half, 16 * half + 16)))
             bd.store(bd.sitofp(hsum(bd, part), F32T), bd.gep(xz, [bd.add(bd.mul(b, c64(2)), c64(half))]))
@@ -117,14 +118,16 @@ def _int16_block(bd, row, b, k, v):
     return q
 
 
-def _decode_layouts(isa, bd, q, k, K, xp, one_token):
+def _decode_layouts(isa, bd, q, k, K, xp, one_token, low_planes=False):
     """A one-token row's block of values q (<32 x i32>, at element k) into the layout its decode
     kernels read (_quantize says which)."""
     with bd.if_then(one_token):
-        if planes_isa(isa):
+        if planes_isa(isa) or low_planes:
             hi = bd.ashr(bd.add(q, splat_c(I32, 128, G)), splat_c(I32, 8, G))
             lo = bd.sub(q, bd.shl(hi, splat_c(I32, 8, G)))
-            for plane, off in ((hi, k), (lo, bd.add(K, k))):
+            # low_planes: |q| <= 127, so hi is 0 and lo is q
+            planes = ((lo, bd.add(bd.mul(K, c64(2)), k)),) if low_planes else ((hi, k), (lo, bd.add(K, k)))
+            for plane, off in planes:
                 bd.store(bd.trunc(plane, vec(I8, G)), bd.bitcast(bd.gep(xp, [off]), vec(I8, G).as_pointer()), align=1)
             # then both planes again in the K-quants' layout (unpack.PLANES_KBLOCK elements a
             # block): unit u, lane i of a block holds its elements 16i + 4u .. 16i + 4u + 3;
@@ -133,13 +136,15 @@ def _decode_layouts(isa, bd, q, k, K, xp, one_token):
                 blk0 = bd.sub(k, bd.urem(k, c64(KB)))
                 row0 = bd.udiv(bd.urem(k, c64(KB)), c64(16))  # this 32-block's first row of 16
                 for p, plane in enumerate((hi, lo)):
+                    if low_planes and p == 0:
+                        continue
                     pieces = bd.bitcast(bd.trunc(plane, vec(I8, G)), vec(I32, G // 4))
                     base = bd.add(bd.mul(K, c64(2 + p)), blk0)
                     for j in range(G // 4):  # piece j: row row0 + j // 4, unit j % 4
                         at = bd.add(base, bd.add(c64(64 * (j % 4)), bd.mul(bd.add(row0, c64(j // 4)), c64(4))))
                         bd.store(bd.extract_element(pieces, ir.Constant(I32, j)),
                                  bd.bitcast(bd.gep(xp, [at]), I32.as_pointer()), align=1)
-        else:
+        if not planes_isa(isa):
             words = bd.shuffle_vector(q, q, const(I32, [*range(0, G, 2), *range(1, G, 2)]))
             dst = bd.gep(bd.bitcast(xp, I16.as_pointer()), [k])
             bd.store(bd.trunc(words, vec(I16, G)), bd.bitcast(dst, vec(I16, G).as_pointer()), align=2)

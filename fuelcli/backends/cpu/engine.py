@@ -202,7 +202,6 @@ class CpuEngine(Engine):
         self.act = allocate(widest, self.n_batch, planes=use_amx, slots=max(slots, min(VERIFY_ROWS, self.n_batch)),
                             pool=threads.pool_size(), f32_experts=not all(is_quant(int(c)) for c in experts)
                             )._replace(lo_order=lo_order)
-        self._last = np.empty((slots, cfg.vocab_size), np.float32)
 
     @property
     def kv_bytes(self) -> int:
@@ -243,7 +242,7 @@ class CpuEngine(Engine):
         compile needs of them."""
         f = self._forward
         stand_in = (np.zeros((1, N_KERNEL_COLS), np.int64), np.zeros(1, np.int64))
-        args = self._args(np.zeros(1, np.int64), self._segs([(0, 0, 1)]), False, self._last[:1],
+        args = self._args(np.zeros(1, np.int64), self._segs([(0, 0, 1)]), False, self._logits(1),
                           np.empty((0, 1, 1), np.float32), stand_in)
         sig = tuple(f.typeof_pyval(a) for a in args)
         if not load_cached(f, sig) and not compile_elsewhere(f, sig):
@@ -256,6 +255,11 @@ class CpuEngine(Engine):
             threads.use(self.free_cpus.threads())
         self._forward(*args)
 
+    def _logits(self, rows: int) -> np.ndarray:
+        """A fresh array for a forward's logits, handed to the caller as it is: no copy out of a buffer
+        the next forward overwrites (a 4-row step of the Qwen demo copied 2.4 MB)."""
+        return np.empty((rows, self.cfg.vocab_size), np.float32)
+
     @staticmethod
     def _segs(rows: list) -> np.ndarray:
         """forward.py's segment table: (slot, first position, tokens) per sequence of a step."""
@@ -264,7 +268,7 @@ class CpuEngine(Engine):
     def prefill(self, tokens, all_logits: bool = False, hidden: bool = False):
         tokens = self.check(tokens)
         T, cfg = len(tokens), self.cfg
-        logits = np.empty((T, cfg.vocab_size), np.float32) if all_logits else self._last[:1]
+        logits = self._logits(T if all_logits else 1)
         hidden_out = np.empty((cfg.num_layers + 1, T, cfg.hidden_size) if hidden else (0, 1, 1), np.float32)
         for s in range(0, T, self.n_batch):
             e = min(T, s + self.n_batch)
@@ -276,7 +280,6 @@ class CpuEngine(Engine):
             self.pos += e - s
         if T > 1:
             self.state.save(0, self.pos)
-        logits = logits if all_logits else logits.copy()
         return (logits, hidden_out) if hidden else logits
 
     def reset(self, slot: int | None = None):
@@ -348,7 +351,7 @@ class CpuEngine(Engine):
             self.warm_up_rows()
         order = sorted(range(len(batch)), key=lambda i: len(ids[i]) > 1)  # one-token sequences first
         segs = self._segs([(slots[i], self.positions[slots[i]], len(ids[i])) for i in order])
-        logits = self._last[:len(batch)]
+        logits = self._logits(len(batch))
         cfg = self.cfg
         states = np.empty((cfg.num_layers + 1, T, cfg.hidden_size) if hidden else (0, 1, 1), np.float32)
         self._run(*self._args(np.concatenate([ids[i] for i in order]), segs, False, logits, states))
@@ -358,7 +361,7 @@ class CpuEngine(Engine):
                 self.state.save(slot, self.positions[slot])
         out, r0 = [None] * len(batch), 0
         for row, i in enumerate(order):
-            out[i] = logits[row].copy()
+            out[i] = logits[row]
             if hidden:
                 out[i] = (out[i], states[:, r0:r0 + len(ids[i])])
                 r0 += len(ids[i])

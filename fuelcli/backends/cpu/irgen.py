@@ -249,16 +249,43 @@ def dpw(isa: Isa, bd, acc, a, b):
 
 def dpb(isa: Isa, bd, acc, w, x):
     """acc + quad sums (vpdpbusd): lane i += sum_j w[4i+j] * x[4i+j], w unsigned and x signed bytes
-    (<4L x i8>), acc <L x i32>."""
+    (<4L x i8>), acc <L x i32>. avx2: vpmaddubsw, then vpmaddwd by ones (dpb_run)."""
+    return dpb_run(isa, bd, acc, [(w, x)])
+
+
+def dpb_run(isa: Isa, bd, acc, pairs):
+    """acc + the quad sums of every (w, x) of pairs (dpb). Wider than the ISA's registers (a 16-lane
+    planes kernel on ymm): a register's lanes at a time. avx2: the pairs' vpmaddubsw pair sums add
+    up as int16 (vpaddw) before one vpmaddwd by ones, with saturation: the caller bounds them
+    (2 * len(pairs) * max w * max |x| <= 32767)."""
     L = acc.type.count
-    w32, x32 = bd.bitcast(w, vec(I32, L)), bd.bitcast(x, vec(I32, L))
-    if isa.emulated:  # byte j of each lane: shifted out in place (fewer, narrower ops than widening
-        # the bytes to 4L lanes: a B-wide planes kernel compiles ~3x faster)
-        c = lambda v: splat_c(I32, v, L)  # noqa: E731
-        parts = [bd.mul(bd.and_(bd.lshr(w32, c(8 * j)), c(255)), bd.ashr(bd.shl(x32, c(24 - 8 * j)), c(24)))
-                 for j in range(4)]
-        return bd.add(acc, bd.add(bd.add(parts[0], parts[1]), bd.add(parts[2], parts[3])))
-    return call_intrinsic(bd, f"llvm.x86.avx512.vpdpbusd.{32 * L}", acc.type, [acc, w32, x32])
+    if not isa.emulated and L > isa.lanes:
+        n = isa.lanes
+        part = lambda v, h: bd.shuffle_vector(v, v, const(I32, range(h * n, h * n + n)))
+        i32 = lambda v: bd.bitcast(v, vec(I32, L))
+        halves = [dpb_run(isa, bd, part(acc, h), [(part(i32(w), h), part(i32(x), h)) for w, x in pairs])
+                  for h in range(L // n)]
+        while len(halves) > 1:
+            halves = [bd.shuffle_vector(a, b, const(I32, range(2 * a.type.count))) for a, b in zip(halves[::2], halves[1::2])]
+        return halves[0]
+    if isa.name == "avx2" and not isa.emulated:
+        b8 = vec(I8, 4 * L)
+        p16 = None
+        for w, x in pairs:
+            p = call_intrinsic(bd, "llvm.x86.avx2.pmadd.ub.sw", vec(I16, 2 * L), [bd.bitcast(w, b8), bd.bitcast(x, b8)])
+            p16 = p if p16 is None else bd.add(p16, p)
+        return bd.add(acc, call_intrinsic(bd, "llvm.x86.avx2.pmadd.wd", acc.type, [p16, splat_c(I16, 1, 2 * L)]))
+    for w, x in pairs:
+        w32, x32 = bd.bitcast(w, vec(I32, L)), bd.bitcast(x, vec(I32, L))
+        if isa.emulated:  # byte j of each lane: shifted out in place (fewer, narrower ops than widening
+            # the bytes to 4L lanes: a B-wide planes kernel compiles ~3x faster)
+            c = lambda v: splat_c(I32, v, L)  # noqa: E731
+            parts = [bd.mul(bd.and_(bd.lshr(w32, c(8 * j)), c(255)), bd.ashr(bd.shl(x32, c(24 - 8 * j)), c(24)))
+                     for j in range(4)]
+            acc = bd.add(acc, bd.add(bd.add(parts[0], parts[1]), bd.add(parts[2], parts[3])))
+        else:
+            acc = call_intrinsic(bd, f"llvm.x86.avx512.vpdpbusd.{32 * L}", acc.type, [acc, w32, x32])
+    return acc
 
 
 def hadd(isa: Isa, bd, a, b):

@@ -71,7 +71,7 @@ def wide_module(code: int, isa: Isa, widths=None) -> tuple[ir.Module, list[str]]
 
 def q8_module(code: int, isa: Isa, widths=(1,)) -> tuple[ir.Module, list[str]]:
     """One block format's planes decode kernels for 8-bit activations (quantize_q8.py), one per
-    width: the one-token kernel, or the B-wide ones."""
+    width: the one-token kernel, or the B-wide ones (kernels_decode.q8_decode_takes: which ISAs)."""
     from ...formats import BY_CODE
 
     fmt = BY_CODE[code].name

@@ -6,7 +6,9 @@ LLVM IR for one instruction set; kernels.py puts them in modules and compiles th
       block (block scales xs, block sums xf, 16-element sums xz: matmul.quantize_rows), laid out
       in xp for their kernel: on avx512vnni as two int8 planes (_decode_planes, vpdpbusd on the
       stored bytes), elsewhere as int16 words in the order the stored bytes give the weights
-      (_decode_words, vpmaddwd / vpdpwssd). Float formats take x as f32 and run FMAs.
+      (_decode_words, vpmaddwd / vpdpwssd). Float formats take x as f32 and run FMAs. 8-bit
+      activations (build_decode_q8): the planes kernels on the low plane alone, on every ISA with
+      q8 decode kernels (q8_decode_takes; a 16-lane unit as two ymm halves on avxvnni and avx2).
       B-wide (B in DECODE_WIDTHS; wide_module, compiled at an engine's first step of several
       sequences): out[b, r] for tokens b < B, each token's x at the strides of the decode
       layouts (_tokens). A row's weights are unpacked once (unpack.word_chunk / planes_blocks) and
@@ -31,7 +33,7 @@ from . import emit as E
 from . import unpack as U
 from .core import TASK_ARGS
 from .llvm import Isa, planes_isa
-from .irgen import (F32T, G, I8, I16, I32, Loop, Var, func, ptr_to, c64, const, dpb, dpw, fmuladd, hadd, hsum,
+from .irgen import (F32T, G, I8, I16, I32, Loop, Var, func, ptr_to, c64, const, dpb, dpb_run, dpw, fmuladd, hadd, hsum,
                     in_steps, load, prefetch, splat, splat_c, vec)
 
 DECODE_ROWS = 16  # rows of one decode task
@@ -255,15 +257,18 @@ class _PlanesToken(NamedTuple):
     xkl: ir.Value
 
 
-def _planes_tokens(bd, B, K, ldo, xs_, xf_, out_, xp_, xz_):
+def _planes_tokens(bd, B, K, ldo, xs_, xf_, out_, xp_, xz_, words=False):
     """Each token's _PlanesToken: its decode layout xp holds the two plain planes, then the two on
-    the K-quant layout (core.py's quantize)."""
+    the K-quant layout (core.py's quantize). `words` (8-bit activations on an ISA whose one-token
+    layout is the words): the words, then the low plane plain and on the K-quant layout, no high one."""
     toks = []
     for xs, xf, out, xp, xz in _tokens(bd, B, K, ldo, xs_, xf_, out_, xp_, xz_):
         xh = ptr_to(bd, xp, I8)
         xk = bd.gep(xh, [bd.mul(K, c64(2))])
-        toks.append(_PlanesToken(ptr_to(bd, xs, F32T), ptr_to(bd, xf, F32T), ptr_to(bd, out, F32T), xh,
-                                 bd.gep(xh, [K]), ptr_to(bd, xz, F32T), xk, bd.gep(xk, [K])))
+        floats = [ptr_to(bd, v, F32T) for v in (xs, xf, out)]
+        xl = xk if words else bd.gep(xh, [K])
+        toks.append(_PlanesToken(*floats, None if words else xh, xl, ptr_to(bd, xz, F32T), None if words else xk,
+                                 bd.gep(xk, [K])))
     return toks
 
 
@@ -281,6 +286,12 @@ def _chunk_dot(k, planes, units, lo0):
     its four units summed in two chains, the high plane's and the low one's from lo0 (one chain of
     eight vpdpbusd is ~40 cycles long)."""
     bd, L = k.bd, E.LANES
+    if k.one_plane and k.isa.name == "avx2":  # runs of units' int16 pair sums (avx2_run)
+        run = avx2_run(k.code)
+        pairs = [(wu, pl) for (_ph, pl), wu in zip(planes, units)]
+        for i in range(0, len(pairs), run):
+            lo0 = dpb_run(k.isa, bd, lo0, pairs[i:i + run])
+        return lo0
     if k.one_plane:  # the units in two chains still
         a, b = lo0, splat_c(I32, 0, L)
         for i, ((_ph, pl), wu) in enumerate(zip(planes, units)):
@@ -422,14 +433,17 @@ def _decode_planes(isa, mod, code, name, B=1, one_plane=False):
     (planes_chunks off). The other steps (a 32-element format's last blocks) go a unit at a time
     (_unit_dots), their zero point and mins taken off at the end with the activations' sums
     (_add_side_sums). R rows at a time: PLANES_ROWS for B tokens, the record's planes_rows for one.
-    `one_plane`: the 8-bit activations (quantize_q8.py), one vpdpbusd a unit; the same integers."""
+    `one_plane`: the 8-bit activations (quantize_q8.py), one vpdpbusd a unit; the same integers.
+    On an ISA of ymm registers (avxvnni, avx2: q8 only) the same IR, each 64-byte dot as two
+    256-bit ones (irgen.dpb), the low plane read after the words (_planes_tokens): the results are
+    avx512vnni's, bit for bit."""
     fn, bd = func(mod, name, 11)
     fn.linkage = "internal"
     w, row_bytes, n_rows, K, _xq, xs_, xf_, out_, xp_, xz_, ldo = fn.args
     rec = U.record(code)
     BL = rec.layout
     wp = ptr_to(bd, w, I8)
-    toks = _planes_tokens(bd, B, K, ldo, xs_, xf_, out_, xp_, xz_)
+    toks = _planes_tokens(bd, B, K, ldo, xs_, xf_, out_, xp_, xz_, not planes_isa(isa))
     chunk = E.PLANES_CHUNK // BL.block_elems
     assert chunk * BL.block_elems == E.PLANES_KBLOCK
     k = _PlanesKernel(isa, bd, code, rec, BL.block_elems // G, chunk, (2, 1) if chunk > 1 else (), one_plane)
@@ -538,9 +552,54 @@ def build_decode(isa, mod, code, name, B=1):
     _decode_task(mod, body(isa, mod, code, name + "_rows", B), name)
 
 
+# The largest byte of each format's planes units (the stored q, 16 * q for the high nibbles of
+# Q4_0, Q4_1 and Q4_K; test_q8_kernels measures it): avx2's vpmaddubsw sums two products of unit
+# bytes and 8-bit activations (|q| <= 127) into int16 with saturation, so a format runs the q8
+# decode kernels there only if 2 * 127 * UNIT_MAX <= 32767 (AVX2_UNIT_MAX).
+UNIT_MAX = {"q8_0": 255, "q4_0": 240, "q4_1": 240, "q5_0": 31, "q4_k": 240, "q6_k": 63, "q5_1": 31, "q5_k": 31,
+            "q3_k": 7, "iq4_nl": 241, "iq4_xs": 241, "iq3_xxs": 190, "iq3_s": 143, "q2_k": 192, "iq2_xxs": 171,
+            "iq2_xs": 171, "iq2_s": 171, "iq1_s": 137, "iq1_m": 137, "tq2_0": 3, "tq1_0": 2, "mxfp4": 24}
+AVX2_UNIT_MAX = 32767 // (2 * 127)
+
+
+def avx2_run(code: int) -> int:
+    """Units of a chunk whose pair sums add up as int16 before one vpmaddwd on avx2 (irgen.dpb_run):
+    2 * 127 * UNIT_MAX * run <= 32767, a power of two up to a chunk's 4 units."""
+    from ...formats import BY_CODE
+
+    run = 4
+    while run > 1 and 2 * 127 * UNIT_MAX[BY_CODE[code].name] * run > 32767:
+        run //= 2
+    return run
+
+
+# The formats whose q8 decode kernels (the planes kernels on the low plane, a 16-lane unit as two
+# ymm halves) run on the ISAs without the int8 planes: where they were not slower than the int16
+# words kernels on the same values, one thread, in cache and from DRAM (docs/performance.md); the
+# others run those words kernels (the same integers).
+Q8_DECODE = {"avxvnni": frozenset(UNIT_MAX) - {"iq3_xxs", "iq3_s"},  # those two: 0.79-0.87x in cache
+             "avx2": frozenset({"q5_1", "mxfp4"})}  # the rest 0.44-0.97x (the 64-lane unpacking on ymm)
+
+
+def q8_decode_isa(isa) -> bool:
+    """Whether the ISA has q8 decode kernels for any format."""
+    return planes_isa(isa) or bool(Q8_DECODE.get(isa.name))
+
+
+def q8_decode_takes(isa, code: int) -> bool:
+    """Whether a block format decodes 8-bit activations on its own (one-plane) kernels on the ISA."""
+    from ...formats import BY_CODE
+
+    name = BY_CODE[code].name
+    if not U.record(code).quant or not (planes_isa(isa) or name in Q8_DECODE.get(isa.name, ())):
+        return False
+    return isa.name != "avx2" or UNIT_MAX[name] <= AVX2_UNIT_MAX
+
+
 def build_decode_q8(isa, mod, code, name, B=1):
-    """A block format's planes decode task kernel for 8-bit activations (one plane: quantize_q8.py)."""
-    assert planes_isa(isa) and U.record(code).quant
+    """A block format's planes decode task kernel for 8-bit activations (one plane: quantize_q8.py),
+    where q8_decode_takes."""
+    assert q8_decode_takes(isa, code)
     _decode_task(mod, _decode_planes(isa, mod, code, name + "_rows", B, one_plane=True), name)
 
 

@@ -34,7 +34,7 @@ from llvmlite import ir
 
 from . import kernels_prefill_q8_avx2 as avx2
 from . import unpack as U
-from .irgen import (F32T, G, I8, I16, I32, Loop, Var, c64, call_intrinsic, const, dpb, fmuladd, func, hsum, load,
+from .irgen import (F32T, G, I8, I16, I32, Loop, Var, c64, const, dpb, fmuladd, func, hsum, load,
                     ptr_to, splat, splat_c, transpose, vec)
 from .llvm import Isa
 from .kernels_prefill import KC, TASK_ROWS, _load_out, _lane_mask, _panel_driver, _prefill_task, _store_out
@@ -104,13 +104,8 @@ def takes(isa: Isa, code: int) -> bool:
 
 def _dot(isa, bd, acc, xv, wv):
     """acc + quad sums of x + 128 (unsigned bytes) and w (<L x i32> each): vpdpbusd; on avx2
-    vpmaddubsw (|w| <= 16 there, takes: a pair at most 8160), then vpmaddwd by ones."""
-    if isa.name != "avx2":
-        return dpb(isa, bd, acc, xv, wv)
-    L = acc.type.count
-    b8 = vec(I8, 4 * L)
-    p16 = call_intrinsic(bd, "llvm.x86.avx2.pmadd.ub.sw", vec(I16, 2 * L), [bd.bitcast(xv, b8), bd.bitcast(wv, b8)])
-    return bd.add(acc, call_intrinsic(bd, "llvm.x86.avx2.pmadd.wd", acc.type, [p16, splat_c(I16, 1, 2 * L)]))
+    vpmaddubsw (|w| <= 16 there, takes: a pair at most 8160), then vpmaddwd by ones (irgen.dpb)."""
+    return dpb(isa, bd, acc, xv, wv)
 
 
 def _unpack_q8(isa, mod, code, name):

@@ -5,18 +5,20 @@ where every block format of the model has 256-element blocks (the K- and i-quant
 (Q8_0), and written in the int16 path's buffers and layouts. So every block-format kernel computes
 the q8 arithmetic (the exact integer dot of the stored weights with the 8-bit values, then the
 scales): on avx512vnni the one-token and B-wide decode kernels dot one int8 plane instead of two
-(kernels_decode: one_plane), half the vpdpbusd; prefill runs the 8-bit tiles (kernels_prefill_q8:
-vpdpbusd on avx512vnni and avxvnni, vpmaddubsw on avx2 for the formats of small weights); the rest
-(decode on the other ISAs, every kernel on generic) run the int16 kernels on the 8-bit values (the
-same integers, the int16 path's speed). Float formats take x as f32 either way.
+(kernels_decode: one_plane), half the vpdpbusd, and so do avxvnni's and avx2's for the formats
+where that was not slower than their int16 words kernels (kernels_decode.q8_decode_takes);
+prefill runs the 8-bit tiles (kernels_prefill_q8: vpdpbusd on avx512vnni and avxvnni, vpmaddubsw
+on avx2 for the formats of small weights); the rest (every kernel on generic) run the int16
+kernels on the 8-bit values (the same integers, the int16 path's speed). Float formats take x as
+f32 either way.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .kernels_decode import DECODE_WIDTHS
-from .llvm import Isa, planes_isa
+from .kernels_decode import DECODE_WIDTHS, q8_decode_takes
+from .llvm import Isa
 from .unpack import record
 
 ACTIVATIONS = ("int16", "q8")
@@ -29,8 +31,8 @@ def block_kind(codes) -> str:
 
 
 def apply(kern: np.ndarray, core: np.ndarray, codes, isa: Isa) -> None:
-    """The q8 quantize kernel into the core table and, on the planes ISA, the one-plane decode
-    kernels into the kernel table (matmul.kernel_table, core_table)."""
+    """The q8 quantize kernel into the core table and the one-plane decode kernels (the formats
+    q8_decode_takes) and q8 tiles into the kernel table (matmul.kernel_table, core_table)."""
     from .kernels import q8_addresses, q8_prefill_addresses
     from .kernels_prefill_q8 import takes
     from .matmul import C_QUANTIZE, K_DECODE, K_PREFILL, K_UNPACK
@@ -38,7 +40,7 @@ def apply(kern: np.ndarray, core: np.ndarray, codes, isa: Isa) -> None:
 
     core[C_QUANTIZE] = addresses(isa)[block_kind(codes)]
     for code in sorted({int(c) for c in codes}):
-        if planes_isa(isa) and record(code).quant:
+        if q8_decode_takes(isa, code):
             kern[code, K_DECODE] = q8_addresses(code, isa)
         if takes(isa, code):
             kern[code, K_PREFILL], kern[code, K_UNPACK] = q8_prefill_addresses(code, isa)
@@ -53,8 +55,7 @@ def cached(codes, isa: Isa) -> bool:
 
     names = [MODULE]
     quant = [c for c in codes if record(c).quant]
-    if planes_isa(isa):
-        names += [_module_name("q8", c) for c in quant]
+    names += [_module_name("q8", c) for c in quant if q8_decode_takes(isa, c)]
     on_tiles = [c for c in quant if takes(isa, c)]
     names += [_module_name("q8prefill", c) for c in on_tiles]
     names += [_module_name("q8prefill", k) for k in {driver_of(c, isa) for c in on_tiles}]
@@ -62,11 +63,10 @@ def cached(codes, isa: Isa) -> bool:
 
 
 def apply_wide(kern: np.ndarray, codes, isa: Isa) -> None:
-    """The one-plane B-wide decode kernels over matmul.add_wide's (the planes ISA)."""
+    """The one-plane B-wide decode kernels over matmul.add_wide's (the formats q8_decode_takes)."""
     from .kernels import q8_wide_addresses
     from .matmul import K_WIDE
 
-    if planes_isa(isa):
-        for code in sorted(set(int(c) for c in codes)):
-            if record(code).quant:
-                kern[code, K_WIDE:K_WIDE + len(DECODE_WIDTHS)] = q8_wide_addresses(code, isa)
+    for code in sorted(set(int(c) for c in codes)):
+        if q8_decode_takes(isa, code):
+            kern[code, K_WIDE:K_WIDE + len(DECODE_WIDTHS)] = q8_wide_addresses(code, isa)

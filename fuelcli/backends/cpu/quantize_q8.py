@@ -5,9 +5,10 @@ Both are core.py's quantize with another block quantisation (core._quantize's `b
 kernel that reads the int16 activations reads these unchanged: the values (|q| <= 127) in xq, each
 32-element block's scale in xs, the block's sum in xf, the 16-element sums of q in xz, and a
 one-token row's decode layout (the int8 planes: the high one all 0, the low one q itself; or the
-words). The planes decode kernels' one-plane variant (kernels_decode: `one_plane`) dots the low
-plane only. What differs from int16 is the arithmetic llama.cpp does: the integer dot of the
-stored weights with 8-bit values, then the scales.
+words, followed on an ISA with q8 decode kernels by the low plane alone). The planes decode
+kernels' one-plane variant (kernels_decode: `one_plane`) dots the low plane only. What differs from
+int16 is the arithmetic llama.cpp does: the integer dot of the stored weights with 8-bit values,
+then the scales.
 
   q8_0  per 32 elements: d = amax / 127 rounded to f16 (llama.cpp stores it so), q = rint(x * 127
         / amax) (round half to even: _mm256_round_ps); xf = d * sum(q) (Q8_1's s).
@@ -27,7 +28,8 @@ from llvmlite import ir
 
 from .core import QuantRow, _quantize
 from .irgen import F32T, G, I16, I32, Loop, Var, c64, call_intrinsic, hmax, hsum, splat, splat_c, vec
-from .llvm import Isa, compile_module
+from .kernels_decode import q8_decode_isa
+from .llvm import Isa, compile_module, planes_isa
 
 QK_K = 256
 KINDS = ("q8_0", "q8_k")
@@ -121,7 +123,7 @@ def module(isa: Isa) -> tuple[ir.Module, list[str]]:
     mod = ir.Module(name=f"fuel_quantize_q8_{isa.name}")
     names = [f"fuel_quantize_{k}_{isa.name}" for k in KINDS]
     for kind, name in zip(KINDS, names):
-        _quantize(isa, mod, name, BLOCKS[kind])
+        _quantize(isa, mod, name, BLOCKS[kind], q8_decode_isa(isa) and not planes_isa(isa))
     return mod, names
 
 
