@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from fuelcli.assembly.loader import open_model
+from fuelcli.backends.cpu.activations import pair_rows
 from fuelcli.backends.cpu.engine import CpuEngine
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -124,3 +125,47 @@ def test_step_and_verify_rows_are_the_one_sequence_rows(tiny_moe):
     _shift_experts(v)  # negative control
     v.rewind(len(seqs[0]))
     assert _kl(ref, v.verify([5, 7, 9])) > 100 * KL_TOL[qtype]
+
+
+def _spans(*arrays) -> int:
+    """The bytes of memory the arrays lie in (their allocations, each counted once)."""
+    bases = {id(a.base if a.base is not None else a): (a.base if a.base is not None else a) for a in arrays}
+    return sum(b.nbytes for b in bases.values())
+
+
+def test_pair_rows_of_block_format_experts_share_their_memory():
+    """Issue 47's peak memory: Qwen3-30B-A3B's 512-row prefill (8 of 128 experts, hidden 2048, expert
+    FFN 768) holds its pair rows' gate, up and output in pairs * max(H, 2 * moe_I) floats, 32 MiB;
+    the old sizing, one array each (56 MiB), does not fit the bound (the control). Views of the
+    first P pair rows (a shorter forward) keep gate and up apart."""
+    pairs, h, moe_i = 512 * 8, 2048, 768
+    bound = pairs * max(h, 2 * moe_i) * 4
+    shared = pair_rows(pairs, h, moe_i, apart=False)
+    assert _spans(*shared) <= bound == 32 << 20
+    assert _spans(*pair_rows(pairs, h, moe_i, apart=True)) > bound  # negative control: the old sizing
+    gate, up, y = shared
+    assert gate.shape == up.shape == (pairs, moe_i) and y.shape == (pairs, h)
+    for p in (1, 8, 300, pairs):
+        assert not np.shares_memory(gate[:p], up[:p])
+
+
+def test_shared_pair_rows_give_the_same_bits(tiny_moe):
+    """The engine lays the pair rows over each other where every expert is of a block format; its
+    prefill and decode logits are bit for bit those of the rows apart. Negative control: float-format
+    experts gather their f32 inputs into the output rows, so the same layout there moves the logits."""
+    model, qtype = tiny_moe
+    e = CpuEngine(model.cfg, model.weights, len(PROMPT) + 4)
+    pairs, moe_i = e.act.egate.shape
+    apart = pair_rows(pairs, H, moe_i, apart=True)
+    shared = pair_rows(pairs, H, moe_i, apart=False)
+    assert np.shares_memory(e.act.ey, e.act.egate) == (qtype != "F32")
+
+    def run(rows):
+        e.act = e.act._replace(egate=rows[0], eup=rows[1], ey=rows[2])
+        e.reset()
+        return np.concatenate([e.prefill(PROMPT, all_logits=True), [e.decode(t) for t in (5, 7, 9)]])
+
+    if qtype == "F32":
+        assert not np.allclose(run(apart), run(shared), atol=1e-3)
+    else:
+        assert np.array_equal(run(apart), run(shared))

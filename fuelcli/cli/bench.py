@@ -104,6 +104,8 @@ def bench(
     engine = make_engine(m.cfg, m.weights, n_ctx=n_ctx, device=device, cache_type=cache_type,
                          slots=B.seqs_needed(tests), activations=activations)
     engine.free_cpus = None  # a benchmark runs on its thread count throughout, as its peer does
+    if engine.device == "cpu":  # its forward compiles in a child (jit.compile_elsewhere): not in the peak RSS
+        engine.warm_up()
     info = B.model_info(m.source, m.cfg, m.weights)
 
     peer_factory = None

@@ -58,7 +58,8 @@ class Activations(NamedTuple):
     egroups: np.ndarray  # [groups, GROUP_COLS] int64 the pair rows' groups (moe.G_*)
     egate: np.ndarray  # [rows * k, moe_I] the pair rows' gate, up
     eup: np.ndarray  # [rows * k, moe_I]
-    ey: np.ndarray  # [rows * k, H] the pair rows' gathered inputs, then their experts' outputs
+    ey: np.ndarray  # [rows * k, H] the pair rows' gathered inputs, then their experts' outputs; where
+    # no expert reads f32 rows, in the memory of egate and eup (pair_rows)
     edesc: np.ndarray  # [2 * groups, DESC_COLS] int64: the experts' products of one parallel loop
     eddesc: np.ndarray  # [2 * k * slots, DESC_COLS] int64: their decode kernels (ddesc's role)
     qx: Quantized  # the input of the next matrix products, prepared for the block formats
@@ -95,9 +96,26 @@ def attention_splits(cfg: ModelConfig, pool: int) -> int:
     return max(1, min(MAX_SPLITS, (2 * pool + cfg.num_kv_heads - 1) // max(cfg.num_kv_heads, 1)))
 
 
-def allocate(cfg: ModelConfig, rows: int, planes: bool = False, slots: int = 1, pool: int = 1) -> Activations:
+def pair_rows(pairs: int, H: int, moe_I: int, apart: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The MoE pair rows' f32 gate, up and output (egate, eup, ey). Where every expert's gate, up and
+    down are of a block format (apart False), their products read only the int16 quantisations (eqx)
+    and the outputs are written after the gate and up are quantised: ey then lies over egate and eup,
+    pairs * max(H, 2 * moe_I) floats instead of pairs * (H + 2 * moe_I) (Qwen3-30B-A3B's 512 rows:
+    32 MiB instead of 56). A float-format expert reads the gathered f32 rows in ey beside its gate
+    and up: apart."""
+    if apart:
+        return (np.zeros((pairs, moe_I), np.float32), np.zeros((pairs, moe_I), np.float32),
+                np.zeros((pairs, H), np.float32))
+    mem = np.zeros(pairs * max(H, 2 * moe_I), np.float32)
+    return (mem[:pairs * moe_I].reshape(pairs, moe_I), mem[pairs * moe_I:2 * pairs * moe_I].reshape(pairs, moe_I),
+            mem[:pairs * H].reshape(pairs, H))
+
+
+def allocate(cfg: ModelConfig, rows: int, planes: bool = False, slots: int = 1, pool: int = 1,
+             f32_experts: bool = True) -> Activations:
     """Activations for `rows` tokens at a time, of up to `slots` sequences (each one's next token
-    on the decode kernels), with the attention's key runs for a pool of `pool` threads."""
+    on the decode kernels), with the attention's key runs for a pool of `pool` threads.
+    f32_experts: some expert matrix is of a float format (pair_rows)."""
     def f32(*shape):
         return np.zeros(shape, np.float32)
 
@@ -112,13 +130,14 @@ def allocate(cfg: ModelConfig, rows: int, planes: bool = False, slots: int = 1, 
     pairs = rows * k if cfg.num_experts else 0
     groups = min(2 * E, pairs) if pairs else 0
     moe_I = cfg.moe_intermediate_size
+    egate, eup, ey = pair_rows(pairs, H, moe_I, f32_experts)
     return Activations(
         x=f32(rows, H), h=f32(rows, H), q=f32(rows, cfg.q_dim), k=f32(rows, cfg.kv_dim), v=f32(rows, cfg.kv_dim),
         att=f32(rows, cfg.q_dim), o=f32(rows, H), gate=f32(rows, cfg.intermediate_size),
         up=f32(rows, cfg.intermediate_size), router=f32(rows, E), experts=np.zeros((rows, k), np.int64),
         expert_w=f32(rows, k), epos=np.zeros((rows, k), np.int64), esrc=np.zeros(pairs, np.int64),
         ecount=np.zeros((E, 2), np.int64), egroups=np.zeros((groups, GROUP_COLS), np.int64),
-        egate=f32(pairs, moe_I), eup=f32(pairs, moe_I), ey=f32(pairs, H),
+        egate=egate, eup=eup, ey=ey,
         edesc=np.zeros((2 * groups, DESC_COLS), np.int64),
         eddesc=np.zeros((2 * k * slots if pairs else 0, DESC_COLS), np.int64),
         qx=quantized(rows, max_k, planes, tokens=slots),

@@ -24,7 +24,7 @@ from . import amx
 from . import engine_layers
 from .activations import allocate
 from .attention import KEY_BLOCK
-from .jit import load_cached
+from .jit import compile_elsewhere, load_cached
 from .kernels import is_quant
 from .llvm import host_isa
 from .matmul import ACT_CLAMPED_SWIGLU, ACTIVATION_CODES, N_KERNEL_COLS, add_wide, core_table
@@ -198,8 +198,10 @@ class CpuEngine(Engine):
                               cache_type=cache_type, slots=slots)
         self.n_batch = max(1, min(n_batch, self.n_ctx * slots))
         # decode-kernel rows: every slot's next token in a step, or one slot's verify (verify)
+        experts = self.mats[self.exp_idx[self.exp_idx >= 0], 3]
         self.act = allocate(widest, self.n_batch, planes=use_amx, slots=max(slots, min(VERIFY_ROWS, self.n_batch)),
-                            pool=threads.pool_size())._replace(lo_order=lo_order)
+                            pool=threads.pool_size(), f32_experts=not all(is_quant(int(c)) for c in experts)
+                            )._replace(lo_order=lo_order)
 
     @property
     def kv_bytes(self) -> int:
@@ -234,15 +236,16 @@ class CpuEngine(Engine):
 
     def warm_up(self):
         """Loads the forward numba compiled for the argument types every prefill passes (or compiles
-        it, while the kernels compile beside it: tables.py), without running it: a forward here
-        would only also page in the weights, which the first prefill does as it goes (a start saves
-        the ~0.1 s of a token). The tables' types are all the compile needs of them."""
+        it in a child process, jit.compile_elsewhere, while the kernels compile beside it: tables.py),
+        without running it: a forward here would only also page in the weights, which the first
+        prefill does as it goes (a start saves the ~0.1 s of a token). The tables' types are all the
+        compile needs of them."""
         f = self._forward
         stand_in = (np.zeros((1, N_KERNEL_COLS), np.int64), np.zeros(1, np.int64))
         args = self._args(np.zeros(1, np.int64), self._segs([(0, 0, 1)]), False, self._logits(1),
                           np.empty((0, 1, 1), np.float32), stand_in)
         sig = tuple(f.typeof_pyval(a) for a in args)
-        if not load_cached(f, sig):
+        if not load_cached(f, sig) and not compile_elsewhere(f, sig):
             f.compile(sig)
         self._tables.get()
 

@@ -11,7 +11,8 @@ step's whatever rows run beside it; then the other rows' pairs, each expert's on
 rows do not depend on each other either. A group table says where (G_*): one row per (expert, kernel
 kind) that has pairs. The block formats' pair rows are gathered already quantised (act.eqx, from h's
 quantisation), the float formats' as f32 rows (act.ey). A one-token forward gathers nothing: every
-expert reads h, prepared already.
+expert reads h, prepared already. Where no expert is of a float format, act.ey lies over act.egate
+and act.eup (activations.pair_rows): the downs write it only after the GLU's rows are quantised.
 """
 
 import numpy as np
