@@ -98,9 +98,10 @@ def _random_rows(qtype: str, rows: int, cols: int, rng, cache: dict) -> tuple[np
             imatrix = np.ones(cols, np.float32) if libgguf.quantize_requires_imatrix(gt) else None
             raw = libgguf.quantize_rows(block, int(gt), imatrix=imatrix)
             cache[key] = np.asarray(raw, np.uint8).reshape(_TILE_ROWS, -1)
-    tile = cache[key]
-    data = np.ascontiguousarray(np.resize(tile, (rows, tile.shape[1])))  # rows cycle through the tile
-    return data, gt
+    if (key, rows) not in cache:  # one array for every matrix of a shape: a 48-layer MoE file in one layer's memory
+        tile = cache[key]
+        cache[key, rows] = np.ascontiguousarray(np.resize(tile, (rows, tile.shape[1])))  # rows cycle through the tile
+    return cache[key, rows], gt
 
 
 def write(path: str, shape: str, qtype: str, layers: int | None = None, seed: int = 0) -> None:
