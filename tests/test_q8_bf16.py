@@ -112,3 +112,32 @@ def test_bf16_tiles_non_finite():
     x[2, 7], x[5, 299] = np.inf, np.nan
     got = _run(x, raw, k8)
     assert not np.isfinite(got[[2, 5]]).any() and np.isfinite(np.delete(got, [2, 5], 0)).all()
+
+
+@needs_bf16
+def test_engine_bf16_q8(tmp_path):
+    """A BF16 model's q8 engine runs these tiles (its kernel table), leaves their module in the
+    on-disk cache, and its prefill logits are the int16 engine's to within the activations' bf16
+    rounding, not equal to them (the int16 engine keeps the f32 tiles)."""
+    import gguf
+
+    from fuelcli.assembly.loader import open_model
+    from fuelcli.backends import make_engine
+    from fuelcli.backends.cpu.kernels import q8_bf16_addresses
+    from test_gguf_model import _tiny_llama
+    from test_q8_model import _kl_rows
+
+    path = tmp_path / "tiny.gguf"
+    _tiny_llama(path, np.random.default_rng(0), qtype=gguf.GGMLQuantizationType.BF16)
+    m = open_model(str(path))
+    tokens = np.array([3, 1, 4, 1, 5, 9, 2, 6], np.int64)
+    got, tiles = {}, {}
+    for act in ("int16", "q8"):
+        e = make_engine(m.cfg, m.weights, n_ctx=32, activations=act)
+        got[act] = e.prefill(tokens, all_logits=True)
+        tiles[act] = e.kern[BF16, M.K_PREFILL]
+    assert tiles["q8"] == q8_bf16_addresses(HOST)[0] != tiles["int16"]
+    assert q8_tables.cached(e.codes, HOST)
+    assert not np.array_equal(got["int16"], got["q8"])
+    assert _kl_rows(got["int16"], got["q8"]).max() < 5e-2  # measured 2.0e-2: random weights, 8 tokens
+
