@@ -33,6 +33,7 @@ from functools import lru_cache
 from llvmlite import ir
 
 from . import amx
+from . import kernels_prefill_bf16 as bf16
 from . import kernels_prefill_q8_ksum as ksum
 from . import unpack as U
 from .kernels_decode import DECODE_WIDTHS, build_decode, build_decode_q8, build_dequant, wide_widths
@@ -112,6 +113,13 @@ def q8_ksum_module(key, isa: Isa) -> tuple[ir.Module, list[str]]:
     return mod, [name]
 
 
+def q8_bf16_module(key, isa: Isa) -> tuple[ir.Module, list[str]]:
+    """BF16 weights' q8 prefill tiles and panel unpack (kernels_prefill_bf16.py); key "bf16"."""
+    name = f"fuel_prefill_q8_{key}_{isa.name}"
+    mod = ir.Module(name=name)
+    return mod, bf16.build(isa, mod, name)
+
+
 def amx_module(code: int, isa: Isa) -> tuple[ir.Module, list[str]]:
     """One format's AMX panel unpack (amx.py)."""
     from ...formats import BY_CODE
@@ -140,7 +148,7 @@ def _module_name(which: str, key) -> str:
 
 _BUILDERS = {"format": format_module, "driver": driver_module, "amx": amx_module, "wide": wide_module,
              "q8": q8_module, "q8wide": lambda code, isa: q8_module(code, isa, wide_widths(code)),
-             "q8prefill": q8_prefill_module, "q8ksum": q8_ksum_module}
+             "q8prefill": q8_prefill_module, "q8ksum": q8_ksum_module, "q8bf16": q8_bf16_module}
 
 
 @lru_cache(maxsize=None)
@@ -183,6 +191,11 @@ def q8_prefill_addresses(code: int, isa: Isa, super_blocks: bool = False) -> tup
     (driver,) = _compiled("q8prefill", driver_of(code, isa), isa)
     (unpack,) = _compiled("q8prefill", code, isa)
     return driver, unpack
+
+
+def q8_bf16_addresses(isa: Isa) -> tuple[int, int]:
+    """(q8 prefill driver, panel unpack) of BF16 weights on vdpbf16ps (kernels_prefill_bf16.py)."""
+    return _compiled("q8bf16", "bf16", isa)
 
 
 def amx_addresses(code: int, isa: Isa) -> tuple[int, int]:

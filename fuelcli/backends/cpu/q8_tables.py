@@ -10,7 +10,8 @@ where that was not slower than their int16 words kernels (kernels_decode.q8_deco
 prefill runs the 8-bit tiles (kernels_prefill_q8: vpdpbusd on avx512vnni and avxvnni, vpmaddubsw
 on avx2 for the formats of small weights; with q8_k blocks the K-quants' super-block tiles,
 kernels_prefill_q8_ksum); the rest (every kernel on generic) run the int16 kernels on the 8-bit
-values (the same integers, the int16 path's speed). Float formats take x as f32 either way.
+values (the same integers, the int16 path's speed). Float formats take x as f32 either way; BF16
+weights' prefill on AVX512_BF16 rounds it to bf16 for vdpbf16ps (kernels_prefill_bf16.py).
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ def block_kind(codes) -> str:
 def apply(kern: np.ndarray, core: np.ndarray, codes, isa: Isa) -> None:
     """The q8 quantize kernel into the core table and the one-plane decode kernels (the formats
     q8_decode_takes) and q8 tiles into the kernel table (matmul.kernel_table, core_table)."""
-    from .kernels import q8_addresses, q8_prefill_addresses
+    from . import kernels_prefill_bf16 as bf16
+    from .kernels import q8_addresses, q8_bf16_addresses, q8_prefill_addresses
     from .kernels_prefill_q8 import takes
     from .matmul import C_QUANTIZE, K_DECODE, K_PREFILL, K_UNPACK
     from .quantize_q8 import addresses
@@ -45,10 +47,13 @@ def apply(kern: np.ndarray, core: np.ndarray, codes, isa: Isa) -> None:
             kern[code, K_DECODE] = q8_addresses(code, isa)
         if takes(isa, code):
             kern[code, K_PREFILL], kern[code, K_UNPACK] = q8_prefill_addresses(code, isa, kind == "q8_k")
+        elif bf16.takes(isa, code):
+            kern[code, K_PREFILL], kern[code, K_UNPACK] = q8_bf16_addresses(isa)
 
 
 def cached(codes, isa: Isa) -> bool:
     """Whether the modules apply() loads are in the on-disk cache (kernels.py's module names)."""
+    from . import kernels_prefill_bf16 as bf16
     from . import kernels_prefill_q8_ksum as ksum
     from .kernels import _module_name
     from .kernels_prefill_q8 import driver_of, takes
@@ -64,6 +69,7 @@ def cached(codes, isa: Isa) -> bool:
     on_tiles = [c for c in on_tiles if c not in sums]
     names += [_module_name("q8prefill", c) for c in on_tiles]
     names += [_module_name("q8prefill", k) for k in {driver_of(c, isa) for c in on_tiles}]
+    names += [_module_name("q8bf16", "bf16")] * any(bf16.takes(isa, c) for c in codes)
     return all(is_cached(n, isa) for n in names)
 
 
