@@ -677,3 +677,27 @@ def test_kernel_cache(tmp_path, monkeypatch):
 
     assert kernels.cached([4], llvm.ISAS["generic"])
     assert not kernels.cached([5], llvm.ISAS["generic"])
+
+
+@pytest.mark.parametrize("isa", [pytest.param(n, marks=pytest.mark.skipif(not llvm.supported(n), reason=f"CPU lacks {n}"))
+                                 for n in ("avx512vnni", "avxvnni", "avx2")])
+@pytest.mark.parametrize("fmt", FLOATS)
+def test_float_prefill_sequential_fma(isa, fmt):
+    """Every float tile shape (tile_shape's, its remainders, AVX2's assembly) sums each output as one
+    chain of FMAs over k in order, so the result is exactly numpy's chain (f64 products of f32 values
+    are exact; one f64 add and the rounding to f32 stand in for the FMA's rounding). Rows 77 and
+    29 tokens leave partial groups and token tiles on every ISA. Negative control: the same products
+    each rounded to f32 before its add (a chain without FMA) differ."""
+    kern, core = _kern(isa, [fmt])
+    rng = np.random.default_rng(5)
+    raw = random_rows(fmt, 77, 301, seed=4)
+    x = rng.standard_normal((29, 301)).astype(np.float32)
+    got = _matmul(x, raw, fmt, kern, core)
+    w = dequantize(as_tensor(fmt, raw, 301)).astype(np.float32).astype(np.float64)
+    acc, unfused = np.zeros((29, 77), np.float32), np.zeros((29, 77), np.float32)
+    for k in range(301):
+        product = x[:, k, None].astype(np.float64) * w[None, :, k]
+        acc = (product + acc).astype(np.float32)
+        unfused = unfused + product.astype(np.float32)
+    assert np.array_equal(got.view(np.uint32), acc.view(np.uint32)), (isa, fmt, int((got != acc).sum()))
+    assert not np.array_equal(unfused, got)
