@@ -42,11 +42,12 @@ class Model:
     def prefetch(self):
         """Maps the weights' pages into the process in the background (weights/prefetch.py): the
         commands that run the model call it before they build the tokenizer, which keeps the main
-        thread busy for a few tenths of a second meanwhile."""
+        thread busy for a few tenths of a second meanwhile. Returns the mapping thread, or None
+        where nothing is mapped (weights/prefetch.py's start)."""
         from ..weights.prefetch import start
 
         stored = self.gguf.tensors.values() if self.gguf is not None else self.weights.tensors()
-        start([t.data for t in stored])
+        return start([t.data for t in stored])
 
     def eos_ids(self) -> set:
         own = self.tokenizer.eos_token_id
