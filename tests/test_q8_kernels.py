@@ -230,6 +230,8 @@ def test_prefill_q8(isa, fmt):
     them, else the int16 tiles) on the 8-bit values, against the numpy decode times
     them: every token-tile remainder, a partial last group of rows and task, several chunks of k
     and a partial one. Negative control: against x itself the same tolerance fails."""
+    from fuelcli.backends.cpu import kernels as K
+    from fuelcli.backends.cpu import kernels_prefill_q8_ksum as ksum
     from fuelcli.backends.cpu.kernels_prefill import KC, TASK_ROWS
     from fuelcli.backends.cpu.kernels_prefill_q8 import takes
 
@@ -241,6 +243,8 @@ def test_prefill_q8(isa, fmt):
     (kern, _), (k8, c8) = _tables(isa, [f.code])
     tiles_q8 = takes(_tile_isa(isa), f.code)
     assert (k8[f.code, M.K_PREFILL] != kern[f.code, M.K_PREFILL]) == tiles_q8
+    if ksum.takes(_tile_isa(isa), f.code):  # q8_k activations: the super-block tiles
+        assert k8[f.code, M.K_PREFILL] == K.q8_prefill_addresses(f.code, _tile_isa(isa), True)[0]
     rng = np.random.default_rng(5)
     for T in (2, 13, 30):
         x = rng.standard_normal((T, ncols)).astype(np.float32)
@@ -259,13 +263,24 @@ def test_prefill_q8(isa, fmt):
             assert np.allclose(same, out, rtol=0, atol=1e-5 * mag.max()), (fmt, T)
 
 
-K_QUANTS = ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k"]
+SUPER_BLOCKS = ["q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs", "iq3_xxs", "iq3_s", "iq2_xxs", "iq2_xs", "iq2_s",
+                "iq1_s", "iq1_m"]  # the formats of kernels_prefill_q8_ksum's tiles
+
+
+def test_super_block_formats():
+    """The K- and i-quants (every 256-element block format but the ternary ones) take the
+    super-block tiles on avx512vnni and avxvnni (CpuFormat.ksum); nothing takes them on avx2."""
+    from fuelcli.backends.cpu.kernels_prefill_q8_ksum import takes
+
+    for name in ("avx512vnni", "avxvnni"):
+        assert {f for f in QUANT if takes(llvm.ISAS[name], FORMATS[f].code)} == set(SUPER_BLOCKS), name
+    assert not any(takes(llvm.ISAS["avx2"], FORMATS[f].code) for f in QUANT)
 
 
 @pytest.mark.parametrize("isa", TILE_ISAS)
-@pytest.mark.parametrize("fmt", K_QUANTS)
-def test_prefill_q8_k_quants_on_q8_0(isa, fmt):
-    """A K-quant beside a 32-element format (q8_0 activations: a scale per 32-block) keeps
+@pytest.mark.parametrize("fmt", SUPER_BLOCKS)
+def test_prefill_q8_super_blocks_on_q8_0(isa, fmt):
+    """A K- or i-quant beside a 32-element format (q8_0 activations: a scale per 32-block) keeps
     kernels_prefill_q8's tiles, not the super-block ones (kernels_prefill_q8_ksum, which take one
     activation scale a super-block), and its results are the 8-bit values' dot as in
     test_prefill_q8. Negative control: the super-block tiles on these activations miss it."""
@@ -296,26 +311,35 @@ def test_prefill_q8_k_quants_on_q8_0(isa, fmt):
         assert not np.all(np.abs(out - want) <= 1e-5 * mag), fmt
 
 
+EXTREMES = {"q6_k": 4096, "iq4_xs": 4064}  # the formats' largest |w * sc|: Q6_K (q - 32) * sc = -32 * -128,
+# IQ4_XS KVALUES[0] * (ls - 32) = -127 * -32
+
+
 @pytest.mark.parametrize("isa", TILE_ISAS)
-def test_ksum_extremes(isa):
-    """The super-block tiles' int32 sums at their largest (kernels_prefill_q8_ksum's bound): Q6_K
-    rows whose every q is 0 (w = -32), every scale -128 and d 1, against x = +-127: each super-block
-    sums 256 * 127 * 4096 = 1.33e8 exactly (a multiple of 2^12: exact in f32 as well), so the result
-    is the exact product. Negative control: 17 such super-blocks summed in int32 would wrap (the
-    bound holds per super-block, which is why the sums convert there)."""
+@pytest.mark.parametrize("fmt", EXTREMES)
+def test_ksum_extremes(isa, fmt):
+    """The super-block tiles' int32 sums at their largest (kernels_prefill_q8_ksum's bound), rows of
+    d 1 and every weight times its integer scale at the format's largest, against x = +-127: Q6_K's
+    every q 0 (w = -32) and scale -128, IQ4_XS's every index 0 (-127) and ls 0 (-32). Each
+    super-block sums 256 * 127 * 4096 = 1.33e8 (IQ4_XS 256 * 127 * 4064 = 1.32e8) exactly (a
+    multiple of 2^12, 2^13: exact in f32 as well), so the result is the exact product. Negative
+    control: 17 such super-blocks summed in int32 would wrap (the bound holds per super-block,
+    which is why the sums convert there)."""
     from fuelcli.backends.cpu.kernels_prefill_q8_ksum import takes
 
-    f = FORMATS["q6_k"]
+    f = FORMATS[fmt]
     if not takes(_tile_isa(isa), f.code):
         pytest.skip(f"{isa} has no super-block tiles")
     nrows, ncols, T = 16, 512, 6
     L = f.layout
     blocks = np.zeros((nrows * ncols // 256, f.block_bytes), np.uint8)
-    blocks[:, L.scales:L.scales + 16] = np.uint8(0x80)  # int8 -128
+    if fmt == "q6_k":
+        blocks[:, L.scales:L.scales + 16] = np.uint8(0x80)  # int8 -128
     blocks[:, L.d:L.d + 2] = np.frombuffer(np.float16(1.0).tobytes(), np.uint8)
     raw = blocks.reshape(nrows, -1)
-    w = _dequantised("q6_k", raw, ncols)
-    assert np.all(w == 4096.0)
+    w = _dequantised(fmt, raw, ncols)
+    big = EXTREMES[fmt]
+    assert np.all(w == big)
     _, (k8, c8) = _tables(isa, [f.code])
     x = np.where(np.arange(T)[:, None] % 2 == 0, 1.0, -1.0).astype(np.float32) * np.ones((T, ncols), np.float32)
     qx = quantized(T, ncols)
@@ -324,11 +348,11 @@ def test_ksum_extremes(isa):
     assert np.all(np.abs(q) == 127)
     out = np.full((T, nrows), np.nan, np.float32)
     matmul(x, qx, raw.ctypes.data, nrows, raw.shape[1], f.code, k8, out)
-    per_super = (q.reshape(T, -1, 256) * 4096).sum(-1)
-    assert np.all(np.abs(per_super) == 256 * 127 * 4096)
+    per_super = (q.reshape(T, -1, 256) * big).sum(-1)
+    assert np.all(np.abs(per_super) == 256 * 127 * big)
     want = (per_super.astype(np.float64) * qx.xs[:T * ncols // 32:8].reshape(T, -1)).sum(-1)
     assert np.array_equal(out, np.repeat(want[:, None], nrows, 1).astype(np.float32))
-    assert 17 * 256 * 127 * 4096 > 2 ** 31 - 1 > 16 * 256 * 127 * 4096
+    assert 17 * 256 * 127 * big > 2 ** 31 - 1 > 16 * 256 * 127 * big
 
 
 def test_block_kind():

@@ -60,9 +60,10 @@ class CpuFormat:
     # four-token one no faster (kernels_decode._decode_planes)
     words_sub16: bool = False  # the words chunk's scale is per 16-element sub-block, in SUB16_ORDER
     words_zero: int = 0  # with words_sub16: z of w = q - z, taken off with the 16-element sums
-    ksum: Callable | None = None  # K-quants: (bd, row, blk) -> (d, isc), the block's f32 scale and its
-    # integer sub-block scales (<n x i32>, n = 8 or 16 in group order; None where w carries them:
-    # Q2_K), so that a group's scale is d * isc (the q8 tiles' super-block sums, kernels_prefill_q8_ksum)
+    ksum: Callable | None = None  # K- and i-quants: (bd, row, blk) -> (d, isc), the block's f32 scale
+    # and its integer sub-block scales (<n x i32>, n = 8 or 16 in group order; None where w carries
+    # them: Q2_K), so that a group's scale is d * isc exactly (the q8 tiles' super-block sums,
+    # kernels_prefill_q8_ksum)
 
     def __post_init__(self):
         kernels = (self.block, self.words, self.planes)

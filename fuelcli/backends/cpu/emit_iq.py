@@ -126,8 +126,8 @@ def _e8m0_lanes(bd, row, offsets):
 # ------------------------------------------------------------------ iq4_xs
 
 
-def _iq4_xs_scales(bd, row, p):
-    """<8 x float>: d * (ls_i - 32) of the iq4_xs block at byte p."""
+def _iq4_xs_ints(bd, row, p):
+    """<8 x i8>: ls_i - 32 of the iq4_xs block at byte p."""
     L = IQ4_XS.layout
     n = L.sub_blocks
     lo = load(bd, row, bd.add(p, c64(L.scales_l)), vec(I8, n // 2))
@@ -135,9 +135,19 @@ def _iq4_xs_scales(bd, row, p):
     lo = bd.and_(bd.lshr(lo, const(I8, [4 * (i % 2) for i in range(n)])), splat_c(I8, 15, n))
     sh = splat(bd, load(bd, row, bd.add(p, c64(L.scales_h)), I16), n)
     hi = bd.trunc(bd.and_(bd.lshr(sh, const(I16, [2 * i for i in range(n)])), splat_c(I16, 3, n)), vec(I8, n))
-    ls = bd.sub(bd.or_(lo, bd.shl(hi, splat_c(I8, 4, n))), splat_c(I8, L.scale_zero, n))
+    return bd.sub(bd.or_(lo, bd.shl(hi, splat_c(I8, 4, n))), splat_c(I8, L.scale_zero, n))
+
+
+def _iq4_xs_scales(bd, row, p):
+    """<8 x float>: d * (ls_i - 32) of the iq4_xs block at byte p."""
+    L = IQ4_XS.layout
+    ls = _iq4_xs_ints(bd, row, p)
     d = f16(bd, row, bd.add(p, c64(L.d)))
-    return bd.fmul(splat(bd, d, n), bd.sitofp(ls, vec(F32T, n)))
+    return bd.fmul(splat(bd, d, L.sub_blocks), bd.sitofp(ls, vec(F32T, L.sub_blocks)))
+
+
+def _iq4_xs_ksum(bd, row, p):
+    return f16(bd, row, bd.add(p, c64(IQ4_XS.layout.d))), bd.sext(_iq4_xs_ints(bd, row, p), vec(I32, 8))
 
 
 def _iq4_xs(bd, row, blk):
@@ -242,9 +252,14 @@ def _iq3_xxs_values(bd, row, p, i, vector=False):
     return _signed(bd, mags, _aux_signs(bd, load(bd, row, bd.add(p, c64(L.aux + 4 * i)), I32), vector))
 
 
+def _iq3_xxs_ls(bd, row, p):
+    """<8 x i32>: ls_i, the top 4 bits of group i's aux word."""
+    return bd.lshr(load(bd, row, bd.add(p, c64(IQ3_XXS.layout.aux)), vec(I32, 8)), splat_c(I32, 28, 8))
+
+
 def _iq3_xxs_scales(bd, row, p):
     L = IQ3_XXS.layout
-    ls = bd.uitofp(bd.lshr(load(bd, row, bd.add(p, c64(L.aux)), vec(I32, 8)), splat_c(I32, 28, 8)), vec(F32T, 8))
+    ls = bd.uitofp(_iq3_xxs_ls(bd, row, p), vec(F32T, 8))
     d = splat(bd, f16(bd, row, bd.add(p, c64(L.d))), 8)
     return bd.fmul(bd.fmul(d, bd.fadd(splat_c(F32T, 0.5, 8), ls)), splat_c(F32T, 0.5, 8))
 
@@ -267,13 +282,21 @@ def _iq3_s_values(bd, row, p, i, vector=False):
     return _signed(bd, _grid_values(bd, grid, idx), load(bd, row, bd.add(p, c64(L.signs + 4 * i)), vec(I8, 4)))
 
 
-def _iq3_s_scales(bd, row, p):
-    L = IQ3_S.layout
-    raw = load(bd, row, bd.add(p, c64(L.scales)), vec(I8, 4))
+def _iq3_s_odd(bd, row, p):
+    """<8 x i8>: 1 + 2 ls_i."""
+    raw = load(bd, row, bd.add(p, c64(IQ3_S.layout.scales)), vec(I8, 4))
     ls = bd.shuffle_vector(raw, raw, const(I32, [i // 2 for i in range(8)]))
     ls = bd.and_(bd.lshr(ls, const(I8, [4 * (i % 2) for i in range(8)])), splat_c(I8, 15, 8))
-    odd = bd.or_(bd.shl(ls, splat_c(I8, 1, 8)), splat_c(I8, 1, 8))  # 1 + 2 ls
-    return bd.fmul(splat(bd, f16(bd, row, bd.add(p, c64(L.d))), 8), bd.uitofp(odd, vec(F32T, 8)))
+    return bd.or_(bd.shl(ls, splat_c(I8, 1, 8)), splat_c(I8, 1, 8))
+
+
+def _iq3_s_scales(bd, row, p):
+    odd = _iq3_s_odd(bd, row, p)
+    return bd.fmul(splat(bd, f16(bd, row, bd.add(p, c64(IQ3_S.layout.d))), 8), bd.uitofp(odd, vec(F32T, 8)))
+
+
+def _iq3_s_ksum(bd, row, p):
+    return f16(bd, row, bd.add(p, c64(IQ3_S.layout.d))), bd.zext(_iq3_s_odd(bd, row, p), vec(I32, 8))
 
 
 def _iq2_xxs_values(bd, row, p, i, vector=False):
@@ -283,13 +306,30 @@ def _iq2_xxs_values(bd, row, p, i, vector=False):
     return _signed(bd, mags, _aux_signs(bd, load(bd, row, bd.add(p, c64(L.qs + 8 * i + 4)), I32), vector))
 
 
+def _iq2_xxs_ls(bd, row, p):
+    """<8 x i32>: ls_i, the top 4 bits of group i's second word."""
+    q = load(bd, row, bd.add(p, c64(IQ2_XXS.layout.qs)), vec(I32, 16))
+    aux = bd.shuffle_vector(q, q, const(I32, range(1, 16, 2)))
+    return bd.lshr(aux, splat_c(I32, 28, 8))
+
+
 def _iq2_xxs_scales(bd, row, p):
     L = IQ2_XXS.layout
-    q = load(bd, row, bd.add(p, c64(L.qs)), vec(I32, 16))
-    aux = bd.shuffle_vector(q, q, const(I32, range(1, 16, 2)))
-    ls = bd.uitofp(bd.lshr(aux, splat_c(I32, 28, 8)), vec(F32T, 8))
+    ls = bd.uitofp(_iq2_xxs_ls(bd, row, p), vec(F32T, 8))
     d = splat(bd, f16(bd, row, bd.add(p, c64(L.d))), 8)
     return bd.fmul(bd.fmul(d, bd.fadd(splat_c(F32T, 0.5, 8), ls)), splat_c(F32T, 0.25, 8))
+
+
+def _odd_ksum(ls_of, d_at, f):
+    """The ksum of a scale (d * (0.5 + ls_i)) * f: (d * f / 2, 2 ls_i + 1), the same product exactly
+    (f a power of two, 2 ls_i + 1 <= 31)."""
+
+    def ksum(bd, row, p):
+        ls = ls_of(bd, row, p)
+        d = f16(bd, row, bd.add(p, c64(d_at)))
+        return bd.fmul(d, ir.Constant(F32T, f / 2)), bd.or_(bd.shl(ls, splat_c(I32, 1, 8)), splat_c(I32, 1, 8))
+
+    return ksum
 
 
 def _iq2_xs_values(bd, row, p, i, vector=False):
@@ -358,13 +398,23 @@ def _iq1_s_values(bd, row, p, i):
     return _iq1_w(bd, idx, [neg] * 4)
 
 
+def _iq1_s_odd(bd, row, p):
+    """<8 x i16>: 2 ls_i + 1."""
+    qh = load(bd, row, bd.add(p, c64(IQ1_S.layout.qh)), vec(I16, 8))
+    return bd.or_(bd.and_(bd.lshr(qh, splat_c(I16, 11, 8)), splat_c(I16, 14, 8)), splat_c(I16, 1, 8))
+
+
 def _iq1_s_scales(bd, row, p):
     """<8 x float>: d * (2 ls_i + 1) / 8."""
     L = IQ1_S.layout
-    qh = load(bd, row, bd.add(p, c64(L.qh)), vec(I16, 8))
-    odd = bd.or_(bd.and_(bd.lshr(qh, splat_c(I16, 11, 8)), splat_c(I16, 14, 8)), splat_c(I16, 1, 8))  # 2 ls + 1
+    odd = _iq1_s_odd(bd, row, p)
     d = splat(bd, f16(bd, row, bd.add(p, c64(L.d))), 8)
     return bd.fmul(bd.fmul(d, bd.uitofp(odd, vec(F32T, 8))), splat_c(F32T, IQ1S_DELTA, 8))
+
+
+def _iq1_s_ksum(bd, row, p):
+    d = f16(bd, row, bd.add(p, c64(IQ1_S.layout.d)))
+    return bd.fmul(d, ir.Constant(F32T, IQ1S_DELTA)), bd.zext(_iq1_s_odd(bd, row, p), vec(I32, 8))
 
 
 def _iq1_m_values(bd, row, p, i):
@@ -406,13 +456,19 @@ def _vector(values):
     return lambda bd, row, p, i: values(bd, row, p, i, vector=True)
 
 
-def int8_groups(fmt, values, scales, zero=ZERO, chunks=True, planes_values=None):
+def _by_block(fmt, ksum):
+    """A record's ksum, (bd, row, blk), from one of the block's byte offset p."""
+    return lambda bd, row, blk: ksum(bd, row, bd.mul(blk, c64(fmt.layout.block_bytes)))
+
+
+def int8_groups(fmt, values, scales, zero=ZERO, chunks=True, planes_values=None, ksum=None):
     """The record of a 256-element format from its groups' int8 values and its <8 x float> scales;
     the planes kernels dot value + zero, unsigned (zero: at least minus the least value; a small
     zero for small values, emit_ternary's, kept the zero point's float sums from cancelling most of
     the dot's f32 bits; on the K-quant layout it comes off in the integer dot). chunks: the
     record's planes_chunks; planes_values: the values as the planes kernels (AVX-512) take them,
-    when they have a faster way there (_vector)."""
+    when they have a faster way there (_vector); ksum (bd, row, p) -> (d, <8 x i32> isc) with
+    scales = d * isc exactly: the record's (emit.CpuFormat.ksum) at byte p."""
     L = fmt.layout
     n = L.sub_blocks
     planes_values = planes_values or values
@@ -439,7 +495,7 @@ def int8_groups(fmt, values, scales, zero=ZERO, chunks=True, planes_values=None)
         return PlanesBlocks(units, lane_scales, None, concat(bd, svs))
 
     return CpuFormat(fmt, block=block, words=words_, planes=planes, planes_zero=zero, planes_chunks=chunks,
-                     planes_rows=2)
+                     planes_rows=2, ksum=ksum and _by_block(fmt, ksum))
 
 
 def _int8_sub16(fmt, values, scales16, planes_values=None):
@@ -447,7 +503,8 @@ def _int8_sub16(fmt, values, scales16, planes_values=None):
     odd integer m, the scale s as the numpy decode computes it and a common base b with s = b * m
     exactly: the blocks' weights m * v (at most 31 * 43) with scale b, their exact decode s * v; the
     words and planes kernels dot v and take the scales s per 16 elements (words_sub16; lane i of
-    planes unit u: 16 elements 4u + i // 4). planes_values: as int8_groups'."""
+    planes unit u: 16 elements 4u + i // 4); the q8 super-block tiles (ksum) take v, m and b.
+    planes_values: as int8_groups'."""
     L = fmt.layout
     n = L.sub_blocks
     planes_values = planes_values or values
@@ -481,8 +538,12 @@ def _int8_sub16(fmt, values, scales16, planes_values=None):
                                 for u in range(n // 2)])
         return PlanesBlocks(units, lane_scales, None, concat(bd, svs))
 
+    def ksum(bd, row, p):
+        mult, _, base = scales16(bd, row, p)
+        return base, bd.zext(mult, vec(I32, 2 * n))
+
     return CpuFormat(fmt, block=block, words=words_, planes=planes, planes_zero=ZERO, words_sub16=True,
-                     planes_chunks=False, planes_rows=2)
+                     planes_chunks=False, planes_rows=2, ksum=_by_block(fmt, ksum))
 
 
 RECORDS = [_table32(IQ4_NL, KVALUES, ZERO, lambda bd, row, off: lanes(bd, f16(bd, row, off)), f16_lanes,
@@ -490,13 +551,15 @@ RECORDS = [_table32(IQ4_NL, KVALUES, ZERO, lambda bd, row, off: lanes(bd, f16(bd
            _table32(MXFP4, KVALUES_MXFP4, ZERO_MXFP4, lambda bd, row, off: _e8m0_lanes(bd, row, [off]), _e8m0_lanes,
                     MXFP4.layout.e, planes_rows=2),
            CpuFormat(IQ4_XS, block=_iq4_xs, words=_iq4_xs_words, planes=_iq4_xs_planes, planes_zero=ZERO,
-                     planes_klayout=True),
-           int8_groups(IQ3_XXS, _iq3_xxs_values, _iq3_xxs_scales, planes_values=_vector(_iq3_xxs_values)),
-           int8_groups(IQ3_S, _iq3_s_values, _iq3_s_scales, planes_values=_vector(_iq3_s_values)),
-           int8_groups(IQ2_XXS, _iq2_xxs_values, _iq2_xxs_scales, planes_values=_vector(_iq2_xxs_values)),
+                     planes_klayout=True, ksum=_by_block(IQ4_XS, _iq4_xs_ksum)),
+           int8_groups(IQ3_XXS, _iq3_xxs_values, _iq3_xxs_scales, planes_values=_vector(_iq3_xxs_values),
+                       ksum=_odd_ksum(_iq3_xxs_ls, IQ3_XXS.layout.d, 0.5)),
+           int8_groups(IQ3_S, _iq3_s_values, _iq3_s_scales, planes_values=_vector(_iq3_s_values), ksum=_iq3_s_ksum),
+           int8_groups(IQ2_XXS, _iq2_xxs_values, _iq2_xxs_scales, planes_values=_vector(_iq2_xxs_values),
+                       ksum=_odd_ksum(_iq2_xxs_ls, IQ2_XXS.layout.d, 0.25)),
            _int8_sub16(IQ2_XS, _iq2_xs_values, _iq2_scales16(IQ2_XS), planes_values=_vector(_iq2_xs_values)),
            _int8_sub16(IQ2_S, _iq2_s_values, _iq2_scales16(IQ2_S)),
-           int8_groups(IQ1_S, _iq1_s_values, _iq1_s_scales, chunks=False),
+           int8_groups(IQ1_S, _iq1_s_values, _iq1_s_scales, chunks=False, ksum=_iq1_s_ksum),
            _int8_sub16(IQ1_M, _iq1_m_values, _iq1_m_scales16)]
 # IQ2_XS, IQ2_S, IQ1_S and IQ1_M keep their units a unit at a time (planes_chunks): transposed onto
 # the K-quant layout their one-token kernels took up to 1.18x the time (IQ2_S), and IQ1_S's and

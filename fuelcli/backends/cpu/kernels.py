@@ -100,7 +100,7 @@ def q8_prefill_module(key, isa: Isa) -> tuple[ir.Module, list[str]]:
 
 
 def q8_ksum_module(key, isa: Isa) -> tuple[ir.Module, list[str]]:
-    """The K-quants' q8 prefill tiles on q8_k activations (kernels_prefill_q8_ksum.py): key a driver
+    """The K- and i-quants' q8 prefill tiles on q8_k activations (kernels_prefill_q8_ksum.py): key a driver
     (its kind_of), or a format's code for its panel unpack."""
     from ...formats import BY_CODE
 

@@ -18,8 +18,8 @@ and scales each 16-element half on its own (kind "quant16": the second scale whe
 Q2_K (kind "quant_min16": a min per 16 elements) takes the int16 tiles' weights, its sub-block scales
 folded in (q * sc <= 45 fits a byte), and its two mins a block times each half's activation sum (the
 16-element sums of xq, xz, times the block's activation scale), as the int16 tiles do.
-On q8_k activations (one scale per 256 elements) the K-quants take kernels_prefill_q8_ksum's tiles
-instead on avx512vnni and avxvnni: a super-block's integer sums, converted once.
+On q8_k activations (one scale per 256 elements) the K- and i-quants take kernels_prefill_q8_ksum's
+tiles instead on avx512vnni and avxvnni: a super-block's integer sums, converted once.
 
 vpmaddubsw (avx2) sums two u8 x s8 products into int16 with saturation: x + 128 (up to 255) against
 |w| > 64 could pass 32767. So avx2 takes the q8 tiles only for the formats whose weights are small
@@ -110,30 +110,28 @@ def _dot(isa, bd, acc, xv, wv):
     return dpb(isa, bd, acc, xv, wv)
 
 
-def _unpack_q8(isa, mod, code, name):
-    """unpack(w, row_bytes, n_rows, k0, kc, panel, scales, mins): rows [0, n_rows) of a task, elements
-    [k0, k0 + kc): row g * 16 + lane's weights w (signed bytes) to panel[g][b * P + q][lane] (P =
-    per_block: quad q, its elements 4q .. 4q + 3 of 32-block b), -128 * sum(w) after them (quant16:
-    of each half); scales and mins as the int16 unpack (quant16: each half's scale in scales and
-    mins). Lanes past n_rows get zeros."""
+def unpack_panel(isa, mod, code, name, slots, nm, fill):
+    """unpack(w, row_bytes, n_rows, k0, kc, panel, scales, mins) into mod: rows [0, n_rows) of a task,
+    elements [k0, k0 + kc): row g * L + lane's 32-block b to panel[g][b * P + i][lane] (P = QUADS +
+    slots: its weight quads, quad q elements 4q .. 4q + 3 as signed bytes, then `slots` i32), its
+    f32 scale to scales[g][b][lane] and nm f32 a block to mins (none: nm 0). fill(bd, row, fbi, fb,
+    put, slot) gives the stored block fb (the task's fbi-th): put(b, w8, ints, scale, mins) a
+    32-block's quads (bytes_), its slots, scale and mins; slot(b, s, v) one slot again. Lanes past
+    n_rows get zeros."""
     L = isa.lanes
     fn, bd = func(mod, name, 8)
     w_, row_bytes, n_rows, k0, kc, panel_, scales_, mins_ = fn.args
-    rec = U.record(code)
-    BL, kind = rec.layout, kind_of(code)
-    halves = 2 if kind == "quant16" else 1
-    P = per_block(kind)
-    per = BL.block_elems // G
+    BL = U.record(code).layout
+    P = QUADS + slots
     wp = ptr_to(bd, w_, I8)
     panel, scales = ptr_to(bd, panel_, vec(I32, L)), ptr_to(bd, scales_, F32T)
-    mins = ptr_to(bd, mins_, F32T) if kind != "quant" else None
-    nm = max(mins_of(kind), 1)  # mins of a block in the panel's mins (quant16: the second scale)
+    mins = ptr_to(bd, mins_, F32T) if nm else None
     nb = bd.udiv(kc, c64(G))
     vq = vec(I32, QUADS)
     with bd.goto_entry_block():
         stage = bd.alloca(vq, c64(L * (KC // G)))  # [lane][b]
-        sums = bd.alloca(I32, c64(halves * L * (KC // G)))  # [b][half][lane]
-    stage.align = sums.align = 64
+        ints = bd.alloca(I32, c64(slots * L * (KC // G)))  # [b][slot][lane]
+    stage.align = ints.align = 64
     fb0 = bd.udiv(k0, c64(BL.block_elems))
     with Loop(bd, 0, TASK_ROWS // L) as g:
         pg = bd.gep(panel, [bd.mul(g, c64(KC // G * P))])
@@ -142,40 +140,26 @@ def _unpack_q8(isa, mod, code, name):
         with Loop(bd, 0, L) as lane:
             rr = bd.add(bd.mul(g, c64(L)), lane)
 
-            def put(b, w8, wsums, scale, mns):
+            def slot(b, s, v):
+                bd.store(v, bd.gep(ints, [bd.add(bd.mul(bd.add(bd.mul(b, c64(slots)), c64(s)), c64(L)), lane)]))
+
+            def put(b, w8, vals, scale, mns):
                 bd.store(w8, bd.gep(stage, [bd.add(bd.mul(lane, c64(KC // G)), b)]), align=32)
                 at = bd.add(bd.mul(b, c64(L)), lane)
-                for h, ws in enumerate(wsums):
-                    bd.store(ws, bd.gep(sums, [bd.add(bd.mul(bd.add(bd.mul(b, c64(halves)), c64(h)), c64(L)), lane)]))
+                for s, v in enumerate(vals):
+                    slot(b, s, v)
                 bd.store(scale, bd.gep(sg, [at]))
-                for h, mn in enumerate(mns if mg is not None else []):  # [b * nm + h][lane]
+                for h, mn in enumerate(mns):  # [b * nm + h][lane]
                     bd.store(mn, bd.gep(mg, [bd.add(bd.mul(bd.add(bd.mul(b, c64(nm)), c64(h)), c64(L)), lane)]))
-
-            def wsum(w, lo, hi):
-                part = bd.shuffle_vector(w, w, const(I32, range(lo, hi)))
-                return bd.mul(hsum(bd, bd.sext(part, vec(I32, hi - lo))), ir.Constant(I32, -128))
 
             with bd.if_else(bd.icmp_signed("<", rr, n_rows)) as (then, otherwise):
                 with then:
                     row = bd.gep(wp, [bd.mul(rr, row_bytes)])
                     with Loop(bd, 0, bd.udiv(kc, c64(BL.block_elems))) as fbi:
-                        blk = U.block(code, bd, row, bd.add(fb0, fbi))
-                        for j, w in enumerate(blk.w):
-                            jj = ir.Constant(I32, j)
-                            at = bd.add(bd.mul(fbi, c64(per)), c64(j))
-                            if kind == "quant16":  # the exact decode's weights and its scale of each half
-                                sv, w = blk.exact[j]
-                                put(at, bd.bitcast(bd.trunc(w, vec(I8, G)), vq), [wsum(w, 0, 16), wsum(w, 16, G)],
-                                    bd.extract_element(sv, ir.Constant(I32, 0)),
-                                    [bd.extract_element(sv, ir.Constant(I32, 16))])
-                            else:
-                                put(at, bd.bitcast(bd.trunc(w, vec(I8, G)), vq), [wsum(w, 0, G)],
-                                    bd.extract_element(blk.scale, jj),
-                                    [bd.extract_element(blk.min, ir.Constant(I32, nm * j + h)) for h in range(nm)]
-                                    if mg is not None else [])
+                        fill(bd, row, fbi, bd.add(fb0, fbi), put, slot)
                 with otherwise:
                     with Loop(bd, 0, nb) as b:
-                        put(b, splat_c(I32, 0, QUADS), [ir.Constant(I32, 0)] * halves, ir.Constant(F32T, 0.0),
+                        put(b, splat_c(I32, 0, QUADS), [ir.Constant(I32, 0)] * slots, ir.Constant(F32T, 0.0),
                             [ir.Constant(F32T, 0.0)] * nm)
         with Loop(bd, 0, nb) as b:
             rows = [bd.load(bd.gep(stage, [bd.add(c64(lane * (KC // G)), b)]), align=32) for lane in range(L)]
@@ -184,19 +168,54 @@ def _unpack_q8(isa, mod, code, name):
             for q in range(QUADS):
                 v = parts[0][q] if L == QUADS else bd.shuffle_vector(parts[0][q], parts[1][q], const(I32, range(L)))
                 bd.store(v, bd.gep(pg, [bd.add(at, c64(q))]), align=4 * L)
-            for h in range(halves):
-                src = bd.gep(sums, [bd.mul(bd.add(bd.mul(b, c64(halves)), c64(h)), c64(L))])
-                ws = bd.load(bd.bitcast(src, vec(I32, L).as_pointer()), align=4 * L)
-                bd.store(ws, bd.gep(pg, [bd.add(at, c64(QUADS + h))]), align=4 * L)
+            for s in range(slots):
+                src = bd.gep(ints, [bd.mul(bd.add(bd.mul(b, c64(slots)), c64(s)), c64(L))])
+                v = bd.load(bd.bitcast(src, vec(I32, L).as_pointer()), align=4 * L)
+                bd.store(v, bd.gep(pg, [bd.add(at, c64(QUADS + s))]), align=4 * L)
     bd.ret_void()
 
 
-def _micro_q8(isa, mod, kind, TT, RG, name):
-    """The token tile: TT tokens x RG groups of L rows over nb 32-blocks (kernels_prefill._micro_quant's
-    arguments and arithmetic after the integer sums): per block, each token's 32 values + 128 as
-    bytes, each quad broadcast to RG vpdpbusd with the groups' weight quads, from -128 * sum(w);
-    quant16: each 16-element half so, scaled by its own scale (in mn); quant_min16: two mins a block
-    times the tokens' 16-element sums (xf is xz); avx2: see _dot."""
+def bytes_(bd, w):
+    """A 32-block's weights (<32 x i16>, each a signed byte's) as the panel's QUADS quads."""
+    return bd.bitcast(bd.trunc(w, vec(I8, G)), vec(I32, QUADS))
+
+
+def wsum(bd, w, lo, hi):
+    """The sum of w's elements [lo, hi) (i32)."""
+    part = bd.shuffle_vector(w, w, const(I32, range(lo, hi)))
+    return hsum(bd, bd.sext(part, vec(I32, hi - lo)))
+
+
+def _unpack_q8(isa, mod, code, name):
+    """The panel (unpack_panel): a 32-block's weights w, -128 * sum(w) after them (quant16: of each
+    half); scales and mins as the int16 unpack (quant16: each half's scale in scales and mins)."""
+    rec = U.record(code)
+    kind = kind_of(code)
+    per = rec.layout.block_elems // G
+    nm = max(mins_of(kind), 1) if kind != "quant" else 0  # mins of a block in the panel's mins (quant16: the
+    # second scale)
+
+    def fill(bd, row, fbi, fb, put, slot):
+        blk = U.block(code, bd, row, fb)
+        ws = lambda w, lo, hi: bd.mul(wsum(bd, w, lo, hi), ir.Constant(I32, -128))  # noqa: E731
+        for j, w in enumerate(blk.w):
+            jj = ir.Constant(I32, j)
+            at = bd.add(bd.mul(fbi, c64(per)), c64(j))
+            if kind == "quant16":  # the exact decode's weights and its scale of each half
+                sv, w = blk.exact[j]
+                put(at, bytes_(bd, w), [ws(w, 0, 16), ws(w, 16, G)], bd.extract_element(sv, ir.Constant(I32, 0)),
+                    [bd.extract_element(sv, ir.Constant(I32, 16))])
+            else:
+                put(at, bytes_(bd, w), [ws(w, 0, G)], bd.extract_element(blk.scale, jj),
+                    [bd.extract_element(blk.min, ir.Constant(I32, nm * j + h)) for h in range(nm)])
+
+    unpack_panel(isa, mod, code, name, per_block(kind) - QUADS, nm, fill)
+
+
+def tile_fn(isa, mod, name, TT, RG):
+    """A token tile's function (kernels_prefill._micro_quant's arguments) and builder, its arguments
+    (panel, sc, mn, nb, xq, ldx, xs, xf, ldxs, first) typed, the groups' lane masks and the out
+    pointers of each (token, group)."""
     L = isa.lanes
     fn, bd = func(mod, name, 13)
     fn.linkage = "internal"
@@ -206,12 +225,24 @@ def _micro_q8(isa, mod, kind, TT, RG, name):
     xq, xs, xf = ptr_to(bd, xq_, I16), ptr_to(bd, xs_, F32T), ptr_to(bd, xf_, F32T)
     out = ptr_to(bd, out_, F32T)
     first = bd.icmp_signed("!=", first_, c64(0))
+    masks = [_lane_mask(bd, bd.sub(nvalid, c64(r * L)), L) for r in range(RG)]
+    outp = [[bd.gep(out, [bd.add(bd.mul(c64(t), ldo), c64(r * L))]) for r in range(RG)] for t in range(TT)]
+    return fn, bd, (panel, sc, mn, nb, xq, ldx, xs, xf, ldxs, first), masks, outp
+
+
+def _micro_q8(isa, mod, kind, TT, RG, name):
+    """The token tile: TT tokens x RG groups of L rows over nb 32-blocks (kernels_prefill._micro_quant's
+    arguments and arithmetic after the integer sums): per block, each token's 32 values + 128 as
+    bytes, each quad broadcast to RG vpdpbusd with the groups' weight quads, from -128 * sum(w);
+    quant16: each 16-element half so, scaled by its own scale (in mn); quant_min16: two mins a block
+    times the tokens' 16-element sums (xf is xz); avx2: see _dot."""
+    L = isa.lanes
+    fn, bd, args, masks, outp = tile_fn(isa, mod, name, TT, RG)
+    panel, sc, mn, nb, xq, ldx, xs, xf, ldxs, first = args
     gstride = KC // G
     nm = mins_of(kind)
     halves = 2 if kind == "quant16" else 1
     P = per_block(kind)
-    masks = [_lane_mask(bd, bd.sub(nvalid, c64(r * L)), L) for r in range(RG)]
-    outp = [[bd.gep(out, [bd.add(bd.mul(c64(t), ldo), c64(r * L))]) for r in range(RG)] for t in range(TT)]
     accs = [[Var(bd, _load_out(bd, outp[t][r], masks[r], L, first)) for r in range(RG)] for t in range(TT)]
     xrow = [bd.gep(xq, [bd.mul(c64(t), ldx)]) for t in range(TT)]
     srow = [bd.mul(c64(t), ldxs) for t in range(TT)]

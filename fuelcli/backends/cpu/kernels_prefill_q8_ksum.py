@@ -1,5 +1,5 @@
-"""The K-quants' q8 prefill tiles on q8_k activations (one activation scale per 256 elements, the
-K-quant super-block): a super-block's integer sums before one conversion, llama.cpp's way. On
+"""The K- and i-quants' q8 prefill tiles on q8_k activations (one activation scale per 256 elements,
+their super-block): a super-block's integer sums before one conversion, llama.cpp's way. On
 avx512vnni and avxvnni (the same description at 16 or 8 lanes); avx2 keeps kernels_prefill_q8.
 
 kernels_prefill_q8's tiles convert each 32-block's (Q6_K, Q3_K: each 16-element half's) integer dot
@@ -10,18 +10,23 @@ tiles: a super-block's integer sums"). Here the panel keeps the integer sub-bloc
 (CpuFormat.ksum) beside the weights, and each (token, group) sums sc * dot over the super-block in
 int32 (vpmulld + vpaddd a sub-block; Q2_K, whose weights carry their scales, chains its vpdpbusd
 through all 8 blocks), then converts once and scales once by d times the activation scale. The
-mins (Q4_K, Q5_K: one per 32-block; Q2_K: per 16) stay f32 FMAs, as in the other tiles.
+mins (Q4_K, Q5_K: one per 32-block; Q2_K: per 16) stay f32 FMAs, as in the other tiles. The
+i-quants' scales are d times small integers (emit_iq: IQ4_XS ls - 32, IQ3_S 2 ls + 1; IQ3_XXS, IQ2_XXS
+and IQ1_S 2 ls + 1 times d / 4, d / 8, d / 8 (their (d * (0.5 + ls)) * f, and IQ1_S's delta, already
+in w = 8 grid +- 1); per 16 elements IQ2_XS, IQ2_S and IQ1_M 2 ls + 1 times d / 8), no mins.
 
 Panel, per 32-block b and row (P = QUADS + nsc + 1 i32 vectors of L lanes): its QUADS weight quads
-(signed bytes: Q4_K/Q5_K q, Q6_K q - 32, Q3_K q - 4, Q2_K q * sc), its nsc integer scales (one, two
-halves, or none: Q2_K), and in block 0 of each super-block -128 * sum over it of sc * sum(w) (the
-activations go in as x + 128, unsigned bytes: the sums start there). scales: d in every block's slot;
-mins as kernels_prefill_q8.
+(signed bytes: Q4_K/Q5_K q, Q6_K q - 32, Q3_K q - 4, Q2_K q * sc, the i-quants' values), its nsc
+integer scales (one, two halves, or none: Q2_K), and in block 0 of each super-block -128 * sum over
+it of sc * sum(w) (the activations go in as x + 128, unsigned bytes: the sums start there). scales:
+d in every block's slot; mins as kernels_prefill_q8.
 
 Exact in int32: the adds and vpmulld wrap modulo 2^32 and vpdpbusd does not saturate, so the true
 sum must fit, and does: |x| <= 127 and per super-block
-Q6_K 256 * 127 * 32 * 128 (|q - 32| <= 32, |sc| <= 128) = 1.33e8, Q5_K 256 * 127 * 31 * 63 = 6.3e7,
-Q4_K 3.1e7, Q3_K 256 * 127 * 4 * 32 = 4.2e6, Q2_K 256 * 127 * 45 = 1.5e6; with the x + 128 form
+Q6_K 256 * 127 * 32 * 128 (|q - 32| <= 32, |sc| <= 128) = 1.33e8, IQ4_XS 256 * 127 * 127 * 32 =
+1.32e8, Q5_K 256 * 127 * 31 * 63 = 6.3e7, IQ3_XXS 256 * 127 * 62 * 31 = 6.2e7, IQ2_XXS/XS/S 256 *
+127 * 43 * 31 = 4.3e7, Q4_K 3.1e7, IQ3_S 256 * 127 * 15 * 31 = 1.5e7, IQ1_S/M 256 * 127 * 9 * 15 =
+4.4e6, Q3_K 256 * 127 * 4 * 32 = 4.2e6, Q2_K 256 * 127 * 45 = 1.5e6; with the x + 128 form
 the running sums reach at most twice 256 * 255 * |w| * |sc| (Q6_K 5.3e8), all below 2^31. Above
 2^24 the one conversion rounds (once, where the other tiles round each block's): q8's results move
 by float rounding only.
@@ -33,21 +38,22 @@ from llvmlite import ir
 
 from . import kernels_prefill_q8 as q8
 from . import unpack as U
-from .irgen import (F32T, G, I8, I16, I32, Loop, Var, c64, const, dpb, fmuladd, func, hsum, load, ptr_to, splat,
-                    splat_c, transpose, vec)
-from .kernels_prefill import KC, TASK_ROWS, _load_out, _lane_mask, _panel_driver, _prefill_task, _store_out
+from .irgen import F32T, G, I8, I16, I32, Loop, Var, c64, dpb, fmuladd, load, splat, splat_c, vec
+from .kernels_prefill import KC, _load_out, _panel_driver, _prefill_task, _store_out
 from .llvm import Isa
 
 QUADS = q8.QUADS
 SUPER = 256 // G  # 32-blocks of a super-block
 ISAS = ("avx512vnni", "avxvnni")
-KINDS = {"quant_min": "ksum_min", "quant16": "ksum16", "quant_min16": "ksum_min16"}  # by kernels_prefill_q8's kind
-NSC = {"ksum_min": 1, "ksum16": 2, "ksum_min16": 0}  # integer scales a 32-block
-MINS = {"ksum_min": 1, "ksum16": 0, "ksum_min16": 2}  # f32 mins a 32-block (kernels_prefill_q8.mins_of)
+KINDS = {"quant": "ksum", "quant_min": "ksum_min", "quant16": "ksum16", "quant_min16": "ksum_min16"}  # by
+# kernels_prefill_q8's kind
+NSC = {"ksum": 1, "ksum_min": 1, "ksum16": 2, "ksum_min16": 0}  # integer scales a 32-block
+MINS = {"ksum": 0, "ksum_min": 1, "ksum16": 0, "ksum_min16": 2}  # f32 mins a 32-block (kernels_prefill_q8.mins_of)
 
 
 def takes(isa: Isa, code: int) -> bool:
-    """Whether the ISA runs these tiles for the format on q8_k activations (a K-quant: CpuFormat.ksum)."""
+    """Whether the ISA runs these tiles for the format on q8_k activations (a K- or i-quant:
+    CpuFormat.ksum)."""
     return isa.name in ISAS and U.record(code).ksum is not None
 
 
@@ -60,81 +66,30 @@ def per_block(kind: str) -> int:
 
 
 def _unpack(isa, mod, code, name):
-    """unpack(w, row_bytes, n_rows, k0, kc, panel, scales, mins): the panel above for rows [0, n_rows)
-    of a task, elements [k0, k0 + kc) (whole super-blocks); lanes past n_rows get zeros."""
-    L = isa.lanes
-    fn, bd = func(mod, name, 8)
-    w_, row_bytes, n_rows, k0, kc, panel_, scales_, mins_ = fn.args
+    """The panel (kernels_prefill_q8.unpack_panel) for whole super-blocks: each 32-block's weights,
+    its nsc integer scales and a slot that in block 0 of each super-block holds -128 * sum over it
+    of sc * sum(w) (0 in the others); d in every block's scale, the mins as kernels_prefill_q8's."""
     rec = U.record(code)
     kind = kind_of(code)
     nsc, nm = NSC[kind], MINS[kind]
-    P = per_block(kind)
-    slots = nsc + 1  # i32 vectors after the quads
-    wp = ptr_to(bd, w_, I8)
-    panel, scales = ptr_to(bd, panel_, vec(I32, L)), ptr_to(bd, scales_, F32T)
-    mins = ptr_to(bd, mins_, F32T) if nm else None
-    nb = bd.udiv(kc, c64(G))
-    vq = vec(I32, QUADS)
-    with bd.goto_entry_block():
-        stage = bd.alloca(vq, c64(L * (KC // G)))  # [lane][b]
-        ints = bd.alloca(I32, c64(slots * L * (KC // G)))  # [b][slot][lane]
-    stage.align = ints.align = 64
-    fb0 = bd.udiv(k0, c64(rec.layout.block_elems))
+    halves = [(0, G)] if nsc < 2 else [(0, G // 2), (G // 2, G)]
     zero32 = ir.Constant(I32, 0)
-    with Loop(bd, 0, TASK_ROWS // L) as g:
-        pg = bd.gep(panel, [bd.mul(g, c64(KC // G * P))])
-        sg = bd.gep(scales, [bd.mul(g, c64(KC // G * L))])
-        mg = bd.gep(mins, [bd.mul(g, c64(nm * KC // G * L))]) if mins is not None else None
-        with Loop(bd, 0, L) as lane:
-            rr = bd.add(bd.mul(g, c64(L)), lane)
 
-            def put(b, w8, vals, scale, mns):
-                bd.store(w8, bd.gep(stage, [bd.add(bd.mul(lane, c64(KC // G)), b)]), align=32)
-                for s, v in enumerate(vals):
-                    bd.store(v, bd.gep(ints, [bd.add(bd.mul(bd.add(bd.mul(b, c64(slots)), c64(s)), c64(L)), lane)]))
-                bd.store(scale, bd.gep(sg, [bd.add(bd.mul(b, c64(L)), lane)]))
-                for h, mn in enumerate(mns):  # [b * nm + h][lane]
-                    bd.store(mn, bd.gep(mg, [bd.add(bd.mul(bd.add(bd.mul(b, c64(nm)), c64(h)), c64(L)), lane)]))
+    def fill(bd, row, fbi, fb, put, slot):
+        blk = U.block(code, bd, row, fb)
+        d, isc = rec.ksum(bd, row, fb)
+        init = zero32
+        for j in range(SUPER):
+            w = blk.exact[j][1] if blk.exact is not None else blk.w[j]
+            sc = [bd.extract_element(isc, ir.Constant(I32, nsc * j + h)) for h in range(nsc)]
+            for h, (lo, hi) in enumerate(halves):
+                ws = q8.wsum(bd, w, lo, hi)
+                init = bd.add(init, bd.mul(bd.mul(ws, sc[h]) if nsc else ws, ir.Constant(I32, -128)))
+            put(bd.add(bd.mul(fbi, c64(SUPER)), c64(j)), q8.bytes_(bd, w), sc + [zero32], d,
+                [bd.extract_element(blk.min, ir.Constant(I32, nm * j + h)) for h in range(nm)])
+        slot(bd.mul(fbi, c64(SUPER)), nsc, init)
 
-            def wsum(w, lo, hi):
-                part = bd.shuffle_vector(w, w, const(I32, range(lo, hi)))
-                return hsum(bd, bd.sext(part, vec(I32, hi - lo)))
-
-            with bd.if_else(bd.icmp_signed("<", rr, n_rows)) as (then, otherwise):
-                with then:
-                    row = bd.gep(wp, [bd.mul(rr, row_bytes)])
-                    with Loop(bd, 0, bd.udiv(kc, c64(SUPER * G))) as fbi:
-                        fb = bd.add(fb0, fbi)
-                        blk = U.block(code, bd, row, fb)
-                        d, isc = rec.ksum(bd, row, fb)
-                        init = zero32
-                        for j in range(SUPER):
-                            w = blk.exact[j][1] if blk.exact is not None else blk.w[j]
-                            sc = [bd.extract_element(isc, ir.Constant(I32, nsc * j + h)) for h in range(nsc)]
-                            halves = [(0, G)] if nsc < 2 else [(0, G // 2), (G // 2, G)]
-                            for h, (lo, hi) in enumerate(halves):
-                                ws = wsum(w, lo, hi)
-                                init = bd.add(init, bd.mul(bd.mul(ws, sc[h]) if nsc else ws, ir.Constant(I32, -128)))
-                            mns = [bd.extract_element(blk.min, ir.Constant(I32, nm * j + h)) for h in range(nm)]
-                            put(bd.add(bd.mul(fbi, c64(SUPER)), c64(j)), bd.bitcast(bd.trunc(w, vec(I8, G)), vq),
-                                sc + [zero32], d, mns)
-                        at = bd.add(bd.mul(bd.mul(fbi, c64(SUPER * slots)), c64(L)), c64(nsc * L))
-                        bd.store(init, bd.gep(ints, [bd.add(at, lane)]))
-                with otherwise, Loop(bd, 0, nb) as b:
-                    put(b, splat_c(I32, 0, QUADS), [zero32] * slots, ir.Constant(F32T, 0.0),
-                        [ir.Constant(F32T, 0.0)] * nm)
-        with Loop(bd, 0, nb) as b:
-            rows = [bd.load(bd.gep(stage, [bd.add(c64(lane * (KC // G)), b)]), align=32) for lane in range(L)]
-            parts = [transpose(bd, rows[i:i + QUADS]) for i in range(0, L, QUADS)]  # 8 x 8 quads each
-            at = bd.mul(b, c64(P))
-            for qd in range(QUADS):
-                v = parts[0][qd] if L == QUADS else bd.shuffle_vector(parts[0][qd], parts[1][qd], const(I32, range(L)))
-                bd.store(v, bd.gep(pg, [bd.add(at, c64(qd))]), align=4 * L)
-            for s in range(slots):
-                src = bd.gep(ints, [bd.mul(bd.add(bd.mul(b, c64(slots)), c64(s)), c64(L))])
-                v = bd.load(bd.bitcast(src, vec(I32, L).as_pointer()), align=4 * L)
-                bd.store(v, bd.gep(pg, [bd.add(at, c64(QUADS + s))]), align=4 * L)
-    bd.ret_void()
+    q8.unpack_panel(isa, mod, code, name, nsc + 1, nm, fill)
 
 
 def _micro(isa, mod, kind, TT, RG, name):
@@ -145,19 +100,11 @@ def _micro(isa, mod, kind, TT, RG, name):
     added in (ksum_min16: the vpdpbusd add straight into the sum); then one conversion, times d and
     the activation scale, into the f32 result in out, and the mins as kernels_prefill_q8's tile."""
     L = isa.lanes
-    fn, bd = func(mod, name, 13)
-    fn.linkage = "internal"
-    fn.attributes.add("noinline")
-    panel_, sc_, mn_, nb, xq_, ldx, xs_, xf_, ldxs, out_, ldo, first_, nvalid = fn.args
-    panel, sc, mn = ptr_to(bd, panel_, vec(I32, L)), ptr_to(bd, sc_, vec(F32T, L)), ptr_to(bd, mn_, vec(F32T, L))
-    xq, xs, xf = ptr_to(bd, xq_, I16), ptr_to(bd, xs_, F32T), ptr_to(bd, xf_, F32T)
-    out = ptr_to(bd, out_, F32T)
-    first = bd.icmp_signed("!=", first_, c64(0))
+    fn, bd, args, masks, outp = q8.tile_fn(isa, mod, name, TT, RG)
+    panel, sc, mn, nb, xq, ldx, xs, xf, ldxs, first = args
     gstride = KC // G
     nsc, nm = NSC[kind], MINS[kind]
     P = per_block(kind)
-    masks = [_lane_mask(bd, bd.sub(nvalid, c64(r * L)), L) for r in range(RG)]
-    outp = [[bd.gep(out, [bd.add(bd.mul(c64(t), ldo), c64(r * L))]) for r in range(RG)] for t in range(TT)]
     xrow = [bd.gep(xq, [bd.mul(c64(t), ldx)]) for t in range(TT)]
     srow = [bd.mul(c64(t), ldxs) for t in range(TT)]
     hpb = 2 if nsc == 2 else 1  # sub-blocks a 32-block
@@ -209,7 +156,7 @@ def _micro(isa, mod, kind, TT, RG, name):
             # scaled sum) or its 16-element sums xz (nm 2), ahead of the masked stores
             if nm == 1:
                 xm = [splat(bd, bd.load(bd.gep(xf, [bd.add(srow[t], bd.add(b0, c64(j)))])), L) for j in range(SUPER)]
-            else:
+            elif nm == 2:
                 z0 = bd.mul(bd.add(srow[t], b0), c64(2))
                 xm = [splat(bd, bd.load(bd.gep(xf, [bd.add(z0, c64(i))])), L) for i in range(nm * SUPER)]
             for r in range(RG):

@@ -8,7 +8,7 @@ scales): on avx512vnni the one-token and B-wide decode kernels dot one int8 plan
 (kernels_decode: one_plane), half the vpdpbusd, and so do avxvnni's and avx2's for the formats
 where that was not slower than their int16 words kernels (kernels_decode.q8_decode_takes);
 prefill runs the 8-bit tiles (kernels_prefill_q8: vpdpbusd on avx512vnni and avxvnni, vpmaddubsw
-on avx2 for the formats of small weights; with q8_k blocks the K-quants' super-block tiles,
+on avx2 for the formats of small weights; with q8_k blocks the K- and i-quants' super-block tiles,
 kernels_prefill_q8_ksum); the rest (every kernel on generic) run the int16 kernels on the 8-bit
 values (the same integers, the int16 path's speed). Float formats take x as f32 either way; BF16
 weights' prefill on AVX512_BF16 rounds it to bf16 for vdpbf16ps (kernels_prefill_bf16.py).
