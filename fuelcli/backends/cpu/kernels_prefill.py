@@ -383,19 +383,39 @@ def _panel_driver(isa, mod, name, kc_max, panel_ty, panel_elems, micro, quant, n
 # ------------------------------------------------------------------ float formats (f32, f16, bf16)
 
 
-def _micro_float(isa, mod, TT, RG, name):
-    """The f32 token-tile kernel: TT tokens x RG groups of L rows (consecutive panel groups) over
-    kc elements; a panel load feeds TT FMAs, a broadcast RG."""
+def float_tile_fn(isa, mod, name, TT, RG, panel_lane):
+    """A float token tile's function and builder (arguments panel, kc, x, ldx, out, ldo, first,
+    nvalid), the panel as vectors of L panel_lane, kc, x and ldx, and `sums`: called where the
+    tile's loop begins, it loads the TT x RG sums from out (zeros if first) and returns them with the
+    function that stores them back and returns."""
     L = isa.lanes
     fn, bd = func(mod, name, 8)
     fn.linkage = "internal"
     fn.attributes.add("noinline")
     panel_, kc, x_, ldx, out_, ldo, first_, nvalid = fn.args
-    panel, x, out = ptr_to(bd, panel_, vec(F32T, L)), ptr_to(bd, x_, F32T), ptr_to(bd, out_, F32T)
+    panel, x, out = ptr_to(bd, panel_, vec(panel_lane, L)), ptr_to(bd, x_, F32T), ptr_to(bd, out_, F32T)
     first = bd.icmp_signed("!=", first_, c64(0))
-    masks = [_lane_mask(bd, bd.sub(nvalid, c64(r * L)), L) for r in range(RG)]
-    outp = [[bd.gep(out, [bd.add(bd.mul(c64(t), ldo), c64(r * L))]) for r in range(RG)] for t in range(TT)]
-    accs = [[Var(bd, _load_out(bd, outp[t][r], masks[r], L, first)) for r in range(RG)] for t in range(TT)]
+
+    def sums():
+        masks = [_lane_mask(bd, bd.sub(nvalid, c64(r * L)), L) for r in range(RG)]
+        outp = [[bd.gep(out, [bd.add(bd.mul(c64(t), ldo), c64(r * L))]) for r in range(RG)] for t in range(TT)]
+        accs = [[Var(bd, _load_out(bd, outp[t][r], masks[r], L, first)) for r in range(RG)] for t in range(TT)]
+
+        def store():
+            for t in range(TT):
+                for r in range(RG):
+                    _store_out(bd, outp[t][r], accs[t][r].get(), masks[r], L)
+            bd.ret_void()
+        return accs, store
+    return fn, bd, (panel, kc, x, ldx), sums
+
+
+def _micro_float(isa, mod, TT, RG, name):
+    """The f32 token-tile kernel: TT tokens x RG groups of L rows (consecutive panel groups) over
+    kc elements; a panel load feeds TT FMAs, a broadcast RG."""
+    L = isa.lanes
+    fn, bd, (panel, kc, x, ldx), sums = float_tile_fn(isa, mod, name, TT, RG, F32T)
+    accs, store_sums = sums()
     xrow = [bd.gep(x, [bd.mul(c64(t), ldx)]) for t in range(TT)]
     with Loop(bd, 0, kc) as k:
         wv = [bd.load(bd.gep(panel, [bd.add(k, c64(r * KC_FLOAT))]), align=4) for r in range(RG)]
@@ -403,10 +423,7 @@ def _micro_float(isa, mod, TT, RG, name):
             xv = splat(bd, bd.load(bd.gep(xrow[t], [k])), L)
             for r in range(RG):
                 accs[t][r].set(fmuladd(bd, wv[r], xv, accs[t][r].get()))
-    for t in range(TT):
-        for r in range(RG):
-            _store_out(bd, outp[t][r], accs[t][r].get(), masks[r], L)
-    bd.ret_void()
+    store_sums()
     return fn
 
 

@@ -21,8 +21,8 @@ from llvmlite import ir
 
 from ...formats import BF16
 from .amx import BF16T
-from .irgen import F32T, G, I16, I32, Loop, Var, c64, call_intrinsic, const, func, ptr_to, splat, splat_c, transpose, vec
-from .kernels_prefill import KC, TASK_ROWS, _lane_mask, _load_out, _panel_driver, _prefill_task, _store_out
+from .irgen import F32T, G, I16, I32, Loop, c64, call_intrinsic, const, func, ptr_to, splat, splat_c, transpose, vec
+from .kernels_prefill import KC, TASK_ROWS, _panel_driver, _prefill_task, float_tile_fn
 from .llvm import Isa, host_features
 
 PAIRS_KC = KC // 2  # bf16 pairs of a chunk of k: a group's panel vectors
@@ -55,11 +55,7 @@ def _micro(isa, mod, TT, RG, name):
     rows (consecutive panel groups) over kc elements; x f32, rounded here (a chunk's elements past kc
     read as zeros, as the panel's)."""
     L = isa.lanes
-    fn, bd = func(mod, name, 8)
-    fn.linkage = "internal"
-    fn.attributes.add("noinline")
-    panel_, kc, x_, ldx, out_, ldo, first_, nvalid = fn.args
-    panel, x, out = ptr_to(bd, panel_, vec(I32, L)), ptr_to(bd, x_, F32T), ptr_to(bd, out_, F32T)
+    fn, bd, (panel, kc, x, ldx), sums = float_tile_fn(isa, mod, name, TT, RG, I32)
     with bd.goto_entry_block():
         xb = bd.alloca(vec(I32, G // 2), c64(TT * PAIRS_KC // (G // 2)))  # [t][pair]
     xb.align = 64
@@ -78,20 +74,14 @@ def _micro(isa, mod, TT, RG, name):
             v = call_intrinsic(bd, f"llvm.masked.load.v{G}f32.p0", vt, [bd.bitcast(bd.gep(row, [k]), vt.as_pointer()),
                                                                           ir.Constant(I32, 4), mask, splat_c(F32T, 0.0, G)])
             bd.store(_round_block(bd, v), bd.gep(xb, [bd.add(dst, nfull)]), align=64)
-    first = bd.icmp_signed("!=", first_, c64(0))
-    masks = [_lane_mask(bd, bd.sub(nvalid, c64(r * L)), L) for r in range(RG)]
-    outp = [[bd.gep(out, [bd.add(bd.mul(c64(t), ldo), c64(r * L))]) for r in range(RG)] for t in range(TT)]
-    accs = [[Var(bd, _load_out(bd, outp[t][r], masks[r], L, first)) for r in range(RG)] for t in range(TT)]
+    accs, store_sums = sums()
     with Loop(bd, 0, bd.udiv(bd.add(kc, c64(1)), c64(2))) as p:
         wv = [bd.load(bd.gep(panel, [bd.add(p, c64(r * PAIRS_KC))]), align=64) for r in range(RG)]
         for t in range(TT):
             xv = splat(bd, bd.load(bd.gep(xbs, [bd.add(p, c64(t * PAIRS_KC))])), L)
             for r in range(RG):
                 accs[t][r].set(_dot(bd, accs[t][r].get(), wv[r], xv))
-    for t in range(TT):
-        for r in range(RG):
-            _store_out(bd, outp[t][r], accs[t][r].get(), masks[r], L)
-    bd.ret_void()
+    store_sums()
     return fn
 
 
