@@ -14,6 +14,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
+from numba import njit  # noqa: E402
 from test_formats import matmul, random_rows  # noqa: E402
 
 from fuelcli.backends.cpu import kernels_prefill_bf16 as bf16  # noqa: E402
@@ -52,13 +53,23 @@ def _tables(codes):
     kern, core = M.kernel_table(codes, HOST), M.core_table(HOST, 64)
     k8, c8 = kern.copy(), core.copy()
     q8_tables.apply(k8, c8, codes, HOST)
-    return kern, k8
+    return kern, k8, c8
 
 
-def _run(x, raw, kern):
+@njit(cache=True)
+def _round_rows(x, qx, core):
+    M.round_rows(x, qx, core)
+
+
+def _run(x, raw, kern, core=None):
+    """The product on the tiles of `kern`; with core, x rounded to its bf16 chunks first (as
+    forward.prepare does), in a buffer of more rows than x (a chunk stride that is not T's)."""
     T, n = x.shape[0], raw.shape[0]
     out = np.full((T, n), np.nan, np.float32)
-    matmul(x, quantized(T, x.shape[1]), raw.ctypes.data, n, raw.shape[1], BF16, kern, out)
+    qx = quantized(T + 3, x.shape[1], bf16=core is not None)
+    if core is not None:
+        _round_rows(x, qx, core)
+    matmul(x, qx, raw.ctypes.data, n, raw.shape[1], BF16, kern, out)
     return out
 
 
@@ -66,9 +77,9 @@ def _run(x, raw, kern):
 def test_takes_only_q8_bf16():
     """q8 puts the tiles in BF16's prefill columns only; the int16 table keeps the f32 tiles."""
     codes = [BF16, FORMATS["f16"].code, FORMATS["f32"].code, FORMATS["q8_0"].code]
-    kern, k8 = _tables(codes)
-    cols = [M.K_PREFILL, M.K_UNPACK]
-    assert (k8[BF16, cols] != kern[BF16, cols]).all()
+    kern, k8, c8 = _tables(codes)
+    cols = [M.K_PREFILL, M.K_UNPACK, M.K_BF16_TILES]
+    assert (k8[BF16, cols] != kern[BF16, cols]).all() and c8[M.C_ROUND_BF16] != 0
     for c in codes[1:3]:
         assert (k8[c, cols] == kern[c, cols]).all()
     assert not bf16.takes(llvm.ISAS["avx2"], BF16) and not bf16.takes(HOST, FORMATS["f16"].code)
@@ -85,12 +96,12 @@ def test_bf16_tiles_exact(ncols):
     nrows = TASK_ROWS + 21
     raw = np.ascontiguousarray(random_rows("bf16", nrows, ncols, seed=ncols))
     w = (raw.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
-    kern, k8 = _tables([BF16])
+    kern, k8, c8 = _tables([BF16])
     rng = np.random.default_rng(4)
     for T in (1 + bf16.TILE[0], 13, 30):
         x = rng.standard_normal((T, ncols)).astype(np.float32)
         x[1, 40] = 200.0
-        got = _run(x, raw, k8)
+        got = _run(x, raw, k8, c8)
         want = _pair_sums(_round_bf16(x), w)
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), (ncols, T, np.abs(got - want).max())
         mag = np.abs(x) @ np.abs(w).T
@@ -107,10 +118,10 @@ def test_bf16_tiles_non_finite():
     tokens' stay finite."""
     ncols, nrows = 300, 40
     raw = np.ascontiguousarray(random_rows("bf16", nrows, ncols, seed=1))
-    _, k8 = _tables([BF16])
+    _, k8, c8 = _tables([BF16])
     x = np.random.default_rng(2).standard_normal((9, ncols)).astype(np.float32)
     x[2, 7], x[5, 299] = np.inf, np.nan
-    got = _run(x, raw, k8)
+    got = _run(x, raw, k8, c8)
     assert not np.isfinite(got[[2, 5]]).any() and np.isfinite(np.delete(got, [2, 5], 0)).all()
 
 
@@ -141,3 +152,32 @@ def test_engine_bf16_q8(tmp_path):
     assert not np.array_equal(got["int16"], got["q8"])
     assert _kl_rows(got["int16"], got["q8"]).max() < 5e-2  # measured 2.0e-2: random weights, 8 tokens
 
+
+
+@needs_bf16
+def test_moe_bf16_experts_q8(tmp_path):
+    """BF16 experts on these tiles (their gathered rows and their gate's output rounded to bf16
+    chunks in the pair rows' buffer): the q8 engine's prefill logits are the int16 engine's to
+    within the rounding, and its own decode rows' (the decode kernels read x unrounded). Negative
+    control: every row's experts shifted by one."""
+    import gguf
+
+    from fuelcli.assembly.loader import open_model
+    from fuelcli.backends import make_engine
+    from test_moe_engine import PROMPT, _shift_experts, write_tiny_qwen3moe
+    from test_q8_model import _kl_rows
+
+    m = open_model(str(write_tiny_qwen3moe(tmp_path / "moe.gguf", gguf.GGMLQuantizationType.BF16)))
+    e16 = make_engine(m.cfg, m.weights, n_ctx=64)
+    e8 = make_engine(m.cfg, m.weights, n_ctx=64, activations="q8")
+    assert e8.kern[BF16, M.K_BF16_TILES] == 1 and e8.act.eqx.xb.size > 0
+    ref = e16.prefill(PROMPT, all_logits=True)
+    got = e8.prefill(PROMPT, all_logits=True)
+    e8.reset()
+    dec = np.stack([e8.decode(t) for t in PROMPT])
+    kl, kl_dec = _kl_rows(ref, got).max(), _kl_rows(dec, got).max()
+    # measured 2.5e-3 both: random weights, 30 tokens
+    assert not np.array_equal(ref, got) and kl < 5e-3 and kl_dec < 5e-3
+    _shift_experts(e8)
+    e8.reset()
+    assert _kl_rows(ref, e8.prefill(PROMPT, all_logits=True)).max() > 100 * kl

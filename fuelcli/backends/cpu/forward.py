@@ -32,8 +32,8 @@ from .llvm import args11, ptr
 from .delta_chunked import CHUNK, delta_rule_chunked
 from .layer_kv import add_rows, copy_rows, kv_at, per_layer_rows, rows_of, scale_by
 from .linear_mixer import add_gated, conv_silu, delta_rule, gate_rows, gather_columns, partial_rope
-from .matmul import (add_bias, bias_norm_rope, C_KV_STORE, C_RMSNORM, C_SPLIT, attention, batch, dequant_row, describe_product, glu,
-                     matmul, quantize_for, split_rows, tasks)
+from .matmul import (add_bias, bias_norm_rope, C_KV_STORE, C_RMSNORM, C_ROUND_BF16, C_SPLIT, attention, batch, dequant_row,
+                     describe_product, glu, matmul, quantize_for, round_rows, split_rows, tasks)
 from .moe import NO_EXTRAS, moe
 
 # the slot tables' columns: a role's place in the schema's order (families/schema.py)
@@ -94,11 +94,14 @@ def vaddr(vecs, vec_tab, i):
 def prepare(x, act, quant, core, n_dec):
     """x for the kernels (its first n_dec rows run the decode kernels, the rest the tiles: matmul.
     describe_product): split into bf16 planes for AMX prefill (core[C_SPLIT] != 0, enough tokens,
-    none on the decode kernels), else quantised for the block-format kernels (when the model has any)."""
+    none on the decode kernels), else quantised for the block-format kernels (when the model has any);
+    rounded to bf16 chunks too where BF16 weights' q8 tiles will read them (core[C_ROUND_BF16] != 0)."""
     if n_dec == 0 and x.shape[0] >= AMX_MIN_TOKENS and core[C_SPLIT] != 0:
         split_rows(x, act.qx.xq, core)
     elif quant:
         quantize_for(x, act.qx, core, n_dec)
+    if core[C_ROUND_BF16] != 0 and x.shape[0] > n_dec:
+        round_rows(x, act.qx, core)
 
 
 @helper()

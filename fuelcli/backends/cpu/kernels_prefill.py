@@ -296,12 +296,13 @@ def _prefill_task(mod, driver, name, rows=TASK_ROWS):
     bd.ret_void()
 
 
-def _panel_driver(isa, mod, name, kc_max, panel_ty, panel_elems, micro, quant, nm=0, tile=None):
+def _panel_driver(isa, mod, name, kc_max, panel_ty, panel_elems, micro, quant, nm=0, tile=None, x_at=None):
     """prefill(unpack, w, row_bytes, n_rows, K, T, x, xs, xf, out, ldo, xz): for each chunk of k, the
     format's `unpack` (called by address) fills the stack panel, then every token tile runs over it
     (micro[tokens, groups]: TT tokens x RG groups of rows, a task's last groups and tokens singly:
     `tile`, else tile_shape's); nm mins a 32-block (_micro_quant: with 2, the tiles read xz where the
-    others read xf)."""
+    others read xf). x_at(bd, x, xs, t0, k0): the address of token t0's elements from k0 where x is
+    not rows of K elements (kernels_prefill_bf16's chunks)."""
     L = isa.lanes
     TT, RG = tile or tile_shape(isa, quant)
     fn, bd = func(mod, name, 12)
@@ -334,7 +335,8 @@ def _panel_driver(isa, mod, name, kc_max, panel_ty, panel_elems, micro, quant, n
                 gl = bd.mul(g, c64(L))
                 nvalid = bd.sub(n_rows, gl)
                 nv = bd.select(bd.icmp_signed(">", nvalid, c64(L * rg)), c64(L * rg), nvalid)
-                xp = bd.add(x_, bd.mul(bd.add(bd.mul(t0, K), k0), c64(xbytes)))
+                xp = (x_at(bd, x_, xs_, t0, k0) if x_at else
+                      bd.add(x_, bd.mul(bd.add(bd.mul(t0, K), k0), c64(xbytes))))
                 op = bd.add(out_, bd.mul(bd.add(bd.mul(t0, ldo), gl), c64(4)))
                 pp = bd.ptrtoint(bd.gep(panel, [bd.mul(g, c64(panel_elems))]), I64)
                 if quant:

@@ -28,14 +28,15 @@ from .amx import ROWS as AMX_ROWS
 from .attention import ATT_TOKENS, KEY_BLOCK, MIN_SPLIT_BLOCKS, PART_EXTRA, SINKS
 from .kernels_decode import DECODE_ROWS, DECODE_WIDTHS
 from .kernels_prefill import TASK_ROWS
+from .kernels_prefill_bf16 import PAIRS_KC
 from .llvm import args11, kcall, ptr, stack_counter, stack_counters, take, thread_count
 
 # columns of the kernel table; K_WIDE + i: the decode kernel of DECODE_WIDTHS[i] tokens (add_wide)
-K_DECODE, K_PREFILL, K_UNPACK, K_DEQUANT, K_QUANT, K_AMX_PREFILL, K_AMX_UNPACK, K_WIDE = range(8)
+K_DECODE, K_PREFILL, K_UNPACK, K_DEQUANT, K_QUANT, K_AMX_PREFILL, K_AMX_UNPACK, K_BF16_TILES, K_WIDE = range(9)
 N_KERNEL_COLS = K_WIDE + len(DECODE_WIDTHS)
-# the core table; C_SPLIT is 0 without AMX
+# the core table; C_SPLIT is 0 without AMX, C_ROUND_BF16 without BF16 weights' q8 tiles (q8_tables)
 (C_QUANTIZE, C_SILU, C_ATTENTION, C_RMSNORM, C_ROPE, C_KV_STORE, C_BATCH, C_COMBINE, C_GELU, C_INTERLEAVE,
- C_SPLIT) = range(11)
+ C_SPLIT, C_ROUND_BF16) = range(12)
 # a batch of task kernels: (address, n_tasks, 11 arguments) per row; up to 3 products (q, k, v) of
 # 2 row groups each (the decode-kernel tokens and the tiled ones)
 DESC_ROWS, DESC_COLS = 6, 13
@@ -44,7 +45,8 @@ DESC_ROWS, DESC_COLS = 6, 13
 def kernel_table(codes, isa, use_amx: bool = False) -> np.ndarray:
     """int64 [n_formats, N_KERNEL_COLS]: the kernels of the formats in `codes` (others stay 0).
     K_QUANT: a block format (its kernels take int16 activations); K_AMX_*: with use_amx, a block
-    format's AMX prefill and panel unpack (amx.py; 0 otherwise); K_WIDE..: 0 until add_wide."""
+    format's AMX prefill and panel unpack (amx.py; 0 otherwise); K_BF16_TILES: 1 where the tiles read
+    the bf16 chunks (q8_tables); K_WIDE..: 0 until add_wide."""
     from ...formats import BY_CODE
     from .kernels import addresses, amx_addresses, is_quant
 
@@ -70,7 +72,7 @@ def core_table(isa, head_dim: int, use_amx: bool = False, cache_type: str = "f32
     from .core import addresses
     from .kernels import amx_split
 
-    return np.array(addresses(isa, head_dim, cache_type) + (amx_split(isa) if use_amx else 0,), np.int64)
+    return np.array(addresses(isa, head_dim, cache_type) + (amx_split(isa) if use_amx else 0, 0), np.int64)
 
 
 @njit(**PARALLEL)
@@ -139,6 +141,14 @@ def quantize_for(x, qx, core, n_dec):
     T, K = x.shape
     tasks(core[C_QUANTIZE], T, args11(ptr(x), K, K // AB * AB, ptr(qx.xq), ptr(qx.xs), ptr(qx.xf), ptr(qx.xp),
                                       ptr(qx.xz), n_dec))
+
+
+@helper()
+def round_rows(x, qx, core):
+    """x [T, K] (C-contiguous) -> bf16 by chunks in qx.xb, for the BF16 weights' q8 tiles
+    (kernels_prefill_bf16.round_task)."""
+    T, K = x.shape
+    tasks(core[C_ROUND_BF16], T, args11(ptr(x), K, ptr(qx.xb), qx.xbs))
 
 
 @helper()
@@ -230,13 +240,18 @@ def decode_task(x, qx, b, w_addr, n_rows, row_bytes, code, kern, out_addr, col=K
 @helper()
 def tile_task(x, qx, r0, w_addr, n_rows, row_bytes, code, kern, out_addr, amx=True):
     """(kernel, n_tasks, args) of rows r0.. of out = x @ W^T on the tiles: the kernel reads x itself
-    (float formats), its int16 quantisation (block formats) or, AMX_MIN_TOKENS tokens or more of a
-    block format on AMX unless amx is False, its bf16 planes (forward.prepare made them of x)."""
+    (float formats), its int16 quantisation (block formats), its bf16 chunks (BF16 weights' q8 tiles)
+    or, AMX_MIN_TOKENS tokens or more of a block format on AMX unless amx is False, its bf16 planes
+    (forward.prepare made them of x)."""
     T, K = x.shape
     rows = T - r0
     nb = K // AB
     xp = ptr(qx.xq) + 2 * r0 * K if kern[code, K_QUANT] else ptr(x) + 4 * r0 * K
     out = out_addr + 4 * r0 * n_rows
+    if kern[code, K_BF16_TILES] != 0:  # x's bf16 chunks (round_rows), their stride in the xs argument
+        return (kern[code, K_PREFILL], (n_rows + TASK_ROWS - 1) // TASK_ROWS,
+                args11(kern[code, K_UNPACK], w_addr, n_rows, row_bytes, K, rows, ptr(qx.xb) + 4 * PAIRS_KC * r0,
+                       qx.xbs, 0, out, 0))
     if amx and rows >= AMX_MIN_TOKENS and kern[code, K_AMX_PREFILL] != 0:
         return (kern[code, K_AMX_PREFILL], (n_rows + AMX_ROWS - 1) // AMX_ROWS,
                 args11(kern[code, K_AMX_UNPACK], w_addr, n_rows, row_bytes, K, rows, xp, 0, 0, out))

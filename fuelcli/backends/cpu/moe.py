@@ -21,7 +21,9 @@ from ...formats import ACTIVATION_BLOCK as AB
 from .activations import GROUP_COLS, Quantized
 from .jit import helper
 from .llvm import ptr
-from .matmul import ACT_CLAMPED_SWIGLU, C_SPLIT, K_QUANT, add_bias, batch, clamped_glu, describe_product, glu, quantize_for
+from .kernels_prefill_bf16 import PAIRS_KC
+from .matmul import (ACT_CLAMPED_SWIGLU, C_ROUND_BF16, C_SPLIT, K_QUANT, add_bias, batch, clamped_glu, describe_product,
+                     glu, quantize_for, round_rows)
 
 # the group table's columns: the expert, its first pair row, its rows, how many of them run the decode
 # kernels (all or none), the row of the gate/up input they read from (their first pair row, or 0: h)
@@ -171,7 +173,8 @@ def gather_quantized(qx, src, n_dec, K, eq):
 def qx_rows(qx, r, K):
     """qx's quantisation of rows r.. of a [rows, K] input (matmul.quantize_for's layout), as its own."""
     nb = K // AB
-    return Quantized(qx.xq[r * K:], qx.xs[r * nb:], qx.xf[r * nb:], qx.xp[r * (4 * K + 64):], qx.xz[r * (K // 16):])
+    return Quantized(qx.xq[r * K:], qx.xs[r * nb:], qx.xf[r * nb:], qx.xp[r * (4 * K + 64):], qx.xz[r * (K // 16):],
+                     qx.xb[r * PAIRS_KC:], qx.xbs)
 
 
 @helper()
@@ -252,6 +255,8 @@ def moe(h, logits, act, mats, exp_idx_l, k, renorm, fn, kern, core, quant, out, 
         g, u = exp_idx_l[0, 0], exp_idx_l[0, 1]
         if not quant or kern[mats[g, 3], K_QUANT] == 0 or kern[mats[u, 3], K_QUANT] == 0:  # x read as f32
             gather(h, src, y)
+            if core[C_ROUND_BF16] != 0 and P > dec:  # or as bf16 chunks (BF16 experts' q8 tiles)
+                round_rows(y, act.eqx, core)
         if quant:
             if core[C_SPLIT] != 0:  # AMX: h holds bf16 planes (forward.prepare), the experts want int16
                 quantize_for(h, act.qx, core, n_dec)
@@ -275,6 +280,8 @@ def moe(h, logits, act, mats, exp_idx_l, k, renorm, fn, kern, core, quant, out, 
         expert_glu(gate, up, fn, ex, core)
         if quant:
             quantize_for(gate, act.eqx, core, dec)
+        if core[C_ROUND_BF16] != 0 and P > dec:
+            round_rows(gate, act.eqx, core)
     r, _ = describe_experts(gate, act.eqx, G_START, groups, n, 2, exp_idx_l, mats, kern, core, y, act.edesc, 0,
                             act.eddesc)
     batch(act.edesc, r, core, P > dec)

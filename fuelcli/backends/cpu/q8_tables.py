@@ -11,7 +11,8 @@ prefill runs the 8-bit tiles (kernels_prefill_q8: vpdpbusd on avx512vnni and avx
 on avx2 for the formats of small weights; with q8_k blocks the K- and i-quants' super-block tiles,
 kernels_prefill_q8_ksum); the rest (every kernel on generic) run the int16 kernels on the 8-bit
 values (the same integers, the int16 path's speed). Float formats take x as f32 either way; BF16
-weights' prefill on AVX512_BF16 rounds it to bf16 for vdpbf16ps (kernels_prefill_bf16.py).
+weights' prefill on AVX512_BF16 reads it rounded to bf16 once per matrix input, for vdpbf16ps
+(kernels_prefill_bf16.py, bf16_tiles).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def apply(kern: np.ndarray, core: np.ndarray, codes, isa: Isa) -> None:
     from . import kernels_prefill_bf16 as bf16
     from .kernels import q8_addresses, q8_bf16_addresses, q8_prefill_addresses
     from .kernels_prefill_q8 import takes
-    from .matmul import C_QUANTIZE, K_DECODE, K_PREFILL, K_UNPACK
+    from .matmul import C_QUANTIZE, C_ROUND_BF16, K_BF16_TILES, K_DECODE, K_PREFILL, K_UNPACK
     from .quantize_q8 import addresses
 
     kind = block_kind(codes)
@@ -48,7 +49,16 @@ def apply(kern: np.ndarray, core: np.ndarray, codes, isa: Isa) -> None:
         if takes(isa, code):
             kern[code, K_PREFILL], kern[code, K_UNPACK] = q8_prefill_addresses(code, isa, kind == "q8_k")
         elif bf16.takes(isa, code):
-            kern[code, K_PREFILL], kern[code, K_UNPACK] = q8_bf16_addresses(isa)
+            kern[code, K_PREFILL], kern[code, K_UNPACK], core[C_ROUND_BF16] = q8_bf16_addresses(isa)
+            kern[code, K_BF16_TILES] = 1
+
+
+def bf16_tiles(codes, isa: Isa) -> bool:
+    """Whether apply() puts BF16 weights' q8 tiles in the table: the engine's activations then hold
+    their inputs' bf16 chunks (activations.Quantized.xb)."""
+    from . import kernels_prefill_bf16 as bf16
+
+    return any(bf16.takes(isa, c) for c in codes)
 
 
 def cached(codes, isa: Isa) -> bool:
@@ -69,7 +79,7 @@ def cached(codes, isa: Isa) -> bool:
     on_tiles = [c for c in on_tiles if c not in sums]
     names += [_module_name("q8prefill", c) for c in on_tiles]
     names += [_module_name("q8prefill", k) for k in {driver_of(c, isa) for c in on_tiles}]
-    names += [_module_name("q8bf16", "bf16")] * any(bf16.takes(isa, c) for c in codes)
+    names += [_module_name("q8bf16", "bf16")] * bf16_tiles(codes, isa)
     return all(is_cached(n, isa) for n in names)
 
 
