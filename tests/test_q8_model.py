@@ -106,3 +106,44 @@ def test_engine_tables(tmp_path):
     assert q8_tables.cached(make_engine(m.cfg, m.weights, n_ctx=32).codes, host_isa())
     assert not np.array_equal(got["int16"], got["q8"])
     assert _kl_rows(got["int16"], got["q8"]).max() < 5e-2  # measured 1.4e-2: random weights, 16 tokens
+
+
+@pytest.mark.parametrize("qtype", ["BF16", "Q8_0"])
+def test_moe_experts_q8(tmp_path, qtype):
+    """A MoE layer's experts on the q8 tiles that read x by chunks: the pair rows' gathered inputs
+    (BF16: rounded to bf16; Q8_0: their rows' quantisation copied, then packed as bytes) and the
+    gate's output. The q8 engine's prefill logits are the int16 engine's to within the rounding, and
+    its own decode rows' (one-token kernels, no chunks). Negative control: every row's experts
+    shifted by one."""
+    import gguf
+
+    from fuelcli.backends import make_engine
+    from fuelcli.backends.cpu import kernels_prefill_bf16 as bf16
+    from fuelcli.backends.cpu import llvm
+    from fuelcli.backends.cpu import matmul as M
+    from fuelcli.formats import FORMATS
+    from test_moe_engine import PROMPT, _shift_experts, write_tiny_qwen3moe
+
+    code = FORMATS[qtype.lower()].code
+    if qtype == "BF16" and not bf16.takes(llvm.host_isa(), code):
+        pytest.skip("CPU lacks avx512vnni with avx512bf16")
+    m = open_model(str(write_tiny_qwen3moe(tmp_path / "moe.gguf", getattr(gguf.GGMLQuantizationType, qtype))))
+    e16 = make_engine(m.cfg, m.weights, n_ctx=64)
+    e8 = make_engine(m.cfg, m.weights, n_ctx=64, activations="q8")
+    if e8.kern[code, M.K_CHUNKS] == 0:
+        pytest.skip("no q8 tiles that read chunks on this CPU")
+    ref = e16.prefill(PROMPT, all_logits=True)
+    got = e8.prefill(PROMPT, all_logits=True)
+    e8.reset()
+    dec = np.stack([e8.decode(t) for t in PROMPT])
+    kl, kl_dec = _kl_rows(ref, got).max(), _kl_rows(dec, got).max()
+    _shift_experts(e8)
+    e8.reset()
+    shifted = _kl_rows(dec, e8.prefill(PROMPT, all_logits=True)).max()
+    print(f"{qtype}: q8 prefill against int16 prefill, max KL {kl:.2e}; against q8 decode {kl_dec:.2e}; "
+          f"experts shifted {shifted:.2e}")
+    # measured (random weights, 30 tokens): BF16 2.5e-3 and 2.5e-3 (the decode kernels read x
+    # unrounded); Q8_0 5.2e-2 (8-bit activations) and 2.7e-13 (the same integers both ways)
+    tol, tol_dec = {"BF16": (5e-3, 5e-3), "Q8_0": (1e-1, 1e-9)}[qtype]
+    assert not np.array_equal(ref, got) and kl < tol and kl_dec < tol_dec
+    assert shifted > 10 * tol

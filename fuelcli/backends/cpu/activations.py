@@ -29,22 +29,25 @@ class Quantized(NamedTuple):
     # two int8 planes (the planes kernels; they read a unit past K at most), then both again in the
     # K-quants' layout (core.py's quantize), or int16 words (the words kernels)
     xz: np.ndarray  # [rows * K / 16]: its 16-element sums of xq
-    xb: np.ndarray  # int32: x rounded to bf16 pairs for the BF16 weights' q8 tiles, by chunks of k
-    # (matmul.round_rows): chunk c's pairs of row t at c * xbs + t * PAIRS_KC * 4 bytes; empty without them
-    xbs: int  # the chunk stride in bytes: rows * PAIRS_KC * 4
+    # x by chunks of KC elements for the q8 tiles that read it so (matmul.K_CHUNKS), a chunk's rows
+    # together: chunk c of row t at c * stride + t * (the chunk's bytes). Only the tiles of a q8
+    # engine touch them (np.zeros maps the pages on first touch).
+    xb: np.ndarray  # int32: rounded to bf16 pairs, BF16 weights' tiles (matmul.round_rows)
+    xbs: int  # its chunk stride in bytes: rows * PAIRS_KC * 4
+    x8: np.ndarray  # uint8: xq + 128, the block formats' tiles (matmul.pack_rows)
+    x8s: int  # its chunk stride in bytes: rows * KC
 
 
-def quantized(rows: int, max_k: int, amx_planes: bool = False, tokens: int = 1, bf16: bool = False) -> Quantized:
-    """Room for `rows` rows of at most max_k, `tokens` of them on the decode kernels at once (and
-    their bf16 chunks with bf16)."""
+def quantized(rows: int, max_k: int, amx_planes: bool = False, tokens: int = 1) -> Quantized:
+    """Room for `rows` rows of at most max_k, `tokens` of them on the decode kernels at once."""
     nb = -(-max_k // ACTIVATION_BLOCK)
     k = nb * ACTIVATION_BLOCK
     xq_rows = 2 * -(-rows // TILE) * TILE if amx_planes else rows
-    chunks = -(-max_k // KC) if bf16 else 0
+    chunks = -(-max_k // KC)
     return Quantized(xq=np.zeros(xq_rows * k, np.int16), xs=np.zeros(rows * nb, np.float32),
                      xf=np.zeros(rows * nb, np.float32), xp=np.zeros(tokens * (4 * k + 64), np.int8),
                      xz=np.zeros(rows * (k // 16), np.float32), xb=np.zeros(chunks * rows * PAIRS_KC, np.int32),
-                     xbs=rows * PAIRS_KC * 4)
+                     xbs=rows * PAIRS_KC * 4, x8=np.zeros(chunks * rows * KC, np.uint8), x8s=rows * KC)
 
 
 class Activations(NamedTuple):
@@ -120,11 +123,10 @@ def pair_rows(pairs: int, H: int, moe_I: int, apart: bool) -> tuple[np.ndarray, 
 
 
 def allocate(cfg: ModelConfig, rows: int, planes: bool = False, slots: int = 1, pool: int = 1,
-             f32_experts: bool = True, bf16: bool = False) -> Activations:
+             f32_experts: bool = True) -> Activations:
     """Activations for `rows` tokens at a time, of up to `slots` sequences (each one's next token
     on the decode kernels), with the attention's key runs for a pool of `pool` threads.
-    f32_experts: some expert matrix is of a float format (pair_rows); bf16: matrix inputs' bf16
-    chunks too (Quantized.xb)."""
+    f32_experts: some expert matrix is of a float format (pair_rows)."""
     def f32(*shape):
         return np.zeros(shape, np.float32)
 
@@ -149,8 +151,8 @@ def allocate(cfg: ModelConfig, rows: int, planes: bool = False, slots: int = 1, 
         egate=egate, eup=eup, ey=ey,
         edesc=np.zeros((2 * groups, DESC_COLS), np.int64),
         eddesc=np.zeros((2 * k * slots if pairs else 0, DESC_COLS), np.int64),
-        qx=quantized(rows, max_k, planes, tokens=slots, bf16=bf16),
-        eqx=quantized(pairs, max(H, moe_I) if pairs else 0, tokens=slots * k if pairs else 0, bf16=bf16),
+        qx=quantized(rows, max_k, planes, tokens=slots),
+        eqx=quantized(pairs, max(H, moe_I) if pairs else 0, tokens=slots * k if pairs else 0),
         desc=np.zeros((DESC_ROWS, DESC_COLS), np.int64),
         ddesc=np.zeros((3, slots, DESC_COLS), np.int64),
         part=f32(attention_splits(cfg, pool) * cfg.num_heads * part_stride(cfg.head_dim)),

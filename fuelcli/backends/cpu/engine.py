@@ -21,7 +21,7 @@ from ..base import VERIFY_ROWS, Engine
 from ..kv_cache import CACHE_TYPES, KVCache
 from ..recurrent_state import RecurrentState
 from . import amx
-from . import engine_layers, q8_tables
+from . import engine_layers
 from .activations import allocate
 from .attention import KEY_BLOCK
 from .jit import compile_elsewhere, load_cached
@@ -47,6 +47,7 @@ def kernels_cached(weights: ModelWeights | None = None, activations: str = "int1
     """Whether the forward (numba's on-disk cache) and the kernels of the weights' formats, with
     those of the activations (q8_tables.py), are compiled already (False: the first engine compiles
     them). Says True when it cannot tell."""
+    from . import q8_tables
     from .kernels import cached
 
     try:
@@ -198,10 +199,9 @@ class CpuEngine(Engine):
         self.n_batch = max(1, min(n_batch, self.n_ctx * slots))
         # decode-kernel rows: every slot's next token in a step, or one slot's verify (verify)
         experts = self.mats[self.exp_idx[self.exp_idx >= 0], 3]
-        bf16_tiles = activations == "q8" and q8_tables.bf16_tiles(self.codes, isa)
         self.act = allocate(widest, self.n_batch, planes=use_amx, slots=max(slots, min(VERIFY_ROWS, self.n_batch)),
-                            pool=threads.pool_size(), f32_experts=not all(is_quant(int(c)) for c in experts),
-                            bf16=bf16_tiles)._replace(lo_order=lo_order)
+                            pool=threads.pool_size(), f32_experts=not all(is_quant(int(c)) for c in experts)
+                            )._replace(lo_order=lo_order)
 
     @property
     def kv_bytes(self) -> int:

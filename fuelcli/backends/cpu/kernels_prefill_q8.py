@@ -7,9 +7,10 @@ of k at a time into a stack panel, token tiles of TT x RG groups of L rows over 
 panel and micro-kernel. The panel holds the format's block emitter's integer weights (the int16
 tiles' own unpacking) as signed bytes, four consecutive k of a row in each i32 lane
 (`panel[b][quad][lane]`), and per 32-block and row -128 times the sum of its weights. The
-micro-kernel reads each token's 8-bit values (xq, |q| <= 127) and adds 128 (unsigned bytes:
-vpdpbusd multiplies unsigned by signed), so a block's sums start from -128 * sum(w): the integer
-dot of w and q, exactly; then the scales and mins as the int16 tiles do.
+micro-kernel takes each token's 8-bit values (|q| <= 127) plus 128 (unsigned bytes: vpdpbusd
+multiplies unsigned by signed): packed by chunks once per matrix input where `chunked`, else
+converted from xq in the tile. So a block's sums start from -128 * sum(w): the integer dot of w
+and q, exactly; then the scales and mins as the int16 tiles do.
 
 Where a format's scales are per 16 elements (the record's words_sub16: Q3_K, Q6_K and the i-quants
 with 16-element scales), the int16 tiles take weights with those scales folded in; here the panel
@@ -97,6 +98,20 @@ def tile(isa: Isa) -> tuple[int, int]:
     kernels_prefill.tile_shape's AVX-512 tile; on ymm 3 x 2 (6 int32 and 6 f32 sums, 2 weight vectors
     and a broadcast of the 16 registers)."""
     return (3, 4) if isa.lanes == 16 else (3, 2)
+
+
+def chunked(isa: Isa, kind: str) -> bool:
+    """Whether the kind's IR tiles read the activations as bytes by chunks (quantize_q8's pack_task:
+    x + 128, chunk c's of row t at c * stride + t * KC) instead of converting each token's xq in
+    every tile: avx512vnni and avxvnni, but for the kinds that read xz (the stride's argument). A
+    64-row task reads all of the tokens' values: as int16 rows, Q4_K's down projection (K = 8960,
+    512 tokens) ran at half its gate's rate on two threads."""
+    return isa.name in ISAS[:2] and mins_of(kind.replace("ksum", "quant")) != 2
+
+
+def chunk_at(bd, x, stride, t0, k0):
+    """The address of token t0's bytes of the chunk from k0 (the driver's x_at)."""
+    return bd.add(bd.add(x, bd.mul(bd.udiv(k0, c64(KC)), stride)), bd.mul(t0, c64(KC)))
 
 
 def takes(isa: Isa, code: int) -> bool:
@@ -212,17 +227,18 @@ def _unpack_q8(isa, mod, code, name):
     unpack_panel(isa, mod, code, name, per_block(kind) - QUADS, nm, fill)
 
 
-def tile_fn(isa, mod, name, TT, RG):
+def tile_fn(isa, mod, name, TT, RG, chunks=False):
     """A token tile's function (kernels_prefill._micro_quant's arguments) and builder, its arguments
     (panel, sc, mn, nb, xq, ldx, xs, xf, ldxs, first) typed, the groups' lane masks and the out
-    pointers of each (token, group)."""
+    pointers of each (token, group). With chunks xq is the chunk's bytes (chunked) and ldx KC."""
     L = isa.lanes
     fn, bd = func(mod, name, 13)
     fn.linkage = "internal"
     fn.attributes.add("noinline")
     panel_, sc_, mn_, nb, xq_, ldx, xs_, xf_, ldxs, out_, ldo, first_, nvalid = fn.args
     panel, sc, mn = ptr_to(bd, panel_, vec(I32, L)), ptr_to(bd, sc_, vec(F32T, L)), ptr_to(bd, mn_, vec(F32T, L))
-    xq, xs, xf = ptr_to(bd, xq_, I16), ptr_to(bd, xs_, F32T), ptr_to(bd, xf_, F32T)
+    xq, xs, xf = ptr_to(bd, xq_, I8 if chunks else I16), ptr_to(bd, xs_, F32T), ptr_to(bd, xf_, F32T)
+    ldx = c64(KC) if chunks else ldx
     out = ptr_to(bd, out_, F32T)
     first = bd.icmp_signed("!=", first_, c64(0))
     masks = [_lane_mask(bd, bd.sub(nvalid, c64(r * L)), L) for r in range(RG)]
@@ -233,11 +249,13 @@ def tile_fn(isa, mod, name, TT, RG):
 def _micro_q8(isa, mod, kind, TT, RG, name):
     """The token tile: TT tokens x RG groups of L rows over nb 32-blocks (kernels_prefill._micro_quant's
     arguments and arithmetic after the integer sums): per block, each token's 32 values + 128 as
-    bytes, each quad broadcast to RG vpdpbusd with the groups' weight quads, from -128 * sum(w);
-    quant16: each 16-element half so, scaled by its own scale (in mn); quant_min16: two mins a block
-    times the tokens' 16-element sums (xf is xz); avx2: see _dot."""
+    bytes (chunked: as stored; else converted from xq here), each quad broadcast to RG vpdpbusd with
+    the groups' weight quads, from -128 * sum(w); quant16: each 16-element half so, scaled by its
+    own scale (in mn); quant_min16: two mins a block times the tokens' 16-element sums (xf is xz);
+    avx2: see _dot."""
     L = isa.lanes
-    fn, bd, args, masks, outp = tile_fn(isa, mod, name, TT, RG)
+    chunks = chunked(isa, kind)
+    fn, bd, args, masks, outp = tile_fn(isa, mod, name, TT, RG, chunks)
     panel, sc, mn, nb, xq, ldx, xs, xf, ldxs, first = args
     gstride = KC // G
     nm = mins_of(kind)
@@ -246,16 +264,20 @@ def _micro_q8(isa, mod, kind, TT, RG, name):
     accs = [[Var(bd, _load_out(bd, outp[t][r], masks[r], L, first)) for r in range(RG)] for t in range(TT)]
     xrow = [bd.gep(xq, [bd.mul(c64(t), ldx)]) for t in range(TT)]
     srow = [bd.mul(c64(t), ldxs) for t in range(TT)]
-    with bd.goto_entry_block():
-        scratch = bd.alloca(vec(I32, QUADS), c64(TT))  # each token's block as unsigned bytes
-    scratch.align = 32
+    if not chunks:
+        with bd.goto_entry_block():
+            scratch = bd.alloca(vec(I32, QUADS), c64(TT))  # each token's block as unsigned bytes
+        scratch.align = 32
     with Loop(bd, 0, nb) as b:
-        for t in range(TT):
-            q = load(bd, xrow[t], bd.mul(b, c64(G)), vec(I16, G), align=2)
-            u = bd.trunc(bd.add(q, splat_c(I16, 128, G)), vec(I8, G))
-            bd.store(bd.bitcast(u, vec(I32, QUADS)), bd.gep(scratch, [c64(t)]), align=32)
+        if chunks:
+            xs8 = [bd.bitcast(bd.gep(xrow[t], [bd.mul(b, c64(G))]), I32.as_pointer()) for t in range(TT)]
+        else:
+            for t in range(TT):
+                q = load(bd, xrow[t], bd.mul(b, c64(G)), vec(I16, G), align=2)
+                u = bd.trunc(bd.add(q, splat_c(I16, 128, G)), vec(I8, G))
+                bd.store(bd.bitcast(u, vec(I32, QUADS)), bd.gep(scratch, [c64(t)]), align=32)
+            xs8 = [bd.bitcast(bd.gep(scratch, [c64(t)]), I32.as_pointer()) for t in range(TT)]
         blk = [bd.mul(bd.add(b, c64(r * gstride)), c64(P)) for r in range(RG)]
-        xs8 = [bd.bitcast(bd.gep(scratch, [c64(t)]), I32.as_pointer()) for t in range(TT)]
         d = [bd.load(bd.gep(sc, [bd.add(b, c64(r * gstride))]), align=4) for r in range(RG)]
         m = [bd.load(bd.gep(mn, [bd.add(b, c64(r * gstride))]), align=4) for r in range(RG)] \
             if kind in ("quant_min", "quant16") else None
@@ -306,7 +328,7 @@ def build_driver_q8(isa, mod, key, name) -> list[str]:
         micro[tt, rg] = avx2.micro(mod, 2 if kind == "quant16" else 1, mins_of(kind), int(run),
                                    per_block(kind), f"{name}_asm", micro[tt, rg])
     driver = _panel_driver(isa, mod, name + "_rows", KC, I32, KC // G * per_block(kind) * isa.lanes, micro, True,
-                           mins_of(kind), (tt, rg))
+                           mins_of(kind), (tt, rg), chunk_at if chunked(isa, kind) else None)
     _prefill_task(mod, driver, name)
     return [name]
 

@@ -100,7 +100,8 @@ def _micro(isa, mod, kind, TT, RG, name):
     added in (ksum_min16: the vpdpbusd add straight into the sum); then one conversion, times d and
     the activation scale, into the f32 result in out, and the mins as kernels_prefill_q8's tile."""
     L = isa.lanes
-    fn, bd, args, masks, outp = q8.tile_fn(isa, mod, name, TT, RG)
+    chunks = q8.chunked(isa, kind)
+    fn, bd, args, masks, outp = q8.tile_fn(isa, mod, name, TT, RG, chunks)
     panel, sc, mn, nb, xq, ldx, xs, xf, ldxs, first = args
     gstride = KC // G
     nsc, nm = NSC[kind], MINS[kind]
@@ -109,13 +110,14 @@ def _micro(isa, mod, kind, TT, RG, name):
     srow = [bd.mul(c64(t), ldxs) for t in range(TT)]
     hpb = 2 if nsc == 2 else 1  # sub-blocks a 32-block
     UQ = QUADS // hpb  # quads of a sub-block
-    with bd.goto_entry_block():
-        scratch = bd.alloca(vec(I32, UQ), c64(TT))  # each token's sub-block as unsigned bytes
-    scratch.align = 32
-    xs8 = [bd.bitcast(bd.gep(scratch, [c64(t)]), I32.as_pointer()) for t in range(TT)]
-    # the broadcasts read scratch back from memory (vpbroadcastd m32: a load): without this barrier
-    # LLVM forwards the stores and broadcasts from registers, two vector ops a broadcast
-    barrier = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [scratch.type]), "", "r,~{memory}", side_effect=True)
+    if not chunks:
+        with bd.goto_entry_block():
+            scratch = bd.alloca(vec(I32, UQ), c64(TT))  # each token's sub-block as unsigned bytes
+        scratch.align = 32
+        xs8 = [bd.bitcast(bd.gep(scratch, [c64(t)]), I32.as_pointer()) for t in range(TT)]
+        # the broadcasts read scratch back from memory (vpbroadcastd m32: a load): without this
+        # barrier LLVM forwards the stores and broadcasts from registers, two vector ops a broadcast
+        barrier = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [scratch.type]), "", "r,~{memory}", side_effect=True)
     zero = splat_c(I32, 0, L)
     with Loop(bd, 0, nb, SUPER) as b0:
         base = [bd.mul(bd.add(b0, c64(r * gstride)), c64(P)) for r in range(RG)]
@@ -124,11 +126,14 @@ def _micro(isa, mod, kind, TT, RG, name):
         with Loop(bd, 0, SUPER * hpb) as u:  # a sub-block at a time: LLVM spilled the sums of unrolled ones
             sums = [[acc[t][r].get() for r in range(RG)] for t in range(TT)]
             k = bd.add(bd.mul(b0, c64(G)), bd.mul(u, c64(4 * UQ)))
-            for t in range(TT):
-                q = load(bd, xrow[t], k, vec(I16, 4 * UQ), align=2)
-                v = bd.trunc(bd.add(q, splat_c(I16, 128, 4 * UQ)), vec(I8, 4 * UQ))
-                bd.store(bd.bitcast(v, vec(I32, UQ)), bd.gep(scratch, [c64(t)]), align=16)
-            bd.call(barrier, [scratch])
+            if chunks:  # the stored bytes, x + 128 (quantize_q8.pack_task)
+                xs8 = [bd.bitcast(bd.gep(xrow[t], [k]), I32.as_pointer()) for t in range(TT)]
+            else:
+                for t in range(TT):
+                    q = load(bd, xrow[t], k, vec(I16, 4 * UQ), align=2)
+                    v = bd.trunc(bd.add(q, splat_c(I16, 128, 4 * UQ)), vec(I8, 4 * UQ))
+                    bd.store(bd.bitcast(v, vec(I32, UQ)), bd.gep(scratch, [c64(t)]), align=16)
+                bd.call(barrier, [scratch])
             bj, h = bd.udiv(u, c64(hpb)), bd.urem(u, c64(hpb))
             blk = [bd.add(bd.add(base[r], bd.mul(bj, c64(P))), bd.mul(h, c64(UQ))) for r in range(RG)]
             part = [[zero] * RG for _ in range(TT)] if nsc else sums
@@ -184,7 +189,7 @@ def build_driver(isa, mod, kind, name) -> list[str]:
     tt, rg = q8.tile(isa)
     micro = {(n, g): _micro(isa, mod, kind, n, g, f"{name}_tile{n}x{g}") for n in {tt, 1} for g in {rg, 1}}
     driver = _panel_driver(isa, mod, name + "_rows", KC, I32, KC // G * per_block(kind) * isa.lanes, micro, True,
-                           MINS[kind], (tt, rg))
+                           MINS[kind], (tt, rg), q8.chunk_at if q8.chunked(isa, kind) else None)
     _prefill_task(mod, driver, name)
     return [name]
 

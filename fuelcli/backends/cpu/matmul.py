@@ -27,16 +27,17 @@ from .amx import AMX_MIN_TOKENS
 from .amx import ROWS as AMX_ROWS
 from .attention import ATT_TOKENS, KEY_BLOCK, MIN_SPLIT_BLOCKS, PART_EXTRA, SINKS
 from .kernels_decode import DECODE_ROWS, DECODE_WIDTHS
-from .kernels_prefill import TASK_ROWS
+from .kernels_prefill import KC, TASK_ROWS
 from .kernels_prefill_bf16 import PAIRS_KC
 from .llvm import args11, kcall, ptr, stack_counter, stack_counters, take, thread_count
 
 # columns of the kernel table; K_WIDE + i: the decode kernel of DECODE_WIDTHS[i] tokens (add_wide)
-K_DECODE, K_PREFILL, K_UNPACK, K_DEQUANT, K_QUANT, K_AMX_PREFILL, K_AMX_UNPACK, K_BF16_TILES, K_WIDE = range(9)
+K_DECODE, K_PREFILL, K_UNPACK, K_DEQUANT, K_QUANT, K_AMX_PREFILL, K_AMX_UNPACK, K_CHUNKS, K_WIDE = range(9)
 N_KERNEL_COLS = K_WIDE + len(DECODE_WIDTHS)
-# the core table; C_SPLIT is 0 without AMX, C_ROUND_BF16 without BF16 weights' q8 tiles (q8_tables)
+CHUNKS_BF16, CHUNKS_BYTES = 1, 2  # K_CHUNKS: the tiles read x's bf16 chunks (xb) or its bytes' (x8)
+# the core table; C_SPLIT is 0 without AMX, C_ROUND_BF16 and C_PACK8 without tiles that read chunks
 (C_QUANTIZE, C_SILU, C_ATTENTION, C_RMSNORM, C_ROPE, C_KV_STORE, C_BATCH, C_COMBINE, C_GELU, C_INTERLEAVE,
- C_SPLIT, C_ROUND_BF16) = range(12)
+ C_SPLIT, C_ROUND_BF16, C_PACK8) = range(13)
 # a batch of task kernels: (address, n_tasks, 11 arguments) per row; up to 3 products (q, k, v) of
 # 2 row groups each (the decode-kernel tokens and the tiled ones)
 DESC_ROWS, DESC_COLS = 6, 13
@@ -45,8 +46,8 @@ DESC_ROWS, DESC_COLS = 6, 13
 def kernel_table(codes, isa, use_amx: bool = False) -> np.ndarray:
     """int64 [n_formats, N_KERNEL_COLS]: the kernels of the formats in `codes` (others stay 0).
     K_QUANT: a block format (its kernels take int16 activations); K_AMX_*: with use_amx, a block
-    format's AMX prefill and panel unpack (amx.py; 0 otherwise); K_BF16_TILES: 1 where the tiles read
-    the bf16 chunks (q8_tables); K_WIDE..: 0 until add_wide."""
+    format's AMX prefill and panel unpack (amx.py; 0 otherwise); K_CHUNKS: CHUNKS_* where the tiles
+    read x by chunks (q8_tables); K_WIDE..: 0 until add_wide."""
     from ...formats import BY_CODE
     from .kernels import addresses, amx_addresses, is_quant
 
@@ -72,7 +73,7 @@ def core_table(isa, head_dim: int, use_amx: bool = False, cache_type: str = "f32
     from .core import addresses
     from .kernels import amx_split
 
-    return np.array(addresses(isa, head_dim, cache_type) + (amx_split(isa) if use_amx else 0, 0), np.int64)
+    return np.array(addresses(isa, head_dim, cache_type) + (amx_split(isa) if use_amx else 0, 0, 0), np.int64)
 
 
 @njit(**PARALLEL)
@@ -137,10 +138,20 @@ def quantize_for(x, qx, core, n_dec):
     """x [T, K] (C-contiguous) -> int16 per 32-block into the first T*K of qx.xq and T*K/32 of qx.xs
     (block scales), qx.xf (block sums) and qx.xz (16-element sums of xq): flat row-major buffers.
     Its first n_dec rows (tokens on the decode kernels) also get the layout those read, in qx.xp
-    (core.py's quantize)."""
+    (core.py's quantize); with more rows and q8 tiles that read bytes by chunks, those too (pack_rows)."""
     T, K = x.shape
     tasks(core[C_QUANTIZE], T, args11(ptr(x), K, K // AB * AB, ptr(qx.xq), ptr(qx.xs), ptr(qx.xf), ptr(qx.xp),
                                       ptr(qx.xz), n_dec))
+    if T > n_dec:
+        pack_rows(qx, T, K, core)
+
+
+@helper()
+def pack_rows(qx, T, K, core):
+    """The values of T rows of K in qx.xq as the bytes x + 128 by chunks in qx.x8, where q8 tiles
+    read them so (quantize_q8.pack_task; core[C_PACK8] 0: none do)."""
+    if core[C_PACK8] != 0:
+        tasks(core[C_PACK8], T, args11(ptr(qx.xq), K, ptr(qx.x8), qx.x8s))
 
 
 @helper()
@@ -240,7 +251,7 @@ def decode_task(x, qx, b, w_addr, n_rows, row_bytes, code, kern, out_addr, col=K
 @helper()
 def tile_task(x, qx, r0, w_addr, n_rows, row_bytes, code, kern, out_addr, amx=True):
     """(kernel, n_tasks, args) of rows r0.. of out = x @ W^T on the tiles: the kernel reads x itself
-    (float formats), its int16 quantisation (block formats), its bf16 chunks (BF16 weights' q8 tiles)
+    (float formats), its int16 quantisation (block formats), its chunks (K_CHUNKS: q8 tiles)
     or, AMX_MIN_TOKENS tokens or more of a block format on AMX unless amx is False, its bf16 planes
     (forward.prepare made them of x)."""
     T, K = x.shape
@@ -248,10 +259,13 @@ def tile_task(x, qx, r0, w_addr, n_rows, row_bytes, code, kern, out_addr, amx=Tr
     nb = K // AB
     xp = ptr(qx.xq) + 2 * r0 * K if kern[code, K_QUANT] else ptr(x) + 4 * r0 * K
     out = out_addr + 4 * r0 * n_rows
-    if kern[code, K_BF16_TILES] != 0:  # x's bf16 chunks (round_rows), their stride in the xs argument
+    chunks = kern[code, K_CHUNKS]
+    if chunks != 0:  # x's bf16 chunks (round_rows) or bytes' (pack_rows), their stride where xz goes
+        xc, stride = ((ptr(qx.xb) + 4 * PAIRS_KC * r0, qx.xbs) if chunks == CHUNKS_BF16 else
+                      (ptr(qx.x8) + KC * r0, qx.x8s))
         return (kern[code, K_PREFILL], (n_rows + TASK_ROWS - 1) // TASK_ROWS,
-                args11(kern[code, K_UNPACK], w_addr, n_rows, row_bytes, K, rows, ptr(qx.xb) + 4 * PAIRS_KC * r0,
-                       qx.xbs, 0, out, 0))
+                args11(kern[code, K_UNPACK], w_addr, n_rows, row_bytes, K, rows, xc, ptr(qx.xs) + 4 * r0 * nb,
+                       ptr(qx.xf) + 4 * r0 * nb, out, stride))
     if amx and rows >= AMX_MIN_TOKENS and kern[code, K_AMX_PREFILL] != 0:
         return (kern[code, K_AMX_PREFILL], (n_rows + AMX_ROWS - 1) // AMX_ROWS,
                 args11(kern[code, K_AMX_UNPACK], w_addr, n_rows, row_bytes, K, rows, xp, 0, 0, out))

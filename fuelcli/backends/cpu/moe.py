@@ -21,9 +21,10 @@ from ...formats import ACTIVATION_BLOCK as AB
 from .activations import GROUP_COLS, Quantized
 from .jit import helper
 from .llvm import ptr
+from .kernels_prefill import KC
 from .kernels_prefill_bf16 import PAIRS_KC
 from .matmul import (ACT_CLAMPED_SWIGLU, C_ROUND_BF16, C_SPLIT, K_QUANT, add_bias, batch, clamped_glu, describe_product,
-                     glu, quantize_for, round_rows)
+                     glu, pack_rows, quantize_for, round_rows)
 
 # the group table's columns: the expert, its first pair row, its rows, how many of them run the decode
 # kernels (all or none), the row of the gate/up input they read from (their first pair row, or 0: h)
@@ -174,7 +175,7 @@ def qx_rows(qx, r, K):
     """qx's quantisation of rows r.. of a [rows, K] input (matmul.quantize_for's layout), as its own."""
     nb = K // AB
     return Quantized(qx.xq[r * K:], qx.xs[r * nb:], qx.xf[r * nb:], qx.xp[r * (4 * K + 64):], qx.xz[r * (K // 16):],
-                     qx.xb[r * PAIRS_KC:], qx.xbs)
+                     qx.xb[r * PAIRS_KC:], qx.xbs, qx.x8[r * KC:], qx.x8s)
 
 
 @helper()
@@ -261,6 +262,8 @@ def moe(h, logits, act, mats, exp_idx_l, k, renorm, fn, kern, core, quant, out, 
             if core[C_SPLIT] != 0:  # AMX: h holds bf16 planes (forward.prepare), the experts want int16
                 quantize_for(h, act.qx, core, n_dec)
             gather_quantized(act.qx, src, dec, h.shape[1], act.eqx)
+            if P > dec:
+                pack_rows(act.eqx, P, h.shape[1], core)
         x, qx, in_col = y, act.eqx, G_START
     r, d = describe_experts(x, qx, in_col, groups, n, 0, exp_idx_l, mats, kern, core, gate, act.edesc, 0,
                             act.eddesc)

@@ -9,10 +9,11 @@ scales): on avx512vnni the one-token and B-wide decode kernels dot one int8 plan
 where that was not slower than their int16 words kernels (kernels_decode.q8_decode_takes);
 prefill runs the 8-bit tiles (kernels_prefill_q8: vpdpbusd on avx512vnni and avxvnni, vpmaddubsw
 on avx2 for the formats of small weights; with q8_k blocks the K- and i-quants' super-block tiles,
-kernels_prefill_q8_ksum); the rest (every kernel on generic) run the int16 kernels on the 8-bit
+kernels_prefill_q8_ksum; on avx512vnni and avxvnni they read the values packed as bytes by chunks,
+byte_chunks); the rest (every kernel on generic) run the int16 kernels on the 8-bit
 values (the same integers, the int16 path's speed). Float formats take x as f32 either way; BF16
 weights' prefill on AVX512_BF16 reads it rounded to bf16 once per matrix input, for vdpbf16ps
-(kernels_prefill_bf16.py, bf16_tiles).
+(kernels_prefill_bf16.py).
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def apply(kern: np.ndarray, core: np.ndarray, codes, isa: Isa) -> None:
     from . import kernels_prefill_bf16 as bf16
     from .kernels import q8_addresses, q8_bf16_addresses, q8_prefill_addresses
     from .kernels_prefill_q8 import takes
-    from .matmul import C_QUANTIZE, C_ROUND_BF16, K_BF16_TILES, K_DECODE, K_PREFILL, K_UNPACK
+    from .matmul import (C_PACK8, C_QUANTIZE, C_ROUND_BF16, CHUNKS_BF16, CHUNKS_BYTES, K_CHUNKS, K_DECODE, K_PREFILL,
+                         K_UNPACK)
     from .quantize_q8 import addresses
 
     kind = block_kind(codes)
@@ -48,17 +50,21 @@ def apply(kern: np.ndarray, core: np.ndarray, codes, isa: Isa) -> None:
             kern[code, K_DECODE] = q8_addresses(code, isa)
         if takes(isa, code):
             kern[code, K_PREFILL], kern[code, K_UNPACK] = q8_prefill_addresses(code, isa, kind == "q8_k")
+            if byte_chunks(code, isa, kind):
+                kern[code, K_CHUNKS], core[C_PACK8] = CHUNKS_BYTES, addresses(isa)["pack"]
         elif bf16.takes(isa, code):
             kern[code, K_PREFILL], kern[code, K_UNPACK], core[C_ROUND_BF16] = q8_bf16_addresses(isa)
-            kern[code, K_BF16_TILES] = 1
+            kern[code, K_CHUNKS] = CHUNKS_BF16
 
 
-def bf16_tiles(codes, isa: Isa) -> bool:
-    """Whether apply() puts BF16 weights' q8 tiles in the table: the engine's activations then hold
-    their inputs' bf16 chunks (activations.Quantized.xb)."""
-    from . import kernels_prefill_bf16 as bf16
+def byte_chunks(code: int, isa: Isa, kind: str) -> bool:
+    """Whether the format's q8 tiles (on `kind` activations, block_kind) read x's bytes by chunks
+    (kernels_prefill_q8.chunked)."""
+    from . import kernels_prefill_q8_ksum as ksum
+    from .kernels_prefill_q8 import chunked, driver_of
 
-    return any(bf16.takes(isa, c) for c in codes)
+    on_ksum = kind == "q8_k" and ksum.takes(isa, code)
+    return chunked(isa, ksum.kind_of(code) if on_ksum else driver_of(code, isa))
 
 
 def cached(codes, isa: Isa) -> bool:
@@ -79,7 +85,7 @@ def cached(codes, isa: Isa) -> bool:
     on_tiles = [c for c in on_tiles if c not in sums]
     names += [_module_name("q8prefill", c) for c in on_tiles]
     names += [_module_name("q8prefill", k) for k in {driver_of(c, isa) for c in on_tiles}]
-    names += [_module_name("q8bf16", "bf16")] * bf16_tiles(codes, isa)
+    names += [_module_name("q8bf16", "bf16")] * any(bf16.takes(isa, c) for c in codes)
     return all(is_cached(n, isa) for n in names)
 
 

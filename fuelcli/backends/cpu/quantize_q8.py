@@ -26,8 +26,9 @@ from functools import lru_cache
 
 from llvmlite import ir
 
-from .core import QuantRow, _quantize
-from .irgen import F32T, G, I16, I32, Loop, Var, c64, call_intrinsic, hmax, hsum, splat, splat_c, vec
+from .core import TASK_ARGS, QuantRow, _quantize
+from .irgen import F32T, G, I8, I16, I32, Loop, Var, c64, call_intrinsic, func, hmax, hsum, ptr_to, splat, splat_c, vec
+from .kernels_prefill import KC
 from .kernels_decode import q8_decode_isa
 from .llvm import Isa, compile_module, planes_isa
 
@@ -119,16 +120,33 @@ class Q8_K:
 BLOCKS = {"q8_0": Q8_0, "q8_k": Q8_K}
 
 
+def pack_task(mod, name):
+    """pack(t, xq, K, x8, stride): row t of the values (xq, K a multiple of 32) as the bytes x + 128
+    by chunks of KC, chunk c's at x8 + c * stride + t * KC (kernels_prefill_q8.chunked's tiles)."""
+    fn, bd = func(mod, name, TASK_ARGS)
+    t, xq_, K, x8_, stride = fn.args[:5]
+    xq = bd.gep(ptr_to(bd, xq_, I16), [bd.mul(t, K)])
+    with Loop(bd, 0, bd.udiv(K, c64(G))) as b:
+        q = bd.load(bd.bitcast(bd.gep(xq, [bd.mul(b, c64(G))]), vec(I16, G).as_pointer()), align=2)
+        c, j = bd.udiv(b, c64(KC // G)), bd.urem(b, c64(KC // G))
+        at = bd.add(bd.add(bd.mul(c, stride), bd.mul(t, c64(KC))), bd.mul(j, c64(G)))
+        dst = bd.inttoptr(bd.add(x8_, at), vec(I8, G).as_pointer())
+        bd.store(bd.trunc(bd.add(q, splat_c(I16, 128, G)), vec(I8, G)), dst, align=1)
+    bd.ret_void()
+
+
 def module(isa: Isa) -> tuple[ir.Module, list[str]]:
     mod = ir.Module(name=f"fuel_quantize_q8_{isa.name}")
     names = [f"fuel_quantize_{k}_{isa.name}" for k in KINDS]
     for kind, name in zip(KINDS, names):
         _quantize(isa, mod, name, BLOCKS[kind], q8_decode_isa(isa) and not planes_isa(isa))
-    return mod, names
+    pack_task(mod, f"fuel_pack_q8_{isa.name}")
+    return mod, names + [f"fuel_pack_q8_{isa.name}"]
 
 
 @lru_cache(maxsize=None)
 def addresses(isa: Isa) -> dict:
-    """{kind: address} of the q8 quantize kernels for one ISA, compiled or loaded once."""
+    """{kind: address} of the q8 quantize kernels for one ISA and of the pack ("pack"), compiled or
+    loaded once."""
     got = compile_module(MODULE, lambda: module(isa), isa)
-    return dict(zip(KINDS, got.values()))
+    return dict(zip(KINDS + ("pack",), got.values()))
