@@ -73,7 +73,7 @@ def _micro(isa, mod, TT, RG, name):
 
 def chunk_at(bd, x, stride, t0, k0):
     """The address of token t0's pairs of the chunk from k0 in the chunked activations (round_task):
-    the driver's x_at, the chunk stride in bytes its xz argument."""
+    the driver's x_at, the chunk stride in bytes in its xz argument."""
     return bd.add(bd.add(x, bd.mul(bd.udiv(k0, c64(KC)), stride)), bd.mul(t0, c64(PAIRS_KC * 4)))
 
 
