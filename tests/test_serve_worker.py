@@ -211,7 +211,8 @@ def test_long_prompt_is_prefilled_in_chunks_and_a_cancel_stops_it(served):
         chat(SimpleNamespace(client=quick), "y" * 200, max_tokens=5)  # 27 chunks of 50 ms
     wait_for(lambda: not s.worker.running)
     assert s.engine.forwards - before < 15
-    assert any("cancelled" in r.getMessage() for r in s.records)
+    # the worker frees the slot, then logs the job's end: under load the line can come a moment later
+    wait_for(lambda: any("cancelled" in r.getMessage() for r in s.records))
 
 
 def test_queue_overflow_is_503_with_retry_after(served):
