@@ -301,9 +301,9 @@ def _panel_driver(isa, mod, name, kc_max, panel_ty, panel_elems, micro, quant, n
     format's `unpack` (called by address) fills the stack panel, then every token tile runs over it
     (micro[tokens, groups]: TT tokens x RG groups of rows, a task's last groups and tokens singly:
     `tile`, else tile_shape's); nm mins a 32-block (_micro_quant: with 2, the tiles read xz where the
-    others read xf). x_at(bd, x, xz, t0, k0): the address of token t0's elements from k0 where x is
-    in chunks of KC elements (kernels_prefill_bf16, kernels_prefill_q8: their chunk_at), the chunk
-    stride in the xz argument, which their kinds do not read."""
+    others read xf). x_at(bd, x, stride, t0, k0): the address of token t0's elements from k0 where x
+    is in chunks of KC elements (kernels_prefill_bf16, kernels_prefill_q8: their chunk_at), the chunk
+    stride in the argument the kind does not read: xz, or with nm 2 xf."""
     L = isa.lanes
     TT, RG = tile or tile_shape(isa, quant)
     fn, bd = func(mod, name, 12)
@@ -336,7 +336,7 @@ def _panel_driver(isa, mod, name, kc_max, panel_ty, panel_elems, micro, quant, n
                 gl = bd.mul(g, c64(L))
                 nvalid = bd.sub(n_rows, gl)
                 nv = bd.select(bd.icmp_signed(">", nvalid, c64(L * rg)), c64(L * rg), nvalid)
-                xp = (x_at(bd, x_, xz_, t0, k0) if x_at else
+                xp = (x_at(bd, x_, xf_ if nm == 2 else xz_, t0, k0) if x_at else
                       bd.add(x_, bd.mul(bd.add(bd.mul(t0, K), k0), c64(xbytes))))
                 op = bd.add(out_, bd.mul(bd.add(bd.mul(t0, ldo), gl), c64(4)))
                 pp = bd.ptrtoint(bd.gep(panel, [bd.mul(g, c64(panel_elems))]), I64)

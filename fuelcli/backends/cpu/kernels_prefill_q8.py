@@ -100,13 +100,13 @@ def tile(isa: Isa) -> tuple[int, int]:
     return (3, 4) if isa.lanes == 16 else (3, 2)
 
 
-def chunked(isa: Isa, kind: str) -> bool:
-    """Whether the kind's IR tiles read the activations as bytes by chunks (quantize_q8's pack_task:
+def chunked(isa: Isa) -> bool:
+    """Whether the ISA's IR tiles read the activations as bytes by chunks (quantize_q8's pack_task:
     x + 128, chunk c's of row t at c * stride + t * KC) instead of converting each token's xq in
-    every tile: avx512vnni and avxvnni, but for the kinds that read xz (the stride's argument). Each
-    64-row task reads all of the tokens' values, so converting them there cost Q4_K's tiles about a
-    tenth of their rate (1.09-1.16x, one process, Zen 4)."""
-    return isa.name in ISAS[:2] and mins_of(kind.replace("ksum", "quant")) != 2
+    every tile: avx512vnni and avxvnni. Each 64-row task reads all of the tokens' values, so
+    converting them there cost Q4_K's tiles about a tenth of their rate (1.09-1.16x, one process,
+    Zen 4)."""
+    return isa.name in ISAS[:2]
 
 
 def chunk_at(bd, x, stride, t0, k0):
@@ -254,7 +254,7 @@ def _micro_q8(isa, mod, kind, TT, RG, name):
     own scale (in mn); quant_min16: two mins a block times the tokens' 16-element sums (xf is xz);
     avx2: see _dot."""
     L = isa.lanes
-    chunks = chunked(isa, kind)
+    chunks = chunked(isa)
     fn, bd, args, masks, outp = tile_fn(isa, mod, name, TT, RG, chunks)
     panel, sc, mn, nb, xq, ldx, xs, xf, ldxs, first = args
     gstride = KC // G
@@ -328,7 +328,7 @@ def build_driver_q8(isa, mod, key, name) -> list[str]:
         micro[tt, rg] = avx2.micro(mod, 2 if kind == "quant16" else 1, mins_of(kind), int(run),
                                    per_block(kind), f"{name}_asm", micro[tt, rg])
     driver = _panel_driver(isa, mod, name + "_rows", KC, I32, KC // G * per_block(kind) * isa.lanes, micro, True,
-                           mins_of(kind), (tt, rg), chunk_at if chunked(isa, kind) else None)
+                           mins_of(kind), (tt, rg), chunk_at if chunked(isa) else None)
     _prefill_task(mod, driver, name)
     return [name]
 

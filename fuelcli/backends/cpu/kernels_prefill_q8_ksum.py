@@ -100,7 +100,7 @@ def _micro(isa, mod, kind, TT, RG, name):
     added in (ksum_min16: the vpdpbusd add straight into the sum); then one conversion, times d and
     the activation scale, into the f32 result in out, and the mins as kernels_prefill_q8's tile."""
     L = isa.lanes
-    chunks = q8.chunked(isa, kind)
+    chunks = q8.chunked(isa)
     fn, bd, args, masks, outp = q8.tile_fn(isa, mod, name, TT, RG, chunks)
     panel, sc, mn, nb, xq, ldx, xs, xf, ldxs, first = args
     gstride = KC // G
@@ -189,7 +189,7 @@ def build_driver(isa, mod, kind, name) -> list[str]:
     tt, rg = q8.tile(isa)
     micro = {(n, g): _micro(isa, mod, kind, n, g, f"{name}_tile{n}x{g}") for n in {tt, 1} for g in {rg, 1}}
     driver = _panel_driver(isa, mod, name + "_rows", KC, I32, KC // G * per_block(kind) * isa.lanes, micro, True,
-                           MINS[kind], (tt, rg), q8.chunk_at if q8.chunked(isa, kind) else None)
+                           MINS[kind], (tt, rg), q8.chunk_at if q8.chunked(isa) else None)
     _prefill_task(mod, driver, name)
     return [name]
 

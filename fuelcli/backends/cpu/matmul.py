@@ -34,7 +34,9 @@ from .llvm import args11, kcall, ptr, stack_counter, stack_counters, take, threa
 # columns of the kernel table; K_WIDE + i: the decode kernel of DECODE_WIDTHS[i] tokens (add_wide)
 K_DECODE, K_PREFILL, K_UNPACK, K_DEQUANT, K_QUANT, K_AMX_PREFILL, K_AMX_UNPACK, K_CHUNKS, K_WIDE = range(9)
 N_KERNEL_COLS = K_WIDE + len(DECODE_WIDTHS)
-CHUNKS_BF16, CHUNKS_BYTES = 1, 2  # K_CHUNKS: the tiles read x's bf16 chunks (xb) or its bytes' (x8)
+# K_CHUNKS: the tiles read x's bf16 chunks (xb) or its bytes' (x8), the stride where xz goes; or its
+# bytes' with the stride where xf goes (the tiles of a min per 16 elements, Q2_K's, read xz there)
+CHUNKS_BF16, CHUNKS_BYTES, CHUNKS_BYTES_XZ = 1, 2, 3
 # the core table; C_SPLIT is 0 without AMX, C_ROUND_BF16 and C_PACK8 without tiles that read chunks
 (C_QUANTIZE, C_SILU, C_ATTENTION, C_RMSNORM, C_ROPE, C_KV_STORE, C_BATCH, C_COMBINE, C_GELU, C_INTERLEAVE,
  C_SPLIT, C_ROUND_BF16, C_PACK8) = range(13)
@@ -260,12 +262,16 @@ def tile_task(x, qx, r0, w_addr, n_rows, row_bytes, code, kern, out_addr, amx=Tr
     xp = ptr(qx.xq) + 2 * r0 * K if kern[code, K_QUANT] else ptr(x) + 4 * r0 * K
     out = out_addr + 4 * r0 * n_rows
     chunks = kern[code, K_CHUNKS]
-    if chunks != 0:  # x's bf16 chunks (round_rows) or bytes' (pack_rows), their stride where xz goes
+    if chunks != 0:  # x's bf16 chunks (round_rows) or bytes' (pack_rows), their stride where the tiles
+        # read neither xz nor xf
         xc, stride = ((ptr(qx.xb) + 4 * PAIRS_KC * r0, qx.xbs) if chunks == CHUNKS_BF16 else
                       (ptr(qx.x8) + KC * r0, qx.x8s))
+        xf, xz = ptr(qx.xf) + 4 * r0 * nb, stride
+        if chunks == CHUNKS_BYTES_XZ:
+            xf, xz = stride, ptr(qx.xz) + 4 * r0 * (K // 16)
         return (kern[code, K_PREFILL], (n_rows + TASK_ROWS - 1) // TASK_ROWS,
-                args11(kern[code, K_UNPACK], w_addr, n_rows, row_bytes, K, rows, xc, ptr(qx.xs) + 4 * r0 * nb,
-                       ptr(qx.xf) + 4 * r0 * nb, out, stride))
+                args11(kern[code, K_UNPACK], w_addr, n_rows, row_bytes, K, rows, xc, ptr(qx.xs) + 4 * r0 * nb, xf,
+                       out, xz))
     if amx and rows >= AMX_MIN_TOKENS and kern[code, K_AMX_PREFILL] != 0:
         return (kern[code, K_AMX_PREFILL], (n_rows + AMX_ROWS - 1) // AMX_ROWS,
                 args11(kern[code, K_AMX_UNPACK], w_addr, n_rows, row_bytes, K, rows, xp, 0, 0, out))

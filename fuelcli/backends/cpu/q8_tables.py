@@ -39,8 +39,7 @@ def apply(kern: np.ndarray, core: np.ndarray, codes, isa: Isa) -> None:
     from . import kernels_prefill_bf16 as bf16
     from .kernels import q8_addresses, q8_bf16_addresses, q8_prefill_addresses
     from .kernels_prefill_q8 import takes
-    from .matmul import (C_PACK8, C_QUANTIZE, C_ROUND_BF16, CHUNKS_BF16, CHUNKS_BYTES, K_CHUNKS, K_DECODE, K_PREFILL,
-                         K_UNPACK)
+    from .matmul import C_PACK8, C_QUANTIZE, C_ROUND_BF16, CHUNKS_BF16, K_CHUNKS, K_DECODE, K_PREFILL, K_UNPACK
     from .quantize_q8 import addresses
 
     kind = block_kind(codes)
@@ -50,21 +49,24 @@ def apply(kern: np.ndarray, core: np.ndarray, codes, isa: Isa) -> None:
             kern[code, K_DECODE] = q8_addresses(code, isa)
         if takes(isa, code):
             kern[code, K_PREFILL], kern[code, K_UNPACK] = q8_prefill_addresses(code, isa, kind == "q8_k")
-            if byte_chunks(code, isa, kind):
-                kern[code, K_CHUNKS], core[C_PACK8] = CHUNKS_BYTES, addresses(isa)["pack"]
+            chunks = byte_chunks(code, isa)
+            if chunks:
+                kern[code, K_CHUNKS], core[C_PACK8] = chunks, addresses(isa)["pack"]
         elif bf16.takes(isa, code):
             kern[code, K_PREFILL], kern[code, K_UNPACK], core[C_ROUND_BF16] = q8_bf16_addresses(isa)
             kern[code, K_CHUNKS] = CHUNKS_BF16
 
 
-def byte_chunks(code: int, isa: Isa, kind: str) -> bool:
-    """Whether the format's q8 tiles (on `kind` activations, block_kind) read x's bytes by chunks
-    (kernels_prefill_q8.chunked)."""
-    from . import kernels_prefill_q8_ksum as ksum
-    from .kernels_prefill_q8 import chunked, driver_of
+def byte_chunks(code: int, isa: Isa) -> int:
+    """The K_CHUNKS of the format's q8 tiles where they read x's bytes by chunks
+    (kernels_prefill_q8.chunked): CHUNKS_BYTES_XZ where they read xz (mins per 16 elements), else
+    CHUNKS_BYTES; 0 where they do not."""
+    from .kernels_prefill_q8 import chunked, kind_of, mins_of
+    from .matmul import CHUNKS_BYTES, CHUNKS_BYTES_XZ
 
-    on_ksum = kind == "q8_k" and ksum.takes(isa, code)
-    return chunked(isa, ksum.kind_of(code) if on_ksum else driver_of(code, isa))
+    if not chunked(isa):
+        return 0
+    return CHUNKS_BYTES_XZ if mins_of(kind_of(code)) == 2 else CHUNKS_BYTES
 
 
 def cached(codes, isa: Isa) -> bool:
