@@ -25,52 +25,66 @@ H, L, NH, NKV, D, E, K, I, V = 64, 2, 4, 2, 16, 8, 2, 32, 64
 PROMPT = [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4, 6, 2, 6, 4, 3, 3, 8, 3, 2, 7]
 
 
-def write_tiny_qwen3moe(path: Path, qtype, seed: int = 0) -> Path:
+def _quantize(x, qtype):
+    """gguf's quantiser, or ggml's row quantiser (libgguf) for the K-quants gguf lacks."""
+    try:
+        return gguf.quants.quantize(x, qtype)
+    except NotImplementedError:
+        import libgguf
+
+        return libgguf.quantize_rows(x, qtype, imatrix=None)
+
+
+def write_tiny_qwen3moe(path: Path, qtype, seed: int = 0, hidden: int = H, head_dim: int = D,
+                        expert_ff: int = I) -> Path:
     """2 qwen3moe layers of 8 experts (top 2, renormalised as llama.cpp's qwen3moe always is), the
-    tensors and metadata as convert_hf_to_gguf writes them: experts as [E, rows, cols] tensors."""
+    tensors and metadata as convert_hf_to_gguf writes them: experts as [E, rows, cols] tensors.
+    hidden, head_dim and expert_ff of 256, 64 and 256 give rows of 256 throughout (the K-quants);
+    the matrices' scale then falls as 1 / sqrt(hidden), so the logits stay the default's size."""
+    gain = float(np.sqrt(H / hidden))
     rng = np.random.default_rng(seed)
     w = gguf.GGUFWriter(str(path), "qwen3moe")
     w.add_block_count(L)
     w.add_context_length(128)
-    w.add_embedding_length(H)
+    w.add_embedding_length(hidden)
     w.add_feed_forward_length(96)
     w.add_head_count(NH)
     w.add_head_count_kv(NKV)
-    w.add_key_length(D)
-    w.add_value_length(D)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
     w.add_rope_freq_base(1e6)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_expert_count(E)
     w.add_expert_used_count(K)
-    w.add_expert_feed_forward_length(I)
+    w.add_expert_feed_forward_length(expert_ff)
     w.add_tokenizer_model("gpt2")
     w.add_token_list([f"t{i}" for i in range(V)])
     w.add_token_merges([])
 
     def mat(*shape, scale=0.3):
-        return (scale * rng.standard_normal(shape)).astype(np.float32)
+        return (scale * gain * rng.standard_normal(shape)).astype(np.float32)
 
     def add(name, x, quantise=True):
         t = qtype if quantise and x.ndim > 1 else Q.F32
-        w.add_tensor(name, x if t == Q.F32 else gguf.quants.quantize(x, t), raw_dtype=t)
+        w.add_tensor(name, x if t == Q.F32 else _quantize(x, t), raw_dtype=t)
 
-    add("token_embd.weight", mat(V, H, scale=1.0), quantise=False)
-    add("output.weight", mat(V, H))
-    add("output_norm.weight", 1 + mat(H, scale=0.1))
+    add("token_embd.weight", mat(V, hidden, scale=1.0), quantise=False)
+    add("output.weight", mat(V, hidden))
+    add("output_norm.weight", 1 + mat(hidden, scale=0.1))
     for i in range(L):
         b = f"blk.{i}."
         for name in ("attn_norm", "ffn_norm"):
-            add(b + name + ".weight", 1 + mat(H, scale=0.1))
-        add(b + "attn_q_norm.weight", 1 + mat(D, scale=0.1))
-        add(b + "attn_k_norm.weight", 1 + mat(D, scale=0.1))
-        add(b + "attn_q.weight", mat(NH * D, H))
-        add(b + "attn_k.weight", mat(NKV * D, H))
-        add(b + "attn_v.weight", mat(NKV * D, H))
-        add(b + "attn_output.weight", mat(H, NH * D))
-        add(b + "ffn_gate_inp.weight", mat(E, H, scale=1.0), quantise=False)  # llama.cpp keeps the router f32
-        add(b + "ffn_gate_exps.weight", mat(E, I, H))
-        add(b + "ffn_up_exps.weight", mat(E, I, H))
-        add(b + "ffn_down_exps.weight", mat(E, H, I))
+            add(b + name + ".weight", 1 + mat(hidden, scale=0.1))
+        add(b + "attn_q_norm.weight", 1 + mat(head_dim, scale=0.1))
+        add(b + "attn_k_norm.weight", 1 + mat(head_dim, scale=0.1))
+        add(b + "attn_q.weight", mat(NH * head_dim, hidden))
+        add(b + "attn_k.weight", mat(NKV * head_dim, hidden))
+        add(b + "attn_v.weight", mat(NKV * head_dim, hidden))
+        add(b + "attn_output.weight", mat(hidden, NH * head_dim))
+        add(b + "ffn_gate_inp.weight", mat(E, hidden, scale=1.0), quantise=False)  # llama.cpp keeps the router f32
+        add(b + "ffn_gate_exps.weight", mat(E, expert_ff, hidden))
+        add(b + "ffn_up_exps.weight", mat(E, expert_ff, hidden))
+        add(b + "ffn_down_exps.weight", mat(E, hidden, expert_ff))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
