@@ -109,6 +109,40 @@ def test_run_bench_interleaves_and_computes():
     assert pp8.ratio == pytest.approx(pp8.fuel.mean / statistics.fmean([8 / 5, 8 / 6, 8 / 7]))
 
 
+def test_run_bench_runs_engines_in_turn():
+    """Several fuel runners (`--activations int16,q8`): a repetition runs each on the same ids, then
+    the peer; each is a row of every test, its rate given against the first's, and all rows of a test
+    share the peer's runs."""
+    log = []
+    one, two = FakeRunner("fuel int16", log), FakeRunner("fuel q8", log, pp_s=0.25, tg_s=0.125)
+    one.backend, two.backend = "cpu numba", "cpu numba act q8"
+    peer = FakeRunner("peer", log, pp_s=1.0, tg_s=1.0)
+    tests = B.make_tests([8], [4], [0])
+    ticks = []
+    results, _ = B.run_bench([one, two], tests, 2, vocab_size=50, seed=1, peer_factory=lambda: peer,
+                             on_step=ticks.append)
+    assert len(ticks) == B.steps_total(len(tests), 2, True, 2)
+    runs = [(who, tuple(ids)) for who, what, ids in log if what != "prepare"]
+    timed = runs[6:]  # warm-ups: each fuel runner on both tests, then the peer
+    assert [w for w, _ in timed] == ["fuel int16", "fuel q8", "peer"] * 4
+    for i in range(0, len(timed), 3):
+        assert timed[i][1] == timed[i + 1][1] == timed[i + 2][1]
+    assert [(r.spec.name, r.backend) for r in results] == [("pp8", "cpu numba"), ("pp8", "cpu numba act q8"),
+                                                          ("tg4", "cpu numba"), ("tg4", "cpu numba act q8")]
+    pp_one, pp_two = results[:2]
+    assert pp_one.fuel.seconds == [1.5, 2.0] and pp_two.fuel.seconds == [0.75, 1.0]
+    assert pp_one.peer is pp_two.peer and pp_one.peer.seconds == [3.0, 4.0]
+    assert pp_one.vs_baseline == 1.0
+    assert pp_two.vs_baseline == pytest.approx(statistics.fmean([8 / 0.75, 8 / 1.0]) / statistics.fmean([8 / 1.5, 8 / 2.0]))
+    md = B.render_md(B.Report(B.ModelInfo("m", "p", "dir", "llama", 1, 1, {}), 1, 2, 1, 9, results))
+    lines = md.splitlines()
+    assert "| vs cpu numba |" in lines[0]
+    assert [c.strip() for c in lines[3].strip("|").split("|")][3] == "cpu numba act q8"
+    # a baseline-free report has no such column
+    assert "vs " not in B.render_md(B.Report(B.ModelInfo("m", "p", "dir", "llama", 1, 1, {}), 1, 2, 1, 9,
+                                             [results[0].__class__(results[0].spec, results[0].fuel)])).splitlines()[0]
+
+
 def test_parse_and_context():
     assert B.parse_int_list("64, 512,64", "-p") == [64, 512]
     for bad in ("x", "-1", ""):
@@ -397,6 +431,28 @@ def test_parallel_report(tiny):
     assert [(r["test"], r["seqs"]) for r in rows] == [("tg4 x2", "2")]
 
 
+def test_activations_list_report(tiny):
+    """`--activations int16,q8`: an engine of each, a row of each per test with its backend, the q8
+    row's rate against the int16 row's; JSON round-trips, CSV carries both."""
+    text = bench(tiny, "-p", "8", "-n", "4", "-r", "2", "-o", "json", "--activations", "int16,q8", "--no-roofline")
+    rep = json.loads(text)
+    assert [(t["test"], t["backend"]) for t in rep["tests"]] == [
+        ("pp8", "cpu numba"), ("pp8", "cpu numba act q8"), ("tg4", "cpu numba"), ("tg4", "cpu numba act q8")]
+    for base, row in (rep["tests"][:2], rep["tests"][2:]):
+        check_series(base["fuel"], base["n_tokens"], 2)
+        check_series(row["fuel"], row["n_tokens"], 2)
+        assert base["vs_baseline"] == 1.0
+        assert row["vs_baseline"] == pytest.approx(row["fuel"]["avg_ts"] / base["fuel"]["avg_ts"], rel=1e-12)
+    again = B.report_from_dict(rep)
+    assert B.render_json(again) == text
+    assert "| vs cpu numba |" in B.render_md(again).splitlines()[0]
+    rows = list(csv.DictReader(io.StringIO(B.render_csv(again))))
+    assert [r["backend"] for r in rows] == ["cpu numba", "cpu numba act q8"] * 2
+    assert float(rows[1]["vs_baseline"]) == pytest.approx(rep["tests"][1]["vs_baseline"], rel=1e-12)
+    plain = json.loads(bench(tiny, "-p", "8", "-n", "0", "-r", "1", "-o", "json", "--activations", "q8"))
+    assert plain["backend"] == "cpu numba act q8" and "backend" not in plain["tests"][0]
+
+
 def test_transformers_peer_sequences(tiny):
     """The transformers peer runs B sequences in its batch dimension, the cache B rows deep."""
     pytest.importorskip("transformers")
@@ -430,7 +486,9 @@ def test_llama_cpp_peer_sequences(smollm2_gguf):
 
 @pytest.mark.parametrize("args", [["-p", "0", "-n", "0"], ["-o", "xml"], ["-r", "0"], ["-p", "a"],
                                   ["-p", "300"], ["--compare", "vllm"], ["--compare", "llama.cpp"],
-                                  ["--parallel", "0"], ["--parallel", "x"], ["--parallel", "-2"]])
+                                  ["--parallel", "0"], ["--parallel", "x"], ["--parallel", "-2"],
+                                  ["--activations", "int16,int16"], ["--activations", "int16,q4"],
+                                  ["--activations", "q8,"], ["--activations", ","]])
 def test_bad_input(tiny, args):
     r = CliRunner().invoke(app, ["bench", str(tiny), "--no-progress", *args])
     if args == ["--compare", "llama.cpp"]:  # a directory: llama.cpp needs GGUF (or is not installed)
@@ -449,7 +507,8 @@ def test_bad_input(tiny, args):
                                   ["--lookup-decoding", "--compare", "transformers"], ["--draft-max", "4"],
                                   ["--lookup-decoding", "-f", "/nonexistent/prompt.txt"],
                                   ["--lookup-decoding", "-p", "64"], ["--lookup-decoding", "-d", "128"],
-                                  ["--lookup-decoding", "--parallel", "2"]])
+                                  ["--lookup-decoding", "--parallel", "2"],
+                                  ["--lookup-decoding", "--activations", "int16,q8"]])
 def test_speculation_bad_input(tiny, args):
     r = CliRunner().invoke(app, ["bench", str(tiny), "--no-progress", *args])
     assert isinstance(r.exception, InputError), (args, r.output)

@@ -46,7 +46,9 @@ def bench(
                                   "terminal, a line per run in a pipe or a log"),
     device: Optional[str] = Device,
     cache_type: str = CacheType,
-    activations: Optional[str] = Activations,
+    activations: Optional[str] = typer.Option(None, "--activations", metavar="KIND", help=Activations.help + "; a "
+                                              "comma list (int16,q8) runs an engine of each, interleaved, a row "
+                                              "each with its rate against the first"),
     revision: Optional[str] = Revision,
     hf_file: Optional[str] = HfFile,
 ):
@@ -71,7 +73,10 @@ def bench(
         return _first_token(model, compare, repetitions, threads, prompt, output, progress, revision)
     if file is not None and not speculating.on:
         raise InputError("-f/--file needs --lookup-decoding or --draft-model (the prompt of a speculation run)")
+    kinds = _activation_kinds(activations, device)
     if speculating.on:
+        if len(kinds) > 1:
+            raise InputError(f"--activations {activations}: a speculation run takes one kind")
         unused = [f for f, v, default in (("-p", n_prompt, "512"), ("-d", depth, "0"), ("--parallel", parallel, "1"))
                   if v != default]
         if unused:
@@ -105,11 +110,14 @@ def bench(
     # MoE file's experts are otherwise faulted in by the first token that picks each, inside a timed
     # run (the 8-layer Qwen3-30B-A3B shape: ~130 faults and +50% CPU time a token at the start)
     mapping = m.prefetch()
-    engine = make_engine(m.cfg, m.weights, n_ctx=n_ctx, device=device, cache_type=cache_type,
-                         slots=B.seqs_needed(tests), activations=activations)
-    engine.free_cpus = None  # a benchmark runs on its thread count throughout, as its peer does
-    if engine.device == "cpu":  # its forward compiles in a child (jit.compile_elsewhere): not in the peak RSS
-        engine.warm_up()
+    engines = [make_engine(m.cfg, m.weights, n_ctx=n_ctx, device=device, cache_type=cache_type,
+                           slots=B.seqs_needed(tests), activations=kind) for kind in kinds]
+    for e in engines:
+        e.free_cpus = None  # a benchmark runs on its thread count throughout, as its peer does
+        if e.device == "cpu":  # its forward compiles in a child (jit.compile_elsewhere): not in the peak RSS
+            e.warm_up()
+    engine = engines[0]
+    runners = [B.FuelRunner(e, "fuel" if len(engines) == 1 else f"fuel {kind}") for e, kind in zip(engines, kinds)]
     if mapping is not None:
         mapping.join()
     info = B.model_info(m.source, m.cfg, m.weights)
@@ -118,7 +126,7 @@ def bench(
     if kind is not None:
         peer_factory = lambda: B.start_peer(kind, m.source, n_threads, n_ctx, tests)  # noqa: E731
 
-    total = B.steps_total(len(tests), repetitions, peer_factory is not None)
+    total = B.steps_total(len(tests), repetitions, peer_factory is not None, len(runners))
     load_before = B.load_average()
     tg_specs, bw_before = [t for t in tests if t.kind == "tg"], None
     if roofline and tg_specs:  # the largest working set a tg test reads per step
@@ -136,10 +144,10 @@ def bench(
                        console=console, transient=True)
         with bar:
             task = bar.add_task("fuel warm-up", total=total)
-            results, peer = B.run_bench(B.FuelRunner(engine), tests, repetitions, m.cfg.vocab_size, seed,
+            results, peer = B.run_bench(runners, tests, repetitions, m.cfg.vocab_size, seed,
                                         peer_factory, lambda d: bar.update(task, advance=1, description=d))
     else:  # a pipe or a log shows no bar: a plain line per run there, as llama-bench's --progress
-        results, peer = B.run_bench(B.FuelRunner(engine), tests, repetitions, m.cfg.vocab_size, seed, peer_factory,
+        results, peer = B.run_bench(runners, tests, repetitions, m.cfg.vocab_size, seed, peer_factory,
                                     _progress_lines(total) if progress else None)
 
     report = B.Report(info, n_threads, repetitions, seed, n_ctx, results, peak_rss_bytes(), engine.kv_bytes,
@@ -159,6 +167,21 @@ def bench(
         peer.close()
     sys.stdout.write(B.RENDERERS[output](report))
     sys.stdout.flush()
+
+
+def _activation_kinds(activations: str | None, device: str | None) -> list:
+    """--activations as a list of kinds (a comma list: an engine of each), each checked as make_engine
+    checks one; a kind twice is an error."""
+    from ..backends import resolve_activations, resolve_device
+
+    if activations is None or "," not in activations:
+        return [activations]
+    if any(not k.strip() for k in activations.split(",")):
+        raise InputError(f"--activations {activations!r}: an empty kind in the list")
+    kinds = [resolve_activations(k, resolve_device(device)) for k in activations.split(",")]
+    if len(set(kinds)) < len(kinds):
+        raise InputError(f"--activations {activations}: a kind twice")
+    return kinds
 
 
 def _progress_lines(total: int):

@@ -45,10 +45,12 @@ from .roofline import bytes_per_token, measure_bandwidth  # noqa: F401
 
 
 class FuelRunner:
-    name = "fuel"
+    def __init__(self, engine, name: str = "fuel"):
+        self.engine, self.name = engine, name
 
-    def __init__(self, engine):
-        self.engine = engine
+    @property
+    def backend(self) -> str:
+        return self.engine.backend
 
     def prepare(self, depth_ids: np.ndarray, seqs: int = 1):
         e = self.engine
@@ -95,10 +97,15 @@ def run_bench(fuel, tests: list[TestSpec], repetitions: int, vocab_size: int, se
     """Warm up fuel on every test, then (if any) build the peer and warm it up, then the timed runs,
     interleaved per repetition. Returns (list of TestResult, peer runner or None).
 
+    fuel: a runner, or a list of them (one engine per `--activations` kind: bench's comma list), each
+    a row of every test, the first the others' baseline (TestResult.baseline); a repetition runs them
+    in turn on the same ids, then the peer, so that every row sees the same machine load.
+
     on_step(description) is called after every run (warm-ups included): the progress bar's tick.
     """
     if repetitions < 1:
         raise InputError(f"-r must be at least 1, got {repetitions}")
+    fuels = list(fuel) if isinstance(fuel, (list, tuple)) else [fuel]
     rng = np.random.default_rng(seed)
     tick = on_step or (lambda desc: None)
 
@@ -114,9 +121,10 @@ def run_bench(fuel, tests: list[TestSpec], repetitions: int, vocab_size: int, se
 
     # the same ids for every runner in one repetition; fresh ids per repetition
     warm_ids = [(draw(t.depth), draw(t.tokens)) for t in tests]
-    for spec, (d, x) in zip(tests, warm_ids):
-        once(fuel, spec, d, x)
-        tick(f"fuel warm-up {spec.name}")
+    for runner in fuels:
+        for spec, (d, x) in zip(tests, warm_ids):
+            once(runner, spec, d, x)
+            tick(f"{runner.name} warm-up {spec.name}")
     peer = None
     if peer_factory is not None:
         peer = peer_factory()
@@ -126,21 +134,26 @@ def run_bench(fuel, tests: list[TestSpec], repetitions: int, vocab_size: int, se
             tick(f"{peer.name} warm-up {spec.name}")
     results = []
     for spec in tests:
-        res = TestResult(spec, Series(spec.tokens), None if peer is None else Series(spec.tokens))
+        peer_runs = None if peer is None else Series(spec.tokens)
+        rows = [TestResult(spec, Series(spec.tokens), peer_runs) for _ in fuels]
+        if len(fuels) > 1:
+            for runner, row in zip(fuels, rows):
+                row.backend, row.baseline = runner.backend, rows[0].fuel
         for rep in range(repetitions):
             d, x = draw(spec.depth), draw(spec.tokens)
-            res.fuel.seconds.append(once(fuel, spec, d, x))
-            tick(f"fuel {spec.name} {rep + 1}/{repetitions}")
+            for runner, row in zip(fuels, rows):
+                row.fuel.seconds.append(once(runner, spec, d, x))
+                tick(f"{runner.name} {spec.name} {rep + 1}/{repetitions}")
             if peer is not None:
-                res.peer.seconds.append(once(peer, spec, d, x))
+                peer_runs.seconds.append(once(peer, spec, d, x))
                 tick(f"{peer.name} {spec.name} {rep + 1}/{repetitions}")
-        results.append(res)
+        results += rows
     return results, peer
 
 
-def steps_total(n_tests: int, repetitions: int, with_peer: bool) -> int:
+def steps_total(n_tests: int, repetitions: int, with_peer: bool, fuels: int = 1) -> int:
     per_runner = n_tests * (1 + repetitions)
-    return per_runner * (2 if with_peer else 1) + (1 if with_peer else 0)
+    return per_runner * (fuels + with_peer) + (1 if with_peer else 0)
 
 
 def load_average() -> float | None:

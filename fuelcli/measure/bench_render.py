@@ -49,6 +49,10 @@ def render_md(rep: Report) -> str:
     if per_seq:
         cols.append("t/s/seq")
         align.append("---:")
+    base = next((t.backend for t in rep.tests if t.baseline is not None), None)
+    if base:
+        cols.append(f"vs {base}")
+        align.append("---:")
     if peer:
         cols += [f"{peer} t/s", f"fuel/{peer}"]
         align += ["---:", "---:"]
@@ -58,10 +62,12 @@ def render_md(rep: Report) -> str:
         align += ["---:", "---:"]
     lines = ["| " + " | ".join(cols) + " |", "| " + " | ".join(align) + " |"]
     for t in rep.tests:
-        row = [m.name, human_bytes(m.size_bytes), human_count(m.params), rep.backend, str(rep.threads),
+        row = [m.name, human_bytes(m.size_bytes), human_count(m.params), t.backend or rep.backend, str(rep.threads),
                t.spec.name, _ts(t.fuel)]
         if per_seq:
             row.append(f"{t.fuel.mean / t.spec.seqs:.2f}")
+        if base:
+            row.append(f"{t.vs_baseline:.2f}")
         if peer:
             row += [_ts(t.peer), f"{t.ratio:.2f}"]
         if roof:
@@ -91,7 +97,7 @@ def render_md(rep: Report) -> str:
 CSV_FIELDS = ["model", "model_kind", "family", "size_bytes", "params", "formats", "backend", "threads",
               "repetitions", "peak_rss_bytes", "test", "kind", "n_tokens", "depth", "avg_ts", "stddev_ts",
               "samples_ts", "seqs", "peer", "peer_avg_ts", "peer_stddev_ts", "peer_samples_ts", "ratio", "bytes_per_token",
-              "roofline_fraction"]
+              "roofline_fraction", "vs_baseline"]
 
 
 def render_csv(rep: Report) -> str:
@@ -101,7 +107,7 @@ def render_csv(rep: Report) -> str:
     m = rep.model
     for t in rep.tests:
         row = dict(model=m.name, model_kind=m.kind, family=m.family, size_bytes=m.size_bytes, params=m.params,
-                   formats=formats_text(m.formats), backend=rep.backend, threads=rep.threads,
+                   formats=formats_text(m.formats), backend=t.backend or rep.backend, threads=rep.threads,
                    repetitions=rep.repetitions, peak_rss_bytes=rep.peak_rss_bytes, test=t.spec.name,
                    kind=t.spec.kind, n_tokens=t.spec.n_tokens, depth=t.spec.depth, seqs=t.spec.seqs,
                    avg_ts=repr(t.fuel.mean),
@@ -109,6 +115,8 @@ def render_csv(rep: Report) -> str:
         if t.peer is not None:
             row.update(peer=rep.peer_name, peer_avg_ts=repr(t.peer.mean), peer_stddev_ts=repr(t.peer.std),
                        peer_samples_ts=";".join(repr(r) for r in t.peer.rates), ratio=repr(t.ratio))
+        if t.baseline is not None:
+            row.update(vs_baseline=repr(t.vs_baseline))
         if t.bytes_per_token:
             row.update(bytes_per_token=t.bytes_per_token,
                        roofline_fraction=repr(t.read_rate() / rep.bandwidth_bps) if rep.bandwidth_bps else "")

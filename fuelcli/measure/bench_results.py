@@ -42,10 +42,18 @@ class TestResult:
     fuel: Series
     peer: Series | None = None
     bytes_per_token: int = 0  # tg tests: what one decode step reads (bytes_per_token), per token it makes
+    # where bench ran several engines (`--activations int16,q8`): this row's backend, and the runs of
+    # the first engine on the same test, which the row's rate is given against
+    backend: str | None = None
+    baseline: Series | None = None
 
     @property
     def ratio(self) -> float | None:
         return None if self.peer is None else self.fuel.mean / self.peer.mean
+
+    @property
+    def vs_baseline(self) -> float | None:
+        return None if self.baseline is None else self.fuel.mean / self.baseline.mean
 
     def read_rate(self) -> float:
         """Bytes/s that fuel's mean decode rate reads."""
@@ -54,6 +62,8 @@ class TestResult:
     def to_dict(self, peer_name: str | None, bandwidth: float = 0.0) -> dict:
         d = {"test": self.spec.name, "kind": self.spec.kind, "n_tokens": self.spec.n_tokens,
              "depth": self.spec.depth, "seqs": self.spec.seqs, "fuel": self.fuel.to_dict()}
+        if self.backend is not None:
+            d["backend"], d["vs_baseline"] = self.backend, self.vs_baseline
         if self.peer is not None:
             d["peer"] = {"name": peer_name, **self.peer.to_dict()}
             d["ratio"] = self.ratio
@@ -110,12 +120,15 @@ class Report:
 
 def report_from_dict(d: dict) -> Report:
     """The inverse of Report.to_dict (a saved `-o json` report -> Report, e.g. to render it as md)."""
-    tests = []
+    tests, first = [], {}
     for t in d["tests"]:
         spec = TestSpec(t["kind"], t["n_tokens"], t["depth"], t.get("seqs", 1))
         peer = Series(spec.tokens, list(t["peer"]["samples_s"])) if "peer" in t else None
-        tests.append(TestResult(spec, Series(spec.tokens, list(t["fuel"]["samples_s"])), peer,
-                                t.get("bytes_per_token", 0)))
+        row = TestResult(spec, Series(spec.tokens, list(t["fuel"]["samples_s"])), peer, t.get("bytes_per_token", 0),
+                         t.get("backend"))
+        if row.backend is not None:
+            row.baseline = first.setdefault(spec.name, row.fuel)
+        tests.append(row)
     return Report(ModelInfo(**d["model"]), d["threads"], d["repetitions"], d["seed"], d["n_ctx"], tests,
                   d["peak_rss_bytes"], d["kv_bytes"], d["peer"], d["backend"],
                   d.get("bandwidth"), d.get("load"))
