@@ -140,7 +140,7 @@ def test_run_bench_runs_engines_in_turn():
     assert [c.strip() for c in lines[3].strip("|").split("|")][3] == "cpu numba act q8"
     # a baseline-free report has no such column
     assert "vs " not in B.render_md(B.Report(B.ModelInfo("m", "p", "dir", "llama", 1, 1, {}), 1, 2, 1, 9,
-                                             [results[0].__class__(results[0].spec, results[0].fuel)])).splitlines()[0]
+                                             [B.TestResult(results[0].spec, results[0].fuel)])).splitlines()[0]
 
 
 def test_parse_and_context():
