@@ -37,12 +37,13 @@ from llvmlite import ir
 
 from . import kernels_prefill_q8_avx2 as avx2
 from . import unpack as U
-from .irgen import (F32T, G, I8, I16, I32, Loop, Var, c64, const, dpb, fmuladd, func, hsum, load,
+from .irgen import (F32T, G, I8, I16, I32, Loop, Var, c64, const, dpb, dpb_run, fmuladd, func, load,
                     ptr_to, splat, splat_c, transpose, vec)
 from .llvm import Isa
 from .kernels_prefill import KC, TASK_ROWS, _load_out, _lane_mask, _panel_driver, _prefill_task, _store_out
 
 QUADS = G // 4  # i32 lanes of four weights in a 32-block's row
+SUPER = 256 // G  # 32-blocks of a K-quant super-block
 KINDS = ("quant", "quant_min", "quant16", "quant_min16")  # a scale a 32-block; and a min; a scale per 16
 # elements; a scale a 32-block and a min per 16 elements
 
@@ -125,13 +126,18 @@ def _dot(isa, bd, acc, xv, wv):
     return dpb(isa, bd, acc, xv, wv)
 
 
-def unpack_panel(isa, mod, code, name, slots, nm, fill):
+def unpack_panel(isa, mod, code, name, slots, nm, fill, sums=0, ksum=None):
     """unpack(w, row_bytes, n_rows, k0, kc, panel, scales, mins) into mod: rows [0, n_rows) of a task,
     elements [k0, k0 + kc): row g * L + lane's 32-block b to panel[g][b * P + i][lane] (P = QUADS +
     slots: its weight quads, quad q elements 4q .. 4q + 3 as signed bytes, then `slots` i32), its
-    f32 scale to scales[g][b][lane] and nm f32 a block to mins (none: nm 0). fill(bd, row, fbi, fb,
-    put, slot) gives the stored block fb (the task's fbi-th): put(b, w8, ints, scale, mins) a
-    32-block's quads (bytes_), its slots, scale and mins; slot(b, s, v) one slot again. Lanes past
+    f32 scale to scales[g][b][lane] and nm f32 a block to mins (none: nm 0). The first `sums` slots
+    are -128 times the sum of the block's weights (2: of each half), found here from the transposed
+    quads (a vpdpbusd by ones a quad: a horizontal sum per row and block took a third of an 8-token
+    prefill's time on Q4_0 and Q5_0). With ksum (the super-block tiles' nsc, kernels_prefill_q8_ksum),
+    slot ksum of each super-block's first block is -128 times the sum over the super-block of each
+    block's (each half's: nsc 2) sum of weights times its integer scale in slot h (nsc 0: none).
+    fill(bd, row, fbi, fb, put) gives the stored block fb (the task's fbi-th): put(b, w8, ints,
+    scale, mins) a 32-block's quads (bytes_), its slots after the sums, scale and mins. Lanes past
     n_rows get zeros."""
     L = isa.lanes
     fn, bd = func(mod, name, 8)
@@ -162,7 +168,7 @@ def unpack_panel(isa, mod, code, name, slots, nm, fill):
                 bd.store(w8, bd.gep(stage, [bd.add(bd.mul(lane, c64(KC // G)), b)]), align=32)
                 at = bd.add(bd.mul(b, c64(L)), lane)
                 for s, v in enumerate(vals):
-                    slot(b, s, v)
+                    slot(b, sums + s, v)
                 bd.store(scale, bd.gep(sg, [at]))
                 for h, mn in enumerate(mns):  # [b * nm + h][lane]
                     bd.store(mn, bd.gep(mg, [bd.add(bd.mul(bd.add(bd.mul(b, c64(nm)), c64(h)), c64(L)), lane)]))
@@ -171,34 +177,49 @@ def unpack_panel(isa, mod, code, name, slots, nm, fill):
                 with then:
                     row = bd.gep(wp, [bd.mul(rr, row_bytes)])
                     with Loop(bd, 0, bd.udiv(kc, c64(BL.block_elems))) as fbi:
-                        fill(bd, row, fbi, bd.add(fb0, fbi), put, slot)
+                        fill(bd, row, fbi, bd.add(fb0, fbi), put)
                 with otherwise:
                     with Loop(bd, 0, nb) as b:
-                        put(b, splat_c(I32, 0, QUADS), [ir.Constant(I32, 0)] * slots, ir.Constant(F32T, 0.0),
+                        put(b, splat_c(I32, 0, QUADS), [ir.Constant(I32, 0)] * (slots - sums), ir.Constant(F32T, 0.0),
                             [ir.Constant(F32T, 0.0)] * nm)
+        zero = splat_c(I32, 0, L)
+        run = Var(bd, zero)  # ksum: the super-block's sum so far
         with Loop(bd, 0, nb) as b:
             rows = [bd.load(bd.gep(stage, [bd.add(c64(lane * (KC // G)), b)]), align=32) for lane in range(L)]
             parts = [transpose(bd, rows[i:i + QUADS]) for i in range(0, L, QUADS)]  # 8 x 8 quads each
             at = bd.mul(b, c64(P))
-            for q in range(QUADS):
-                v = parts[0][q] if L == QUADS else bd.shuffle_vector(parts[0][q], parts[1][q], const(I32, range(L)))
+            quads = [parts[0][q] if L == QUADS else bd.shuffle_vector(parts[0][q], parts[1][q], const(I32, range(L)))
+                     for q in range(QUADS)]
+            for q, v in enumerate(quads):
                 bd.store(v, bd.gep(pg, [bd.add(at, c64(q))]), align=4 * L)
-            for s in range(slots):
+            ones, times = splat_c(I32, 0x01010101, L), splat_c(I32, -128, L)
+
+            def weight_sums(n):  # of each of n parts of the block, lane by lane
+                per = QUADS // n
+                return [dpb_run(isa, bd, zero, [(ones, w) for w in quads[h * per:(h + 1) * per]]) for h in range(n)]
+
+            for h, v in enumerate(weight_sums(sums) if sums else []):
+                bd.store(bd.mul(v, times), bd.gep(pg, [bd.add(at, c64(QUADS + h))]), align=4 * L)
+            ints_of = {}
+            for s in range(sums, slots):
                 src = bd.gep(ints, [bd.mul(bd.add(bd.mul(b, c64(slots)), c64(s)), c64(L))])
-                v = bd.load(bd.bitcast(src, vec(I32, L).as_pointer()), align=4 * L)
-                bd.store(v, bd.gep(pg, [bd.add(at, c64(QUADS + s))]), align=4 * L)
+                ints_of[s] = bd.load(bd.bitcast(src, vec(I32, L).as_pointer()), align=4 * L)
+                bd.store(ints_of[s], bd.gep(pg, [bd.add(at, c64(QUADS + s))]), align=4 * L)
+            if ksum is not None:
+                terms = [bd.mul(v, ints_of[h]) if ksum else v for h, v in enumerate(weight_sums(max(ksum, 1)))]
+                j = bd.urem(b, c64(SUPER))
+                total = bd.select(bd.icmp_signed("==", j, c64(0)), zero, run.get())
+                for v in terms:
+                    total = bd.add(total, v)
+                run.set(total)
+                first = bd.add(bd.mul(bd.sub(b, j), c64(P)), c64(QUADS + ksum))
+                bd.store(bd.mul(total, times), bd.gep(pg, [first]), align=4 * L)
     bd.ret_void()
 
 
 def bytes_(bd, w):
     """A 32-block's weights (<32 x i16>, each a signed byte's) as the panel's QUADS quads."""
     return bd.bitcast(bd.trunc(w, vec(I8, G)), vec(I32, QUADS))
-
-
-def wsum(bd, w, lo, hi):
-    """The sum of w's elements [lo, hi) (i32)."""
-    part = bd.shuffle_vector(w, w, const(I32, range(lo, hi)))
-    return hsum(bd, bd.sext(part, vec(I32, hi - lo)))
 
 
 def _unpack_q8(isa, mod, code, name):
@@ -210,21 +231,21 @@ def _unpack_q8(isa, mod, code, name):
     nm = max(mins_of(kind), 1) if kind != "quant" else 0  # mins of a block in the panel's mins (quant16: the
     # second scale)
 
-    def fill(bd, row, fbi, fb, put, slot):
+    def fill(bd, row, fbi, fb, put):
         blk = U.block(code, bd, row, fb)
-        ws = lambda w, lo, hi: bd.mul(wsum(bd, w, lo, hi), ir.Constant(I32, -128))  # noqa: E731
         for j, w in enumerate(blk.w):
             jj = ir.Constant(I32, j)
             at = bd.add(bd.mul(fbi, c64(per)), c64(j))
             if kind == "quant16":  # the exact decode's weights and its scale of each half
                 sv, w = blk.exact[j]
-                put(at, bytes_(bd, w), [ws(w, 0, 16), ws(w, 16, G)], bd.extract_element(sv, ir.Constant(I32, 0)),
+                put(at, bytes_(bd, w), [], bd.extract_element(sv, ir.Constant(I32, 0)),
                     [bd.extract_element(sv, ir.Constant(I32, 16))])
             else:
-                put(at, bytes_(bd, w), [ws(w, 0, G)], bd.extract_element(blk.scale, jj),
+                put(at, bytes_(bd, w), [], bd.extract_element(blk.scale, jj),
                     [bd.extract_element(blk.min, ir.Constant(I32, nm * j + h)) for h in range(nm)])
 
-    unpack_panel(isa, mod, code, name, per_block(kind) - QUADS, nm, fill)
+    slots = per_block(kind) - QUADS
+    unpack_panel(isa, mod, code, name, slots, nm, fill, slots)
 
 
 def tile_fn(isa, mod, name, TT, RG, chunks=False):

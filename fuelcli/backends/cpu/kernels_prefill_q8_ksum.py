@@ -38,12 +38,12 @@ from llvmlite import ir
 
 from . import kernels_prefill_q8 as q8
 from . import unpack as U
-from .irgen import F32T, G, I8, I16, I32, Loop, Var, c64, const, dpb, fmuladd, hsum, load, prefetch, splat, splat_c, vec
+from .irgen import F32T, G, I8, I16, I32, Loop, Var, c64, dpb, fmuladd, load, prefetch, splat, splat_c, vec
 from .kernels_prefill import KC, _load_out, _panel_driver, _prefill_task, _store_out
 from .llvm import Isa
 
 QUADS = q8.QUADS
-SUPER = 256 // G  # 32-blocks of a super-block
+SUPER = q8.SUPER
 ISAS = ("avx512vnni", "avxvnni")
 KINDS = {"quant": "ksum", "quant_min": "ksum_min", "quant16": "ksum16", "quant_min16": "ksum_min16"}  # by
 # kernels_prefill_q8's kind
@@ -68,32 +68,23 @@ def per_block(kind: str) -> int:
 def _unpack(isa, mod, code, name):
     """The panel (kernels_prefill_q8.unpack_panel) for whole super-blocks: each 32-block's weights,
     its nsc integer scales and a slot that in block 0 of each super-block holds -128 * sum over it
-    of sc * sum(w) (0 in the others); d in every block's scale, the mins as kernels_prefill_q8's."""
+    of sc * sum(w) (0 in the others; unpack_panel's ksum); d in every block's scale, the mins as
+    kernels_prefill_q8's."""
     rec = U.record(code)
     kind = kind_of(code)
     nsc, nm = NSC[kind], MINS[kind]
     zero32 = ir.Constant(I32, 0)
-    halves = const(I32, [0] * (G // 2) + [G] * (G // 2))  # lanes of sc[0], then of sc[1]
 
-    def fill(bd, row, fbi, fb, put, slot):
+    def fill(bd, row, fbi, fb, put):
         blk = U.block(code, bd, row, fb)
         d, isc = rec.ksum(bd, row, fb)
-        # sc * w summed lane by lane over the super-block, then across once: a horizontal sum per
-        # 32-block (per half: Q6_K, Q3_K) cost Q6_K's unpack a third of a 32-token MoE expert's time
-        total = None
         for j in range(SUPER):
             w = blk.exact[j][1] if blk.exact is not None else blk.w[j]
             sc = [bd.extract_element(isc, ir.Constant(I32, nsc * j + h)) for h in range(nsc)]
-            term = bd.sext(w, vec(I32, G))
-            if nsc:
-                scv = [splat(bd, v, G) for v in sc]
-                term = bd.mul(term, scv[0] if nsc == 1 else bd.shuffle_vector(scv[0], scv[1], halves))
-            total = term if total is None else bd.add(total, term)
             put(bd.add(bd.mul(fbi, c64(SUPER)), c64(j)), q8.bytes_(bd, w), sc + [zero32], d,
                 [bd.extract_element(blk.min, ir.Constant(I32, nm * j + h)) for h in range(nm)])
-        slot(bd.mul(fbi, c64(SUPER)), nsc, bd.mul(hsum(bd, total), ir.Constant(I32, -128)))
 
-    q8.unpack_panel(isa, mod, code, name, nsc + 1, nm, fill)
+    q8.unpack_panel(isa, mod, code, name, nsc + 1, nm, fill, ksum=nsc)
 
 
 def _micro(isa, mod, kind, TT, RG, name):
