@@ -137,8 +137,8 @@ def unpack_panel(isa, mod, code, name, slots, nm, fill, sums=0, ksum=None):
     slot ksum of each super-block's first block is -128 times the sum over the super-block of each
     block's (each half's: nsc 2) sum of weights times its integer scale in slot h (nsc 0: none).
     fill(bd, row, fbi, fb, put) gives the stored block fb (the task's fbi-th): put(b, w8, ints,
-    scale, mins) a 32-block's quads (bytes_), its slots after the sums, scale and mins. Lanes past
-    n_rows get zeros."""
+    scale, mins) a 32-block's quads (bytes_), its slots after the sums, scale (None: not stored) and
+    mins. Lanes past n_rows get zeros."""
     L = isa.lanes
     fn, bd = func(mod, name, 8)
     w_, row_bytes, n_rows, k0, kc, panel_, scales_, mins_ = fn.args
@@ -169,7 +169,8 @@ def unpack_panel(isa, mod, code, name, slots, nm, fill, sums=0, ksum=None):
                 at = bd.add(bd.mul(b, c64(L)), lane)
                 for s, v in enumerate(vals):
                     slot(b, sums + s, v)
-                bd.store(scale, bd.gep(sg, [at]))
+                if scale is not None:
+                    bd.store(scale, bd.gep(sg, [at]))
                 for h, mn in enumerate(mns):  # [b * nm + h][lane]
                     bd.store(mn, bd.gep(mg, [bd.add(bd.mul(bd.add(bd.mul(b, c64(nm)), c64(h)), c64(L)), lane)]))
 
