@@ -75,7 +75,11 @@ def _cases(K):
     normal[32:64] = 0.0  # a zero 32-block
     normal[512:768] = 0.0  # a zero 256-block
     halves = (np.arange(K) % 7 - 3).astype(np.float32) * np.float32(0.5)  # few distinct values, signs equal in size
-    return {"normal": normal, "heavy": heavy, "halves": halves}
+    ties = rng.standard_normal(K).astype(np.float32)  # q8_k: the first of the largest magnitude, by element
+    ties[[70, 71, 200]] = -9.0, 9.0, 9.0  # first negative, then positive in its lane's block and a later one
+    ties[[300, 301, 450]] = 9.0, -9.0, -9.0
+    ties[[536, 578]] = -9.0, 9.0  # the earlier block at a later lane than the later block
+    return {"normal": normal, "heavy": heavy, "halves": halves, "ties": ties}
 
 
 # avxvnni's kernels (8 lanes, vpdpbusd on ymm) compiled for this host: on a CPU with AVX512-VNNI and
