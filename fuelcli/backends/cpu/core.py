@@ -29,7 +29,7 @@ from typing import NamedTuple
 from llvmlite import ir
 
 from .irgen import (F32T, G, I8, I16, I32, I64, Loop, Var, c64, call_intrinsic, const, fmuladd, func, hmax, in_steps,
-                    hsum, ptr_to, splat, splat_c, vec, vexp)
+                    half_sums, hsum, ptr_to, splat, splat_c, vec, vexp)
 from .attention import KEY_BLOCK, attention, combine
 from .llvm import Isa, compile_module, planes_isa
 from .unpack import PLANES_KBLOCK as KB
@@ -76,9 +76,8 @@ def _quantize(isa, mod, name, block=None, low_planes=False):
         v = bd.load(bd.bitcast(bd.gep(xrow, [k]), vt.as_pointer()), align=4)
         q = (block.quantize if block is not None else _int16_block)(bd, row, b, k, v)
         _decode_layouts(isa, bd, q, k, K, xp, one_token, low_planes)
-        for half in range(2):
-            part = bd.shuffle_vector(q, q, const(I32, range(16 * half, 16 * half + 16)))
-            bd.store(bd.sitofp(hsum(bd, part), F32T), bd.gep(xz, [bd.add(bd.mul(b, c64(2)), c64(half))]))
+        sums = bd.sitofp(half_sums(bd, q), vec(F32T, 2))
+        bd.store(sums, bd.bitcast(bd.gep(xz, [bd.mul(b, c64(2))]), vec(F32T, 2).as_pointer()), align=4)
     bd.ret_void()
 
 

@@ -172,6 +172,19 @@ def hsum(bd, v):
     return bd.extract_element(v, ir.Constant(I32, 0))
 
 
+def half_sums(bd, v):
+    """<2 x T>: the sums of a vector's first and second halves, one tree of shuffles and adds for
+    both (the same IR twice is one after LLVM's CSE)."""
+    n = v.type.count
+    while n > 2:
+        h, q = n // 2, n // 4
+        pick = lambda o: const(I32, [a * h + o + j for a in (0, 1) for j in range(q)])  # noqa: E731
+        v = (bd.add if isinstance(v.type.element, ir.IntType) else bd.fadd)(
+            bd.shuffle_vector(v, v, pick(0)), bd.shuffle_vector(v, v, pick(q)))
+        n = h
+    return v
+
+
 def hmax(bd, v):
     """The largest lane of a float vector (maxnum: a NaN lane loses to a number)."""
     n = v.type.count

@@ -27,7 +27,7 @@ from functools import lru_cache
 from llvmlite import ir
 
 from .core import TASK_ARGS, QuantRow, _quantize
-from .irgen import F32T, G, I8, I16, I32, Loop, Var, c64, call_intrinsic, func, hmax, hsum, ptr_to, splat, splat_c, vec
+from .irgen import F32T, G, I8, I16, I32, Loop, Var, c64, call_intrinsic, func, half_sums, hmax, ptr_to, splat, splat_c, vec
 from .kernels_prefill import KC
 from .kernels_decode import q8_decode_isa
 from .llvm import Isa, compile_module, planes_isa
@@ -48,13 +48,16 @@ def _rint(bd, v, scale):
 
 
 def _finish(bd, row, b, v, q, d):
-    """Block b's scale d (NaN where the block holds inf or NaN) and d * sum(q)."""
-    total = hsum(bd, v)
-    finite = bd.fcmp_ordered("==", bd.fsub(total, total), ir.Constant(F32T, 0.0))
+    """Block b's scale d (NaN where the block holds inf or NaN: x - x is 0 in every lane otherwise) and
+    d * sum(q) (the halves' sums core._quantize stores in xz, added)."""
+    lanes = bd.fcmp_ordered("==", bd.fsub(v, v), splat_c(F32T, 0.0, G))
+    finite = bd.icmp_unsigned("==", bd.bitcast(lanes, I32), ir.Constant(I32, -1))
     d = bd.select(finite, d, ir.Constant(F32T, math.nan))
     at = bd.add(row.srow, b)
     bd.store(d, bd.gep(row.s, [at]))
-    bd.store(bd.fmul(d, bd.sitofp(hsum(bd, q), F32T)), bd.gep(row.f, [at]))
+    halves = half_sums(bd, q)
+    total = bd.add(bd.extract_element(halves, ir.Constant(I32, 0)), bd.extract_element(halves, ir.Constant(I32, 1)))
+    bd.store(bd.fmul(d, bd.sitofp(total, F32T)), bd.gep(row.f, [at]))
 
 
 class Q8_0:
