@@ -315,6 +315,51 @@ def test_prefill_q8_super_blocks_on_q8_0(isa, fmt):
         assert not np.all(np.abs(out - want) <= 1e-5 * mag), fmt
 
 
+@pytest.mark.parametrize("isa", TILE_ISAS)
+@pytest.mark.parametrize("fmt", ["q4_k", "q5_k"])
+def test_ksum_lanes_unpack(isa, fmt):
+    """The super-block panel of a format with a lanes emitter (a group's rows decoded at once from
+    their transposed dwords) is bit for bit the per-row unpack's (the format's Block decode), on
+    every slot the tiles read: each 32-block's quads, integer scale and min, each super-block's d
+    and its weight-sum slot; a partial last group of rows, the second super-block of the rows.
+    Negative control: the first super-block's panel differs from it."""
+    import ctypes
+
+    from llvmlite import ir
+
+    from fuelcli.backends.cpu import kernels_prefill_q8_ksum as ks
+    from fuelcli.backends.cpu.irgen import G
+    from fuelcli.backends.cpu.kernels_prefill import KC, TASK_ROWS
+
+    tisa = _tile_isa(isa)
+    f = FORMATS[fmt]
+    if not ks.takes(tisa, f.code):
+        pytest.skip(f"{isa} has no super-block tiles")
+    L, P, nb = tisa.lanes, ks.per_block(ks.kind_of(f.code)), KC // G
+    mod = ir.Module(name=f"lanes_{fmt}")
+    ks._unpack(tisa, mod, f.code, f"rows_{fmt}")
+    ks._unpack_lanes(tisa, mod, f.code, f"lanes_{fmt}")
+    got = llvm.compile_module(f"test-lanes-{fmt}", lambda: (mod, [f"rows_{fmt}", f"lanes_{fmt}"]), tisa)
+    n_rows = TASK_ROWS - 5
+    raw = np.ascontiguousarray(random_rows(fmt, n_rows, 2 * KC, seed=70 + f.code))
+    groups = TASK_ROWS // L
+
+    def run(name, k0):
+        panel = _aligned(groups * nb * P * L, np.int32).reshape(groups, nb, P, L)  # the kernels' aligned stores
+        scales, mins = (_aligned(groups * nb * L, np.float32).reshape(groups, nb, L) for _ in range(2))
+        panel[:], scales[:], mins[:] = 0x5A5A5A5A, 7.0, 7.0
+        fn = ctypes.CFUNCTYPE(None, *[ctypes.c_int64] * 8)(got[name])
+        fn(raw.ctypes.data, raw.shape[1], n_rows, k0, KC, panel.ctypes.data, scales.ctypes.data, mins.ctypes.data)
+        valid = (np.arange(groups)[:, None] * L + np.arange(L)) < n_rows
+        pick = lambda a: np.moveaxis(a, -1, 1)[valid]  # noqa: E731  (rows < n_rows)
+        return pick(panel[:, :, :P - 1]), pick(panel[:, ::8, P - 1]), pick(scales[:, ::8]), pick(mins)
+
+    want = run(f"rows_{fmt}", KC)
+    for a, b in zip(run(f"lanes_{fmt}", KC), want):
+        assert np.array_equal(a.view(np.int32), b.view(np.int32)), fmt
+    assert not all(np.array_equal(a, b) for a, b in zip(run(f"lanes_{fmt}", 0), want))
+
+
 EXTREMES = {"q6_k": 4096, "iq4_xs": 4064}  # the formats' largest |w * sc|: Q6_K (q - 32) * sc = -32 * -128,
 # IQ4_XS KVALUES[0] * (ls - 32) = -127 * -32
 

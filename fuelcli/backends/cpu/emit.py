@@ -14,6 +14,8 @@ element `scale * w (+ min)` with w a small signed integer. A record's emitters:
   planes  (bd, rows, b0, nblk, xs) -> PlanesBlocks: decode on avx512vnni (_decode_planes): the
           stored bytes as unsigned bytes for vpdpbusd
   floats  (bd, row, k, n, exact) -> <n x float>: the float formats, all kernels
+  lanes   (bd, dw) -> LaneBlock: n rows' super-blocks at once from their transposed dwords: the q8
+          super-block panels of Q4_K and Q5_K (kernels_prefill_q8_ksum)
 
 Every product here is exact in f32 (a scale has at most 18 significant bits, w at most 13), so
 `scale * w (+ min)` rounds like the numpy decode in formats/ (once, at the min). All sizes and
@@ -64,6 +66,9 @@ class CpuFormat:
     # and its integer sub-block scales (<n x i32>, n = 8 or 16 in group order; None where w carries
     # them: Q2_K), so that a group's scale is d * isc exactly (the q8 tiles' super-block sums,
     # kernels_prefill_q8_ksum)
+    lanes: Callable | None = None  # Q4_K, Q5_K: (bd, dw) -> LaneBlock, a super-block of n rows from dw(i),
+    # <n x i32> of the block's dword i in each row (the ksum panel's unpack: no per-row decode or
+    # transpose of the decoded bytes)
 
     def __post_init__(self):
         kernels = (self.block, self.words, self.planes)
@@ -107,6 +112,17 @@ class Block(NamedTuple):
     exact: list | None = None  # n x (<32 x float> scales, <32 x i16> w) for the exact decode where the
     # numpy decode's product order differs (q6_k: (d * sc) * (q - 32) keeps the sign of a zero
     # q - 32, d * ((q - 32) * sc) would not)
+
+
+class LaneBlock(NamedTuple):
+    """One super-block of n rows at once, row r in lane r (the q8 super-block tiles' panel,
+    kernels_prefill_q8_ksum): each 32-element group's weights as signed-byte quads and its scales,
+    as ksum's (d, isc) and the block's mins."""
+
+    group: Callable  # j -> ([q] <n x i32>: elements 4q .. 4q + 3 of group j as bytes, <n x i32> its integer
+    # scale, <n x float> its min -(dmin * m)), emitted where called: a group's values live only while
+    # the caller stores them
+    d: ir.Value  # <n x float>: the block's scale
 
 
 # ------------------------------------------------------------------ planes: u8 weights for vpdpbusd

@@ -15,8 +15,8 @@ from __future__ import annotations
 from llvmlite import ir
 
 from ...formats import Q2_K, Q3_K, Q4_K, Q5_K, Q6_K
-from .emit import (LANES, PLANES_KBLOCK, PLANES_UNIT, SUB16_ORDER, Block, CpuFormat, PlanesBlocks, WordChunk,
-                   concat, f16, f16_lanes, words, wsplat)
+from .emit import (LANES, PLANES_KBLOCK, PLANES_UNIT, SUB16_ORDER, Block, CpuFormat, LaneBlock, PlanesBlocks,
+                   WordChunk, concat, f16, f16_lanes, words, wsplat)
 from .irgen import F32T, G, I8, I16, I32, I64, c64, call_intrinsic, const, load, splat, splat_c, vec
 
 
@@ -377,6 +377,42 @@ def _q6_k_planes(bd, rows, fb, nblk, xs8):
     return PlanesBlocks(units, lane_scales, None, concat(bd, svs))
 
 
+# ------------------------------------------------------------------ lanes: n rows at once
+
+
+def _q4_k_lanes(bd, dw, L=Q4_K.layout, qh=None):
+    """Each lane a row's block (emit.LaneBlock): _q4_k_scale_bytes's kmask words and q4_k's nibbles
+    on <n x i32> lanes; qh(j, q): q5_k's 5th bits of group j's quad q."""
+    n = dw(0).type.count
+    c = lambda v: splat_c(I32, v, n)  # noqa: E731
+    k1, k2, k3 = (c(k) for k in _KMASK)
+    u = [dw(L.scales // 4 + i) for i in range(3)]
+    top = lambda v: bd.shl(bd.and_(bd.lshr(v, c(6)), k3), c(4))  # noqa: E731  (bits 6-7 of each byte -> 4-5)
+    sc = [bd.and_(u[0], k1), bd.or_(bd.and_(u[2], k2), top(u[0]))]
+    mn = [bd.and_(u[1], k1), bd.or_(bd.and_(bd.lshr(u[2], c(4)), k2), top(u[1]))]
+    byte = lambda w, j: bd.and_(bd.lshr(w[j // 4], c(8 * (j % 4))), c(0xFF))  # noqa: E731
+    assert L.dmin == L.d + 2 and L.d % 4 == 0
+    halves = bd.bitcast(dw(L.d // 4), vec(ir.HalfType(), 2 * n))
+    d, dmin = (bd.fpext(bd.shuffle_vector(halves, halves, const(I32, range(h, 2 * n, 2))), vec(F32T, n))
+               for h in range(2))
+
+    def group(j):  # chunk j // 2 of qs, low nibbles for even j, high for odd
+        quads = []
+        for q in range(L.sub_elems // 4):
+            v = dw(L.qs // 4 + 8 * (j // 2) + q)
+            v = bd.and_(v if j % 2 == 0 else bd.lshr(v, c(4)), c(0x0F0F0F0F))
+            quads.append(v if qh is None else bd.or_(v, qh(j, q)))
+        return quads, byte(sc, j), bd.fneg(bd.fmul(dmin, bd.uitofp(byte(mn, j), vec(F32T, n))))
+
+    return LaneBlock(group, d)
+
+
+def _q5_k_lanes(bd, dw):
+    """As q4_k, with bit j of each of qh's bytes (quad q's four in dword q) as bit 4 of group j."""
+    L = Q5_K.layout
+    return _q4_k_lanes(bd, dw, L, lambda j, q: _shift(bd, dw(L.qh // 4 + q), j - 4, 0x10101010))
+
+
 # ------------------------------------------------------------------ words
 
 
@@ -503,9 +539,9 @@ def _q6_k_words(bd, row, b0, n):
 
 
 RECORDS = [CpuFormat(Q4_K, block=_q4_k, words=_q4_k_words, planes=_q4_k_planes, has_min=True, planes_klayout=True,
-                     ksum=_q4_k_ksum),
+                     ksum=_q4_k_ksum, lanes=_q4_k_lanes),
            CpuFormat(Q5_K, block=_q5_k, words=_q5_k_words, planes=_q5_k_planes, has_min=True, planes_klayout=True,
-                     ksum=_q5_k_ksum),
+                     ksum=_q5_k_ksum, lanes=_q5_k_lanes),
            CpuFormat(Q2_K, block=_q2_k, words=_q2_k_words, planes=_q2_k_planes, planes_klayout=True,
                      words_sub16=True, min_sub16=True, planes_rows=2, ksum=_q2_k_ksum),
            CpuFormat(Q3_K, block=_q3_k, words=_q3_k_words, planes=_q3_k_planes, planes_zero=Q3_K.layout.zero,
