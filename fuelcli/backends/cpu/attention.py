@@ -31,7 +31,7 @@ import math
 
 from llvmlite import ir
 
-from .irgen import (F32T, I32, I64, Loop, Var, c64, call_intrinsic, const, fmax, fmuladd, func, hmax_any, hsum,
+from .irgen import (F32T, I32, I64, Loop, Var, c64, call_intrinsic, const, fmax, fmuladd, func, hmax_rows, hsum,
                     ptr_to, splat, splat_c, vec, vexp)
 
 ATT_TOKENS = 16  # tokens of one attention task: its queries share every K/V block loaded
@@ -149,23 +149,29 @@ def _chunk(mod, name, hd, Q, L, E):
     for i in range(Q):
         vstore(bd.fmul(_tree_sum(bd, [S[i][a].get() for a in range(A)]), scale), pb, i * B)
 
-    # online softmax, a query at a time through pb (the barriers keep LLVM from interleaving all Q,
-    # which spilled): weights e = exp(s - m_new) for visible keys, corrections exp(m_old - m_new)
+    # online softmax: the Q running maxima together (hmax_rows), then the weights a query at a time
+    # through pb (the barriers keep LLVM from interleaving all Q, which spilled): e = exp(s - m_new)
+    # for visible keys, corrections exp(m_old - m_new)
     barrier = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [pb.type]), "", "r,~{memory}", side_effect=True)
     jv = bd.add(splat(bd, bd.trunc(j0, I32), B), const(I32, range(B)))
-    ninf = ir.Constant(F32T, -math.inf)
-    dm = ir.Constant(vt, [0.0] * B)
+    masks = [bd.and_(bd.icmp_signed(">=", jv, splat(bd, bd.trunc(bd.load(at(lo, i)), I32), B)),
+                     bd.icmp_signed("<=", jv, splat(bd, bd.trunc(bd.load(at(hi, i)), I32), B))) for i in range(Q)]
+
+    def scores(i):
+        return bd.select(masks[i], vload(pb, i * B, vt), splat_c(F32T, -math.inf, B))
+
+    m_old = ir.Constant(vec(F32T, Q), None)
+    for i in range(Q):
+        m_old = bd.insert_element(m_old, bd.load(at(m, i)), ir.Constant(I32, i))
+    m_new = fmax(bd, m_old, hmax_rows(bd, [scores(i) for i in range(Q)]))  # a NaN score never becomes the max
+    m_use = bd.select(bd.fcmp_ordered("==", m_new, splat_c(F32T, -math.inf, Q)), splat_c(F32T, 0.0, Q),
+                      m_new)  # nothing seen yet
+    dm = bd.fsub(m_old, m_use)
     for i in range(Q):
         bd.call(barrier, [pb])
-        mask = bd.and_(bd.icmp_signed(">=", jv, splat(bd, bd.trunc(bd.load(at(lo, i)), I32), B)),
-                       bd.icmp_signed("<=", jv, splat(bd, bd.trunc(bd.load(at(hi, i)), I32), B)))
-        sc = bd.select(mask, vload(pb, i * B, vt), splat_c(F32T, -math.inf, B))
-        m_old = bd.load(at(m, i))
-        m_new = fmax(bd, m_old, hmax_any(bd, sc))  # a NaN score never becomes the max: it reaches e
-        bd.store(m_new, at(m, i))
-        m_use = bd.select(bd.fcmp_ordered("==", m_new, ninf), ir.Constant(F32T, 0.0), m_new)  # nothing seen yet
-        dm = bd.insert_element(dm, bd.fsub(m_old, m_use), ir.Constant(ir.IntType(32), i))
-        vstore(bd.select(mask, vexp(bd, bd.fsub(sc, splat(bd, m_use, B))), splat_c(F32T, 0.0, B)), pb, i * B)
+        bd.store(bd.extract_element(m_new, ir.Constant(I32, i)), at(m, i))
+        e = vexp(bd, bd.fsub(scores(i), splat(bd, bd.extract_element(m_use, ir.Constant(I32, i)), B)))
+        vstore(bd.select(masks[i], e, splat_c(F32T, 0.0, B)), pb, i * B)
     bd.call(barrier, [pb])
     corr = vexp(bd, dm)
     cs = [bd.extract_element(corr, ir.Constant(ir.IntType(32), i)) for i in range(Q)]

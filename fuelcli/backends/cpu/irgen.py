@@ -214,6 +214,32 @@ def hmax_any(bd, v):
     return bd.extract_element(v, ir.Constant(I32, 0))
 
 
+def hmax_rows(bd, vs):
+    """[hmax_any(v) for v in vs] as one vector of len(vs) lanes, each by hmax_any's own tree (the same
+    fmax of the same lanes, so the same result), but the rows' trees share their shuffles: a level
+    takes pairs of vectors and keeps, of each row, the fmax of its lanes' halves, two vectors' rows
+    in one (8 rows of 16: 21 shuffles and maxima where hmax_any takes 64, in a shorter chain)."""
+    k, n = len(vs), vs[0].type.count
+    rows = 1 << (k - 1).bit_length()
+    assert n % rows == 0 and all(v.type.count == n for v in vs)
+    vs = list(vs) + [vs[-1]] * (rows - k)  # padding rows, dropped at the end
+    w = n  # lanes a row has in each vector; rows keep their order
+
+    def halves(a, b, g):  # a's g rows then b's (b=None: a's again), each the fmax of its halves
+        lo = [r * w + j for r in range(g) for j in range(w // 2)]
+        lo += [x + n for x in lo] if b is not None else lo
+        b = a if b is None else b
+        return fmax(bd, bd.shuffle_vector(a, b, const(I32, lo)),
+                    bd.shuffle_vector(a, b, const(I32, [x + w // 2 for x in lo])))
+
+    while len(vs) > 1:
+        vs, w = [halves(a, b, n // w) for a, b in zip(vs[0::2], vs[1::2])], w // 2
+    v = vs[0]
+    while w > 1:  # one vector of rows * w lanes: halve each row's lanes, the upper half of v unused
+        v, w = halves(v, None, rows), w // 2
+    return bd.shuffle_vector(v, v, const(I32, range(k)))
+
+
 def vexp(bd, x):
     """exp of a float vector or a float (Cephes expf: within 2 ulp; inputs clamped to [-87.3, 88.4], a
     NaN stays NaN). 2^k comes from the bits of the rounded k + 1.5 * 2^23 (no fptosi: NaN is poison
