@@ -282,7 +282,7 @@ def test_sinks_match_float64(isa, hd, case):
 
 
 def _fmax_tree(v, swap=False):
-    """hmax_any's tree in numpy: halves, fmax(a, b) = b if a < b else a (swap: a if b < a else b)."""
+    """One row's fmax tree in numpy: halves, fmax(a, b) = b if a < b else a (swap: a if b < a else b)."""
     v = np.asarray(v, np.float32)
     while v.size > 1:
         a, b = v[: v.size // 2], v[v.size // 2:]
@@ -291,26 +291,27 @@ def _fmax_tree(v, swap=False):
 
 
 @pytest.mark.parametrize("isa", ISA_NAMES)
-def test_hmax_rows_is_hmax_any_by_rows(isa):
+def test_hmax_rows_is_each_rows_tree(isa):
     """irgen.hmax_rows (the attention's running maxima of a chunk's queries at once) gives each row's
-    hmax_any bit for bit, for 1 to 8 rows of 16 lanes holding NaN, ±0, -inf and ties, where the order
-    of the fmax tree decides the result. Negative control: the tree with its operands swapped differs
-    on these rows, so a different tree would be seen."""
+    own fmax tree bit for bit, for 1 to 8 rows at once (and each row alone) of 16 lanes holding NaN,
+    ±0, -inf and ties, where the order of the tree decides the result. Negative control: the tree
+    with its operands swapped differs on these rows, so a different tree would be seen."""
     from llvmlite import ir
 
-    from fuelcli.backends.cpu.irgen import F32T, c64, func, hmax_any, hmax_rows, ptr_to, vec
+    from fuelcli.backends.cpu.irgen import F32T, c64, func, hmax_rows, ptr_to, vec
 
     R, B = 8, KEY_BLOCK
     mod = ir.Module(name=f"hmax_rows_{isa}")
     fn, bd = func(mod, f"hmax_rows_{isa}", 3)
-    src, rows_out, any_out = (ptr_to(bd, a, F32T) for a in fn.args[:3])
+    src, rows_out, one_out = (ptr_to(bd, a, F32T) for a in fn.args[:3])
     vt = vec(F32T, B)
     for k in range(1, R + 1):
         vs = [bd.load(bd.bitcast(bd.gep(src, [c64((k * R + i) * B)]), vt.as_pointer()), align=4) for i in range(k)]
         got = hmax_rows(bd, vs)
         for i in range(k):
             bd.store(bd.extract_element(got, ir.Constant(ir.IntType(32), i)), bd.gep(rows_out, [c64(k * R + i)]))
-            bd.store(hmax_any(bd, vs[i]), bd.gep(any_out, [c64(k * R + i)]))
+            bd.store(bd.extract_element(hmax_rows(bd, [vs[i]]), ir.Constant(ir.IntType(32), 0)),
+                     bd.gep(one_out, [c64(k * R + i)]))
     bd.ret_void()
     from fuelcli.backends.cpu.llvm import compile_module
 
@@ -319,11 +320,11 @@ def test_hmax_rows_is_hmax_any_by_rows(isa):
     pool = np.array([np.nan, 0.0, -0.0, -np.inf, 1.5, -2.0, 1.5], np.float32)
     x = rng.choice(pool, size=((R + 1) * R, B)).astype(np.float32)
     x[::3] = rng.standard_normal((len(x[::3]), B)).astype(np.float32)
-    rows_got, any_got = np.full((R + 1) * R, 7.0, np.float32), np.full((R + 1) * R, 7.0, np.float32)
-    ctypes.CFUNCTYPE(None, *[ctypes.c_int64] * 3)(addr)(_p(x), _p(rows_got), _p(any_got))
+    rows_got, one_got = np.full((R + 1) * R, 7.0, np.float32), np.full((R + 1) * R, 7.0, np.float32)
+    ctypes.CFUNCTYPE(None, *[ctypes.c_int64] * 3)(addr)(_p(x), _p(rows_got), _p(one_got))
     used = [k * R + i for k in range(1, R + 1) for i in range(k)]
     want = np.array([_fmax_tree(x[r]) for r in used], np.float32)
     assert np.array_equal(rows_got[used].view(np.uint32), want.view(np.uint32))
-    assert np.array_equal(any_got[used].view(np.uint32), want.view(np.uint32))
+    assert np.array_equal(one_got[used].view(np.uint32), want.view(np.uint32))
     swapped = np.array([_fmax_tree(x[r], swap=True) for r in used], np.float32)
     assert not np.array_equal(swapped.view(np.uint32), want.view(np.uint32))

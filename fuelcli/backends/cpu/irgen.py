@@ -205,20 +205,11 @@ def fmax(bd, a, b):
     return bd.select(bd.fcmp_ordered("<", a, b), b, a)
 
 
-def hmax_any(bd, v):
-    """The largest lane of a float vector by fmax: with a NaN lane, NaN or a number."""
-    n = v.type.count
-    while n > 1:
-        n //= 2
-        v = fmax(bd, bd.shuffle_vector(v, v, const(I32, range(n))), bd.shuffle_vector(v, v, const(I32, range(n, 2 * n))))
-    return bd.extract_element(v, ir.Constant(I32, 0))
-
-
 def hmax_rows(bd, vs):
-    """[hmax_any(v) for v in vs] as one vector of len(vs) lanes, each by hmax_any's own tree (the same
-    fmax of the same lanes, so the same result), but the rows' trees share their shuffles: a level
-    takes pairs of vectors and keeps, of each row, the fmax of its lanes' halves, two vectors' rows
-    in one (8 rows of 16: 21 shuffles and maxima where hmax_any takes 64, in a shorter chain)."""
+    """The largest lane of each float vector in vs by fmax (with a NaN lane: NaN or a number), as one
+    vector of len(vs) lanes. A row's tree fmaxes its lanes' halves, then the halves' halves, as one
+    vector's would; the rows' trees share their shuffles: a level takes pairs of vectors and keeps
+    both vectors' rows in one (8 rows of 16: 21 shuffles and maxima where a tree a row takes 64)."""
     k, n = len(vs), vs[0].type.count
     rows = 1 << (k - 1).bit_length()
     assert n % rows == 0 and all(v.type.count == n for v in vs)
