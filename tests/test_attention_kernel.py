@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from fuelcli.backends.cpu import core
-from fuelcli.backends.cpu.attention import KEY_BLOCK, part_stride
+from fuelcli.backends.cpu.attention import HEADS_AT, KEY_BLOCK, part_stride
 from fuelcli.backends.cpu.llvm import ISAS, supported
 from fuelcli.backends.cpu.matmul import C_ATTENTION, C_COMBINE, C_KV_STORE
 from fuelcli.backends.kv_cache import CACHE_TYPES, KVCache
@@ -57,10 +57,10 @@ def reference(q, k, v, pos0, window, group, kv_map=None):
     return out
 
 
-def run(isa, q, k, v, pos0, window, nkv, stale=0, splits=1, cache_type="f32"):
+def run(isa, q, k, v, pos0, window, nkv, stale=0, splits=1, cache_type="f32", heads=1):
     """Store k/v (positions 0..) into a fresh cache of cache_type values through kv_store, `stale`
     more rows of NaN after them (what a rewind leaves), then attention for q at pos0, its keys cut
-    into `splits` runs (combined by the combine kernel)."""
+    into `splits` runs (combined by the combine kernel), a task taking `heads` kv heads."""
     store, attend = _kernels(isa, q.shape[2], cache_type)
     T, nh, hd = q.shape
     n = k.shape[0]
@@ -78,8 +78,9 @@ def run(isa, q, k, v, pos0, window, nkv, stale=0, splits=1, cache_type="f32"):
     out = np.full((T, nh, hd), -7.0, np.float32)
     part = np.full(splits * T * nh * part_stride(hd), np.nan, np.float32)
     qc = np.ascontiguousarray(q)
-    for task in range(-(-T // 16) * nkv * splits):
-        _call(attend, task, _p(qc), _p(kc), _p(vc), _p(out), pos0, window, nh, nkv, T, splits, _p(part))
+    for task in range(-(-T // 16) * nkv // heads * splits):
+        _call(attend, task, _p(qc), _p(kc), _p(vc), _p(out), pos0, window, nh, nkv, T,
+              splits | (heads if heads > 1 else 0) << HEADS_AT, _p(part))
     if splits > 1:
         assert (out == -7.0).all()  # the runs write their shares into part only
         comb = _combine(isa, hd)
@@ -181,6 +182,36 @@ def test_decode_in_key_runs_matches_float64(isa, hd, case):
     # negative control: the runs' shares summed without their max rescaling are not the answer
     if splits <= pos0 // KEY_BLOCK + 1 and (window == 0 or window > 2 * KEY_BLOCK):
         assert np.abs(_unscaled_mean(isa, q, k, v, pos0, window, nkv, splits) - want).max() > 100 * TOL
+
+
+HEADS_CASES = [  # (T, pos0, nh, nkv, window, splits, heads): decode steps in key runs as matmul.attention
+    # asks them, every kv head or some a task, and prefill chunks whose slots, several kv heads', fill
+    # more than one window of the task's state
+    (1, 200, 14, 2, 0, 2, 2), (1, 200, 9, 3, 0, 5, 3), (1, 150, 4, 2, 37, 3, 2), (1, 300, 16, 8, 64, 1, 4),
+    (1, 77, 8, 4, 0, 3, 2), (40, 30, 14, 2, 0, 1, 2), (20, 64, 48, 4, 16, 1, 4),
+]
+
+
+@pytest.mark.parametrize("isa", ISA_NAMES)
+@pytest.mark.parametrize("cache_type", ["f32", "f16"])
+@pytest.mark.parametrize("case", HEADS_CASES, ids=lambda c: "T{}-pos{}-h{}-kv{}-w{}-s{}-x{}".format(*c))
+def test_a_task_of_several_kv_heads_gives_the_per_head_tasks_bits(isa, cache_type, case):
+    """HEADS_AT: the same chunks over the same blocks in the same order as one task a kv head, so the
+    same outputs bit for bit (a decode step's logits do not depend on how many threads share it)."""
+    T, pos0, nh, nkv, window, splits, heads = case
+    hd = 64
+    rng = np.random.default_rng(hash(case) % 2**32)
+    q, k, v = _inputs(rng, T, pos0, nh, nkv, hd)
+    per_head = run(isa, q, k, v, pos0, window, nkv, stale=3, splits=splits, cache_type=cache_type)
+    got = run(isa, q, k, v, pos0, window, nkv, stale=3, splits=splits, cache_type=cache_type, heads=heads)
+    assert np.array_equal(got, per_head)
+    stored = CACHE_TYPES[cache_type]
+    want = reference(q, k.astype(stored), v.astype(stored), pos0, window, nh // nkv)
+    assert np.abs(got - want).max() < TOL
+    # negative control: bit equality sees the same sums taken in another order (the keys in other runs)
+    other = run(isa, q, k, v, pos0, window, nkv, stale=3, splits=1 if splits > 1 else 2, cache_type=cache_type,
+                heads=heads)
+    assert np.abs(other - want).max() < TOL and not np.array_equal(got, other)
 
 
 def _unscaled_mean(isa, q, k, v, pos0, window, nkv, splits):

@@ -8,7 +8,10 @@
       once serves all the task's queries from L1. With splits > 1 (decode: matmul.attention) the key
       blocks the queries see are cut into `splits` runs, one a task, so that more tasks than kv
       heads share the work; a task then writes its slots' unnormalised output, max and sum into
-      part (part_stride floats a slot, split-major) for the combine kernel.
+      part (part_stride floats a slot, split-major) for the combine kernel. With h << HEADS_AT in
+      `splits` a task takes h consecutive kv heads' slots (head-major; h divides n_kv), head by head
+      at each key block: the same chunks in the same order, so the same sums, but its reads are
+      whole stretches of the cache's rows, in order.
 
 K is cached in blocks of KEY_BLOCK positions, d-major ([block, n_kv, hd, KEY_BLOCK]: KVCache's
 key_block layout): the scores of a chunk's queries against a block are hd broadcast-FMAs per query
@@ -45,6 +48,7 @@ MIN_SPLIT_BLOCKS = 8  # key blocks a run takes at least: shorter runs cost more 
 
 
 SINKS = 1 << 32  # in attention's `splits`: one run, and `part` holds the sink logits (the module's docstring)
+HEADS_AT = 33  # in attention's `splits` from this bit: kv heads a task takes, 0 for one (the module's docstring)
 PART_EXTRA = 2  # a slot's row of `part`: its unnormalised output (hd floats), then its max and sum
 
 
@@ -244,25 +248,32 @@ def attention(mod, name, hd, task_args, L, E=F32T):
     def imin(a, b):
         return bd.select(bd.icmp_signed("<", a, b), a, b)
 
-    # split-major: a decode step's tasks in order cover both kv heads' keys of one run, then the next
-    # run's, so a thread's region of tasks reads one stretch of the cache (both heads' K blocks and V
-    # rows lie interleaved there), not every other block of it
-    head_tasks = bd.mul(bd.udiv(bd.add(T, c64(ATT_TOKENS - 1)), c64(ATT_TOKENS)), nkv)
+    def imax(a, b):
+        return bd.select(bd.icmp_signed(">", a, b), a, b)
+
+    # split-major: a decode step's tasks in order cover its kv heads' keys of one run, then the next
+    # run's, so a thread's region of tasks reads one stretch of the cache (the heads' K blocks and V
+    # rows lie interleaved there), not every other block of it; a task of several kv heads reads their
+    # share of each block whole, in order
+    hpt = imax(bd.lshr(splits_arg, c64(HEADS_AT)), c64(1))
+    head_groups = bd.udiv(nkv, hpt)
+    head_tasks = bd.mul(bd.udiv(bd.add(T, c64(ATT_TOKENS - 1)), c64(ATT_TOKENS)), head_groups)
     split, head_task = bd.udiv(task, head_tasks), bd.urem(task, head_tasks)
-    tb, kvh = bd.udiv(head_task, nkv), bd.urem(head_task, nkv)
+    tb, kvh = bd.udiv(head_task, head_groups), bd.mul(bd.urem(head_task, head_groups), hpt)
     group = bd.udiv(nh, nkv)
     t0 = bd.mul(tb, c64(ATT_TOKENS))
-    nslots = bd.mul(bd.sub(imin(bd.add(t0, c64(ATT_TOKENS)), T), t0), group)
+    per = bd.mul(bd.sub(imin(bd.add(t0, c64(ATT_TOKENS)), T), t0), group)  # slots of one kv head
+    nslots = bd.mul(per, hpt)
     vstride = bd.mul(nkv, c64(hd))
-    vb = bd.gep(vc, [bd.mul(kvh, c64(hd))])
     kstride = bd.mul(vstride, c64(B))  # floats per K block (all kv heads)
-    kbase = bd.gep(kc, [bd.mul(kvh, c64(hd * B))])
     with Loop(bd, 0, nslots, SM) as s0:
         n = imin(c64(SM), bd.sub(nslots, s0))
+        kfirst, plast = Var(bd, c64(2 ** 62)), Var(bd, c64(-1))  # the window's earliest key and latest query
         with Loop(bd, 0, n) as i:
             s = bd.add(s0, i)
-            t = bd.add(t0, bd.udiv(s, group))
-            h = bd.add(bd.mul(kvh, group), bd.urem(s, group))
+            hh, r = bd.udiv(s, per), bd.urem(s, per)  # slots: head-major, then token-major
+            t = bd.add(t0, bd.udiv(r, group))
+            h = bd.add(bd.mul(bd.add(kvh, hh), group), bd.urem(r, group))
             bd.store(bd.mul(bd.add(bd.mul(t, nh), h), c64(hd)), bd.gep(qoff, [i]))
             p = bd.add(pos0, t)
             from_window = bd.sub(bd.add(p, c64(1)), window)
@@ -270,50 +281,59 @@ def attention(mod, name, hd, task_args, L, E=F32T):
                               bd.select(bd.icmp_signed(">", from_window, c64(0)), from_window, c64(0)), c64(0))
             bd.store(start, bd.gep(lo, [i]))
             bd.store(p, bd.gep(hi, [i]))
+            kfirst.set(imin(kfirst.get(), start))
+            plast.set(bd.select(bd.icmp_signed(">", p, plast.get()), p, plast.get()))
             bd.store(ir.Constant(F32T, -math.inf), bd.gep(m, [i]))
             bd.store(splat_c(F32T, 0.0, B), bd.bitcast(bd.gep(lsum, [bd.mul(i, c64(B))]), vec(F32T, B).as_pointer()),
                      align=4)
             with Loop(bd, 0, hd, W) as c:
                 bd.store(splat_c(F32T, 0.0, W), bd.bitcast(bd.gep(acc, [bd.add(bd.mul(i, c64(hd)), c)]),
                                                             wt.as_pointer()), align=4)
-        kfirst = bd.load(lo)  # slots are token-major: the first sees the earliest key, the last the latest
-        plast = bd.load(bd.gep(hi, [bd.sub(n, c64(1))]))
+        kfirst, plast = kfirst.get(), plast.get()
         b_first, b_end = bd.udiv(kfirst, c64(B)), bd.add(bd.udiv(plast, c64(B)), c64(1))
-        per = bd.udiv(bd.add(bd.sub(b_end, b_first), bd.sub(splits, c64(1))), splits)  # blocks a run
-        b_lo = imin(bd.add(b_first, bd.mul(split, per)), b_end)
-        b_stop = imin(bd.add(b_lo, per), b_end)
+        per_run = bd.udiv(bd.add(bd.sub(b_end, b_first), bd.sub(splits, c64(1))), splits)  # blocks a run
+        b_lo = imin(bd.add(b_first, bd.mul(split, per_run)), b_end)
+        b_stop = imin(bd.add(b_lo, per_run), b_end)
         with Loop(bd, b_lo, b_stop) as b:
             j0 = bd.mul(b, c64(B))
-            kb = bd.gep(kbase, [bd.mul(b, kstride)])
             # the next block's lines are fetched while this one computes: left to the hardware, a
             # decode step's reads and arithmetic took turns (21 -> 30 GB/s of cache at depth 8192)
             nxt = imin(bd.add(b, c64(1)), bd.sub(b_stop, c64(1)))
-            ka, ja = bd.gep(kbase, [bd.mul(nxt, kstride)]), bd.mul(nxt, c64(B))
+            ja = bd.mul(nxt, c64(B))
+            with Loop(bd, 0, hpt) as hh:  # the window's slots of each kv head: a chunk is of one head
+                first_slot = imax(bd.sub(bd.mul(hh, per), s0), c64(0))
+                end_slot = imin(bd.sub(bd.mul(bd.add(hh, c64(1)), per), s0), n)
+                with bd.if_then(bd.icmp_signed("<", first_slot, end_slot)):
+                    head = bd.add(kvh, hh)
+                    kbase = bd.gep(kc, [bd.mul(head, c64(hd * B))])
+                    kb, ka = bd.gep(kbase, [bd.mul(b, kstride)]), bd.gep(kbase, [bd.mul(nxt, kstride)])
+                    vb = bd.gep(vc, [bd.mul(head, c64(hd))])
 
-            def run(Q, cur):
-                first = bd.load(bd.gep(lo, [cur]))
-                last = bd.load(bd.gep(hi, [bd.add(cur, c64(Q - 1))]))
-                seen = bd.and_(bd.icmp_signed("<=", j0, last), bd.icmp_signed(">=", bd.add(j0, c64(B - 1)), first))
-                args = [kb, vb, vstride, j0, kfirst, plast, q, bd.gep(qoff, [cur]), bd.gep(lo, [cur]),
-                        bd.gep(hi, [cur]), bd.gep(m, [cur]), bd.gep(lsum, [bd.mul(cur, c64(B))]),
-                        bd.gep(acc, [bd.mul(cur, c64(hd))]), pb, ka, ja]
-                with bd.if_then(seen):
-                    with bd.if_else(bd.icmp_signed("==", cur, c64(0))) as (lead, rest):
-                        with lead:
-                            bd.call(chunk_ahead[Q], args)
-                        with rest:
-                            bd.call(chunk[Q], args)
+                    def run(Q, cur):
+                        first = bd.load(bd.gep(lo, [cur]))
+                        last = bd.load(bd.gep(hi, [bd.add(cur, c64(Q - 1))]))
+                        seen = bd.and_(bd.icmp_signed("<=", j0, last),
+                                       bd.icmp_signed(">=", bd.add(j0, c64(B - 1)), first))
+                        args = [kb, vb, vstride, j0, kfirst, plast, q, bd.gep(qoff, [cur]), bd.gep(lo, [cur]),
+                                bd.gep(hi, [cur]), bd.gep(m, [cur]), bd.gep(lsum, [bd.mul(cur, c64(B))]),
+                                bd.gep(acc, [bd.mul(cur, c64(hd))]), pb, ka, ja]
+                        with bd.if_then(seen):
+                            with bd.if_else(bd.icmp_signed("==", cur, first_slot)) as (lead, rest):
+                                with lead:
+                                    bd.call(chunk_ahead[Q], args)
+                                with rest:
+                                    bd.call(chunk[Q], args)
 
-            top = max(chunks)
-            n_full = bd.mul(bd.udiv(n, c64(top)), c64(top))
-            with Loop(bd, 0, n_full, top) as cur:
-                run(top, cur)
-            cur = n_full
-            for Q in chunks[1:]:  # the rest (< top), greedily
-                has = bd.icmp_signed(">=", bd.sub(n, cur), c64(Q))
-                with bd.if_then(has):
-                    run(Q, cur)
-                cur = bd.add(cur, bd.select(has, c64(Q), c64(0)))
+                    top = max(chunks)
+                    n_full = bd.add(first_slot, bd.mul(bd.udiv(bd.sub(end_slot, first_slot), c64(top)), c64(top)))
+                    with Loop(bd, first_slot, n_full, top) as cur:
+                        run(top, cur)
+                    cur = n_full
+                    for Q in chunks[1:]:  # the rest (< top), greedily
+                        has = bd.icmp_signed(">=", bd.sub(end_slot, cur), c64(Q))
+                        with bd.if_then(has):
+                            run(Q, cur)
+                        cur = bd.add(cur, bd.select(has, c64(Q), c64(0)))
         whole = bd.icmp_signed("==", splits, c64(1))
         with Loop(bd, 0, n) as i:
             ls = bd.load(bd.bitcast(bd.gep(lsum, [bd.mul(i, c64(B))]), vec(F32T, B).as_pointer()), align=4)
